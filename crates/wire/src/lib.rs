@@ -1,0 +1,130 @@
+//! The wire contract: messages and services generated from `proto/`, plus the table of the
+//! 23 (group, version) APIs that the daemon serves, each on its own pipe or socket.
+//!
+//! Upstream names its proto packages after the version only, so every group of one version lives
+//! in the same Rust module (`v1::disk_server`, `v1::volume_server`, ...). Message names never
+//! collide inside a package.
+
+#![allow(clippy::all, missing_docs)]
+
+macro_rules! packages {
+    ($($pkg:ident),* $(,)?) => {
+        $(
+            pub mod $pkg {
+                include!(concat!(env!("OUT_DIR"), "/", stringify!($pkg), ".rs"));
+            }
+        )*
+    };
+}
+
+packages!(v1alpha1, v1alpha2, v1beta1, v1beta2, v1beta3, v1, v2alpha1);
+
+/// Encoded `FileDescriptorSet` of every compiled .proto file.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptor.bin"));
+
+/// The API groups, as they appear in pipe and socket names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Group {
+    Disk,
+    Filesystem,
+    Volume,
+    Smb,
+    Iscsi,
+    System,
+}
+
+impl Group {
+    pub const ALL: [Group; 6] = [
+        Group::Disk,
+        Group::Filesystem,
+        Group::Volume,
+        Group::Smb,
+        Group::Iscsi,
+        Group::System,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::Disk => "disk",
+            Group::Filesystem => "filesystem",
+            Group::Volume => "volume",
+            Group::Smb => "smb",
+            Group::Iscsi => "iscsi",
+            Group::System => "system",
+        }
+    }
+
+    /// The gRPC service name inside each version's package.
+    pub fn service(self) -> &'static str {
+        match self {
+            Group::Disk => "Disk",
+            Group::Filesystem => "Filesystem",
+            Group::Volume => "Volume",
+            Group::Smb => "Smb",
+            Group::Iscsi => "Iscsi",
+            Group::System => "System",
+        }
+    }
+}
+
+impl std::fmt::Display for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One served API: a version of a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Api {
+    pub group: Group,
+    pub version: &'static str,
+}
+
+impl Api {
+    /// `csi-proxy-<group>-<version>`: the pipe name on Windows and the socket stem on Linux.
+    pub fn endpoint_name(&self) -> String {
+        format!("csi-proxy-{}-{}", self.group.name(), self.version)
+    }
+
+    /// `\\.\pipe\csi-proxy-<group>-<version>`
+    pub fn pipe_path(&self) -> String {
+        format!(r"\\.\pipe\{}", self.endpoint_name())
+    }
+
+    /// `<version>.<Service>`, the fully qualified gRPC service name.
+    pub fn service_name(&self) -> String {
+        format!("{}.{}", self.version, self.group.service())
+    }
+}
+
+macro_rules! apis {
+    ($($group:ident: [$($v:literal),*]),* $(,)?) => {
+        /// Every API upstream serves, all at once (UPSTREAM.md §1.2).
+        pub const APIS: &[Api] = &[$($(Api { group: Group::$group, version: $v },)*)*];
+    };
+}
+
+apis! {
+    Disk: ["v1alpha1", "v1beta1", "v1beta2", "v1beta3", "v1"],
+    Filesystem: ["v1alpha1", "v1beta1", "v1beta2", "v1", "v2alpha1"],
+    Volume: ["v1alpha1", "v1beta1", "v1beta2", "v1beta3", "v1", "v2alpha1"],
+    Smb: ["v1alpha1", "v1beta1", "v1beta2", "v1"],
+    Iscsi: ["v1alpha1", "v1alpha2"],
+    System: ["v1alpha1"],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twenty_three_distinct_endpoints() {
+        let names: std::collections::BTreeSet<_> = APIS.iter().map(Api::endpoint_name).collect();
+        assert_eq!(names.len(), 23);
+        assert!(names.contains("csi-proxy-volume-v2alpha1"));
+        assert_eq!(
+            APIS[0].pipe_path(),
+            r"\\.\pipe\csi-proxy-disk-v1alpha1".to_string()
+        );
+    }
+}
