@@ -32,6 +32,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Clients get their channel from the caller; no dependency on tonic's transport.
+        .build_transport(false)
         // Ordered maps give deterministic responses and logs.
         .btree_map(".")
         .compile_fds(fds)?;

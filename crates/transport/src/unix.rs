@@ -1,1 +1,191 @@
-//! placeholder
+//! Unix sockets: `<dir>/csi-proxy-<group>-<version>.sock`, mode 0600 from the moment it exists.
+//!
+//! A socket file cannot be created with a mode (bind uses the process umask, which is shared by
+//! every thread), so each socket is bound inside a private 0700 staging directory, chmod-ed, and
+//! then renamed into place. Nobody else can reach it before it has its final mode, and the rename
+//! also replaces a stale socket left by a daemon that died.
+
+use crate::Listener;
+use csi_proxy_wire::Api;
+use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("{path} is in use by another running csi-proxy (connecting to it succeeded)")]
+    InUse { path: PathBuf },
+    #[error("socket directory {dir} is locked by another running csi-proxy (lock file {lock})")]
+    Locked { dir: PathBuf, lock: PathBuf },
+    #[error("{path} exists and is not a socket; refusing to replace it")]
+    NotASocket { path: PathBuf },
+    #[error("{what} {path}: {source}")]
+    Io { what: &'static str, path: PathBuf, source: io::Error },
+}
+
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> BindError + 'a {
+    move |source| BindError::Io { what, path: path.to_path_buf(), source }
+}
+
+/// The socket path of `api` inside `dir`.
+pub fn socket_path(dir: &Path, api: &Api) -> PathBuf {
+    dir.join(format!("{}.sock", api.endpoint_name()))
+}
+
+/// An exclusive lock on a socket directory, held for the daemon's lifetime.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl DirLock {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Creates `dir` (0755) if needed and takes its lock, so that two daemons never share a
+/// directory even if they start at the same instant.
+pub fn lock_dir(dir: &Path) -> Result<DirLock, BindError> {
+    DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(io_err("creating socket directory", dir))?;
+    let path = dir.join("csi-proxy.lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err("opening lock file", &path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(DirLock { _file: file, path }),
+        Err(fs::TryLockError::WouldBlock) => Err(BindError::Locked { dir: dir.to_path_buf(), lock: path }),
+        Err(fs::TryLockError::Error(e)) => Err(BindError::Io { what: "locking", path, source: e }),
+    }
+}
+
+/// A listening socket for one API.
+#[derive(Debug)]
+pub struct UnixSocketListener {
+    inner: tokio::net::UnixListener,
+    path: PathBuf,
+}
+
+impl UnixSocketListener {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Listener for UnixSocketListener {
+    type Io = tokio::net::UnixStream;
+
+    async fn accept(&mut self) -> io::Result<Self::Io> {
+        self.inner.accept().await.map(|(s, _)| s)
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+/// Binds the socket of `api` in `dir` (which must exist). Must run inside a tokio runtime.
+pub fn bind(dir: &Path, api: &Api) -> Result<UnixSocketListener, BindError> {
+    let path = socket_path(dir, api);
+    check_existing(&path)?;
+
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let staging = dir.join(format!(".staging-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let _ = fs::remove_dir_all(&staging);
+    DirBuilder::new().mode(0o700).create(&staging).map_err(io_err("creating staging directory", &staging))?;
+    let result = (|| {
+        let tmp = staging.join("s");
+        let std_listener = std::os::unix::net::UnixListener::bind(&tmp).map_err(io_err("binding", &tmp))?;
+        fs::set_permissions(&tmp, Permissions::from_mode(0o600)).map_err(io_err("setting mode of", &tmp))?;
+        fs::rename(&tmp, &path).map_err(io_err("moving socket into place at", &path))?;
+        std_listener.set_nonblocking(true).map_err(io_err("configuring", &path))?;
+        let inner = tokio::net::UnixListener::from_std(std_listener).map_err(io_err("registering", &path))?;
+        Ok(UnixSocketListener { inner, path: path.clone() })
+    })();
+    let _ = fs::remove_dir_all(&staging);
+    result
+}
+
+/// A live socket means another daemon; a dead one is stale and will be replaced.
+fn check_existing(path: &Path) -> Result<(), BindError> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(BindError::Io { what: "inspecting", path: path.to_path_buf(), source: e }),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(BindError::NotASocket { path: path.to_path_buf() });
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(BindError::InUse { path: path.to_path_buf() }),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            tracing::info!(path = %path.display(), "replacing the stale socket of a daemon that is gone");
+            Ok(())
+        }
+        Err(e) => Err(BindError::Io { what: "probing", path: path.to_path_buf(), source: e }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use csi_proxy_wire::APIS;
+    use std::os::unix::fs::MetadataExt;
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("csi-proxy-unix-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[tokio::test]
+    async fn socket_is_private_and_a_second_bind_fails_while_live() {
+        let dir = tempdir("live");
+        let l = bind(&dir, &APIS[0]).unwrap();
+        let meta = fs::metadata(l.path()).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert!(l.path().ends_with("csi-proxy-disk-v1alpha1.sock"));
+        let e = bind(&dir, &APIS[0]).unwrap_err();
+        assert!(matches!(e, BindError::InUse { .. }), "{e}");
+        assert!(e.to_string().contains("csi-proxy-disk-v1alpha1.sock"), "{e}");
+        // No staging leftovers.
+        let names: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        drop(l);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn stale_socket_is_replaced_and_regular_files_are_not() {
+        let dir = tempdir("stale");
+        let path = socket_path(&dir, &APIS[1]);
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        let l = bind(&dir, &APIS[1]).unwrap();
+        assert!(std::os::unix::net::UnixStream::connect(l.path()).is_ok());
+
+        let other = socket_path(&dir, &APIS[2]);
+        fs::write(&other, b"keep me").unwrap();
+        assert!(matches!(bind(&dir, &APIS[2]), Err(BindError::NotASocket { .. })));
+        assert_eq!(fs::read(&other).unwrap(), b"keep me");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn directory_lock_is_exclusive() {
+        let dir = tempdir("lock").join("nested");
+        let first = lock_dir(&dir).unwrap();
+        let e = lock_dir(&dir).unwrap_err();
+        assert!(matches!(e, BindError::Locked { .. }), "{e}");
+        drop(first);
+        lock_dir(&dir).unwrap();
+        fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+    }
+}

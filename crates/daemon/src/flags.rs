@@ -1,0 +1,887 @@
+//! Command line of the daemon, parsed the way Go's `flag` package parses upstream's
+//! (UPSTREAM.md §4.1), so existing service install lines keep working unchanged:
+//!
+//! * a flag is `-name` or `--name`;
+//! * a value is given as `-name=value` or `-name value` (the next argument is taken as the value
+//!   even if it starts with `-`);
+//! * a boolean flag is `-b` (true) or `-b=<bool>`; it never takes the next argument as its value;
+//! * `--` ends the flags; the first argument that is not a flag ends them too — upstream takes no
+//!   positional arguments, so any is an error here rather than being silently ignored;
+//! * `-h`, `-help`, `--help` ask for the usage text;
+//! * a flag given twice keeps its last value, except `-working-dir`, which collects all.
+//!
+//! Besides upstream's own flags, every flag klog registers is accepted; those that only tune
+//! klog's file rotation or headers are checked for a well-formed value and then ignored.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::logging::LogOptions;
+
+/// Default of `-kubelet-path`.
+#[cfg(windows)]
+pub const DEFAULT_KUBELET_PATH: &str = r"C:\var\lib\kubelet";
+/// Default of `-kubelet-path`.
+#[cfg(not(windows))]
+pub const DEFAULT_KUBELET_PATH: &str = "/var/lib/kubelet";
+
+/// Default of `-socket-dir`.
+pub const DEFAULT_SOCKET_DIR: &str = "/run/csi-proxy";
+/// Default of `-connection-idle-timeout`.
+pub const DEFAULT_CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// Default of `-handshake-timeout`.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Everything the command line configures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// `-kubelet-path`: prefix that paths handed to filesystem and SMB calls may start with.
+    pub kubelet_path: String,
+    /// `-working-dir` (repeatable): further allowed path prefixes, in command-line order.
+    pub working_dirs: Vec<String>,
+    /// `-windows-service`: run under the Windows service control manager.
+    pub windows_service: bool,
+    /// `-require-privacy`: ask for SMB encryption on global mappings.
+    pub require_privacy: bool,
+    /// `-metrics-bind-address`: `host:port` of the Prometheus endpoint; `None` when empty.
+    pub metrics_bind_address: Option<String>,
+    /// klog's `-v`, `-log_file`, `-log_dir`, `-logtostderr`, `-alsologtostderr`.
+    pub log: LogOptions,
+    /// `-socket-dir`: directory of the Unix sockets (used where there are no named pipes).
+    pub socket_dir: PathBuf,
+    /// `-pipe-sddl`: security descriptor for the named pipes instead of the built-in one.
+    pub pipe_sddl: Option<String>,
+    /// `-connection-idle-timeout`: close client connections idle this long (zero: never).
+    pub connection_idle_timeout: Duration,
+    /// `-handshake-timeout`: limit on a new connection's HTTP/2 handshake (zero: none).
+    pub handshake_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            kubelet_path: DEFAULT_KUBELET_PATH.to_string(),
+            working_dirs: Vec::new(),
+            windows_service: false,
+            require_privacy: true,
+            metrics_bind_address: None,
+            log: LogOptions::default(),
+            socket_dir: PathBuf::from(DEFAULT_SOCKET_DIR),
+            pipe_sddl: None,
+            connection_idle_timeout: DEFAULT_CONNECTION_IDLE_TIMEOUT,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+        }
+    }
+}
+
+impl Options {
+    /// The allowed path prefixes as upstream builds them: the `-working-dir` values in order,
+    /// then `-kubelet-path`.
+    pub fn allowed_prefixes(&self) -> Vec<String> {
+        let mut all = self.working_dirs.clone();
+        all.push(self.kubelet_path.clone());
+        all
+    }
+}
+
+/// What the command line asks for.
+// Built once at startup, so the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseOutcome {
+    /// Run the daemon with these options.
+    Run(Options),
+    /// Print [`usage`] and exit successfully.
+    Help,
+}
+
+/// A command line that cannot be used. The caller prints it with [`usage`] and exits with 2.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    #[error("flag provided but not defined: -{flag}")]
+    Unknown { flag: String },
+    #[error("flag needs an argument: -{flag} (use -{flag}=<{hint}> or -{flag} <{hint}>)")]
+    MissingValue { flag: String, hint: &'static str },
+    #[error("invalid value {value:?} for flag -{flag}: expected {expected}")]
+    InvalidValue {
+        flag: String,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("bad flag syntax: {arg}")]
+    BadSyntax { arg: String },
+    #[error("unexpected argument {arg:?}: csi-proxy takes no positional arguments")]
+    Positional { arg: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Bool,
+    String,
+    /// A string that may be given several times.
+    StringList,
+    /// Non-negative integer.
+    Uint,
+    Duration,
+    /// klog severity: a name (INFO, WARNING, ERROR, FATAL, any case) or an integer.
+    Severity,
+}
+
+impl Kind {
+    /// Word shown after the flag name in usage and error messages.
+    fn hint(self) -> &'static str {
+        match self {
+            Kind::Bool => "bool",
+            Kind::String | Kind::StringList => "string",
+            Kind::Uint => "uint",
+            Kind::Duration => "duration",
+            Kind::Severity => "severity",
+        }
+    }
+}
+
+/// What a flag does with its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    KubeletPath,
+    WorkingDir,
+    WindowsService,
+    RequirePrivacy,
+    MetricsBindAddress,
+    V,
+    LogFile,
+    LogDir,
+    LogToStderr,
+    AlsoLogToStderr,
+    SocketDir,
+    PipeSddl,
+    ConnectionIdleTimeout,
+    HandshakeTimeout,
+    /// A klog flag accepted for compatibility only.
+    Ignored,
+}
+
+struct Spec {
+    name: &'static str,
+    kind: Kind,
+    target: Target,
+    /// Default as shown in the usage text (for ignored klog flags: klog's default).
+    default: &'static str,
+    help: &'static str,
+}
+
+const FLAGS: &[Spec] = &[
+    // Upstream's own flags.
+    Spec {
+        name: "kubelet-path",
+        kind: Kind::String,
+        target: Target::KubeletPath,
+        default: DEFAULT_KUBELET_PATH,
+        help: "Prefix of the kubelet directory on the host; paths under it are allowed in filesystem and SMB calls",
+    },
+    Spec {
+        name: "working-dir",
+        kind: Kind::StringList,
+        target: Target::WorkingDir,
+        default: "",
+        help: "Further allowed path prefix on the host; repeat the flag for several",
+    },
+    Spec {
+        name: "windows-service",
+        kind: Kind::Bool,
+        target: Target::WindowsService,
+        default: "false",
+        help: "Run as the Windows service \"csiproxy\" under the service control manager",
+    },
+    Spec {
+        name: "require-privacy",
+        kind: Kind::Bool,
+        target: Target::RequirePrivacy,
+        default: "true",
+        help: "Require SMB encryption (RequirePrivacy) on new SMB global mappings",
+    },
+    Spec {
+        name: "metrics-bind-address",
+        kind: Kind::String,
+        target: Target::MetricsBindAddress,
+        default: "",
+        help: "host:port to serve Prometheus metrics on at /metrics; empty disables metrics",
+    },
+    // klog's flags that we honour.
+    Spec {
+        name: "v",
+        kind: Kind::Uint,
+        target: Target::V,
+        default: "0",
+        help: "Log verbosity: 0-1 info, 2-4 debug, 5 and up trace (10 and up also traces libraries); RUST_LOG overrides",
+    },
+    Spec {
+        name: "log_file",
+        kind: Kind::String,
+        target: Target::LogFile,
+        default: "",
+        help: "Append logs to this file (only with -logtostderr=false)",
+    },
+    Spec {
+        name: "log_dir",
+        kind: Kind::String,
+        target: Target::LogDir,
+        default: "",
+        help: "Append logs to csi-proxy.log in this directory when -log_file is not set (only with -logtostderr=false)",
+    },
+    Spec {
+        name: "logtostderr",
+        kind: Kind::Bool,
+        target: Target::LogToStderr,
+        default: "true",
+        help: "Log to standard error only, ignoring -log_file and -log_dir",
+    },
+    Spec {
+        name: "alsologtostderr",
+        kind: Kind::Bool,
+        target: Target::AlsoLogToStderr,
+        default: "false",
+        help: "Log to standard error as well as to the log file (only with -logtostderr=false)",
+    },
+    // klog's flags that are accepted and ignored.
+    Spec {
+        name: "vmodule",
+        kind: Kind::String,
+        target: Target::Ignored,
+        default: "",
+        help: "Ignored (klog compatibility); use RUST_LOG for per-module levels",
+    },
+    Spec {
+        name: "log_file_max_size",
+        kind: Kind::Uint,
+        target: Target::Ignored,
+        default: "1800",
+        help: "Ignored (klog compatibility): log files are not rotated",
+    },
+    Spec {
+        name: "stderrthreshold",
+        kind: Kind::Severity,
+        target: Target::Ignored,
+        default: "ERROR",
+        help: "Ignored (klog compatibility)",
+    },
+    Spec {
+        name: "alsologtostderrthreshold",
+        kind: Kind::Severity,
+        target: Target::Ignored,
+        default: "INFO",
+        help: "Ignored (klog compatibility)",
+    },
+    Spec {
+        name: "legacy_stderr_threshold_behavior",
+        kind: Kind::Bool,
+        target: Target::Ignored,
+        default: "true",
+        help: "Ignored (klog compatibility)",
+    },
+    Spec {
+        name: "add_dir_header",
+        kind: Kind::Bool,
+        target: Target::Ignored,
+        default: "false",
+        help: "Ignored (klog compatibility)",
+    },
+    Spec {
+        name: "skip_headers",
+        kind: Kind::Bool,
+        target: Target::Ignored,
+        default: "false",
+        help: "Ignored (klog compatibility)",
+    },
+    Spec {
+        name: "skip_log_headers",
+        kind: Kind::Bool,
+        target: Target::Ignored,
+        default: "false",
+        help: "Ignored (klog compatibility)",
+    },
+    Spec {
+        name: "one_output",
+        kind: Kind::Bool,
+        target: Target::Ignored,
+        default: "false",
+        help: "Ignored (klog compatibility)",
+    },
+    Spec {
+        name: "log_backtrace_at",
+        kind: Kind::String,
+        target: Target::Ignored,
+        default: "",
+        help: "Ignored (klog compatibility)",
+    },
+    // Our own additions.
+    Spec {
+        name: "socket-dir",
+        kind: Kind::String,
+        target: Target::SocketDir,
+        default: DEFAULT_SOCKET_DIR,
+        help: "Directory for the Unix sockets csi-proxy-<group>-<version>.sock (platforms without named pipes)",
+    },
+    Spec {
+        name: "pipe-sddl",
+        kind: Kind::String,
+        target: Target::PipeSddl,
+        default: "",
+        help: "SDDL security descriptor for the named pipes; empty uses the built-in one",
+    },
+    Spec {
+        name: "connection-idle-timeout",
+        kind: Kind::Duration,
+        target: Target::ConnectionIdleTimeout,
+        default: "5m0s",
+        help: "Close a client connection after this long without requests (0 keeps idle connections open)",
+    },
+    Spec {
+        name: "handshake-timeout",
+        kind: Kind::Duration,
+        target: Target::HandshakeTimeout,
+        default: "10s",
+        help: "Drop a new connection that has not completed its HTTP/2 handshake within this time (0: no limit)",
+    },
+];
+
+fn lookup(name: &str) -> Option<&'static Spec> {
+    FLAGS.iter().find(|s| s.name == name)
+}
+
+/// Parses the arguments after the program name.
+pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<ParseOutcome, FlagError> {
+    let mut opts = Options::default();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            // Flags end here; anything after would be positional.
+            if let Some(rest) = args.next() {
+                return Err(FlagError::Positional { arg: rest });
+            }
+            break;
+        }
+        let body = match arg.strip_prefix('-') {
+            Some(b) if !b.is_empty() => b.strip_prefix('-').unwrap_or(b),
+            _ => return Err(FlagError::Positional { arg }),
+        };
+        if body.is_empty() || body.starts_with('-') || body.starts_with('=') {
+            return Err(FlagError::BadSyntax { arg });
+        }
+        let (name, inline) = match body.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (body, None),
+        };
+        if name == "h" || name == "help" {
+            return Ok(ParseOutcome::Help);
+        }
+        let Some(spec) = lookup(name) else {
+            return Err(FlagError::Unknown {
+                flag: name.to_string(),
+            });
+        };
+        let value = match (spec.kind, inline) {
+            (_, Some(v)) => v.to_string(),
+            (Kind::Bool, None) => "true".to_string(),
+            (kind, None) => args.next().ok_or_else(|| FlagError::MissingValue {
+                flag: name.to_string(),
+                hint: kind.hint(),
+            })?,
+        };
+        apply(&mut opts, spec, value)?;
+    }
+    Ok(ParseOutcome::Run(opts))
+}
+
+fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError> {
+    let invalid = |expected: &'static str| FlagError::InvalidValue {
+        flag: spec.name.to_string(),
+        value: value.clone(),
+        expected,
+    };
+    // Check the value's form first, whatever the flag is for.
+    let mut flag_bool = false;
+    let mut uint = 0u64;
+    let mut duration = Duration::ZERO;
+    match spec.kind {
+        Kind::Bool => {
+            flag_bool = parse_bool(&value).ok_or_else(|| {
+                invalid("a boolean (true, false, 1, 0, t, f, TRUE, FALSE, True, False)")
+            })?;
+        }
+        Kind::Uint => {
+            uint = parse_uint(&value).ok_or_else(|| invalid("a non-negative integer"))?;
+        }
+        Kind::Duration => {
+            duration = parse_duration(&value).ok_or_else(|| {
+                invalid(
+                    "a duration such as 250ms, 30s, 5m, 1h or 1m30s (units ns, us, ms, s, m, h)",
+                )
+            })?;
+        }
+        Kind::Severity => {
+            if !is_severity(&value) {
+                return Err(invalid("INFO, WARNING, ERROR, FATAL or an integer"));
+            }
+        }
+        Kind::String | Kind::StringList => {}
+    }
+    let non_empty = |v: String| if v.is_empty() { None } else { Some(v) };
+    match spec.target {
+        Target::KubeletPath => opts.kubelet_path = value,
+        Target::WorkingDir => opts.working_dirs.push(value),
+        Target::WindowsService => opts.windows_service = flag_bool,
+        Target::RequirePrivacy => opts.require_privacy = flag_bool,
+        Target::MetricsBindAddress => opts.metrics_bind_address = non_empty(value),
+        Target::V => {
+            opts.log.v = u32::try_from(uint).map_err(|_| invalid("a non-negative integer"))?;
+        }
+        Target::LogFile => opts.log.log_file = non_empty(value).map(PathBuf::from),
+        Target::LogDir => opts.log.log_dir = non_empty(value).map(PathBuf::from),
+        Target::LogToStderr => opts.log.logtostderr = flag_bool,
+        Target::AlsoLogToStderr => opts.log.alsologtostderr = flag_bool,
+        Target::SocketDir => opts.socket_dir = PathBuf::from(value),
+        Target::PipeSddl => opts.pipe_sddl = non_empty(value),
+        Target::ConnectionIdleTimeout => opts.connection_idle_timeout = duration,
+        Target::HandshakeTimeout => opts.handshake_timeout = duration,
+        Target::Ignored => {}
+    }
+    Ok(())
+}
+
+/// The spellings Go's `strconv.ParseBool` accepts.
+fn parse_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Decimal digits only (no sign, no spaces), within u64.
+fn parse_uint(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn is_severity(s: &str) -> bool {
+    let named = ["INFO", "WARNING", "ERROR", "FATAL"]
+        .iter()
+        .any(|n| n.eq_ignore_ascii_case(s));
+    let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
+    named
+        || (!digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && s.parse::<i32>().is_ok())
+}
+
+/// Go's duration syntax without a sign: one or more `<number><unit>` terms such as `1h30m`,
+/// `1.5s`, `250ms`; a bare `0` is also allowed. Units: ns, us (or µs), ms, s, m, h.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return None;
+    }
+    let mut rest = s;
+    let mut total_nanos: u128 = 0;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(num_len);
+        let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+        if int_part.is_empty() && frac_part.is_empty() {
+            return None;
+        }
+        if frac_part.contains('.') {
+            return None;
+        }
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60 * 1_000_000_000,
+            "h" => 3_600 * 1_000_000_000,
+            _ => return None,
+        };
+        let whole: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().ok()?
+        };
+        total_nanos = total_nanos.checked_add(whole.checked_mul(unit_nanos)?)?;
+        // Fraction: scale digit by digit, dropping what falls below a nanosecond.
+        let mut scale = unit_nanos;
+        for d in frac_part.bytes() {
+            scale /= 10;
+            total_nanos += u128::from(d - b'0') * scale;
+        }
+        rest = next;
+    }
+    let secs = u64::try_from(total_nanos / 1_000_000_000).ok()?;
+    Some(Duration::new(secs, (total_nanos % 1_000_000_000) as u32))
+}
+
+/// The usage text: every flag, sorted by name, with its value kind, default and description.
+pub fn usage() -> String {
+    let mut specs: Vec<&Spec> = FLAGS.iter().collect();
+    specs.sort_by_key(|s| s.name);
+    let mut out = String::from(
+        "Usage: csi-proxy [flags]\n\
+         Flags are written -name or --name, with a value as -name=value or -name value; \
+         boolean flags as -name or -name=false.\n\n",
+    );
+    for s in specs {
+        out.push_str("  -");
+        out.push_str(s.name);
+        match s.kind {
+            Kind::Bool => {}
+            kind => {
+                out.push(' ');
+                out.push_str(kind.hint());
+            }
+        }
+        out.push_str("\n      ");
+        out.push_str(s.help);
+        if s.kind == Kind::StringList {
+            out.push_str(" (may be repeated)");
+        }
+        out.push_str(&format!(" (default {:?})", s.default));
+        out.push('\n');
+    }
+    out.push_str(
+        "  -h, -help\n      Print this text and exit\n\n\
+         Environment: RUST_LOG, when set, replaces the level chosen by -v \
+         (for example RUST_LOG=info,csi_proxy=trace).\n",
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Options {
+        match parse(args.iter().map(|s| s.to_string())) {
+            Ok(ParseOutcome::Run(o)) => o,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    fn fail(args: &[&str]) -> FlagError {
+        match parse(args.iter().map(|s| s.to_string())) {
+            Err(e) => e,
+            other => panic!("{args:?} should fail: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let o = run(&[]);
+        assert_eq!(o, Options::default());
+        assert_eq!(o.kubelet_path, DEFAULT_KUBELET_PATH);
+        assert!(o.require_privacy);
+        assert!(!o.windows_service);
+        assert!(o.working_dirs.is_empty());
+        assert_eq!(o.metrics_bind_address, None);
+        assert_eq!(o.log.v, 0);
+        assert!(o.log.logtostderr);
+        assert!(!o.log.alsologtostderr);
+        assert_eq!(o.log.log_file, None);
+        assert_eq!(o.socket_dir, PathBuf::from("/run/csi-proxy"));
+        assert_eq!(o.pipe_sddl, None);
+        assert_eq!(o.connection_idle_timeout, Duration::from_secs(300));
+        assert_eq!(o.handshake_timeout, Duration::from_secs(10));
+        assert_eq!(o.allowed_prefixes(), vec![DEFAULT_KUBELET_PATH.to_string()]);
+    }
+
+    #[test]
+    fn upstream_install_line() {
+        let line =
+            r"-windows-service -log_file=C:\etc\kubernetes\logs\csi-proxy.log -logtostderr=false";
+        let o = run(&line.split(' ').collect::<Vec<_>>());
+        assert!(o.windows_service);
+        assert_eq!(
+            o.log.log_file,
+            Some(PathBuf::from(r"C:\etc\kubernetes\logs\csi-proxy.log"))
+        );
+        assert!(!o.log.logtostderr);
+        assert_eq!(o.log.v, 0);
+
+        let o = run(&[
+            "-windows-service",
+            r"-log_file=C:\etc\kubernetes\logs\csi-proxy.log",
+            "-logtostderr=false",
+            "-v=5",
+            "-metrics-bind-address=localhost:8888",
+        ]);
+        assert_eq!(o.log.v, 5);
+        assert_eq!(o.metrics_bind_address.as_deref(), Some("localhost:8888"));
+    }
+
+    #[test]
+    fn value_forms() {
+        assert_eq!(run(&["-v=5"]).log.v, 5);
+        assert_eq!(run(&["--v", "5"]).log.v, 5);
+        assert_eq!(run(&["-v", "7"]).log.v, 7);
+        assert_eq!(run(&["--v=3"]).log.v, 3);
+        assert_eq!(run(&["-v=1", "-v=4"]).log.v, 4, "last one wins");
+        assert_eq!(
+            run(&["-kubelet-path", r"D:\kubelet"]).kubelet_path,
+            r"D:\kubelet"
+        );
+        // A value may itself contain '=' or start with '-'.
+        assert_eq!(
+            run(&["-pipe-sddl=D:P(A;;GA;;;SY)"]).pipe_sddl.as_deref(),
+            Some("D:P(A;;GA;;;SY)")
+        );
+        assert_eq!(
+            run(&["-metrics-bind-address=a=b"])
+                .metrics_bind_address
+                .as_deref(),
+            Some("a=b")
+        );
+        assert_eq!(
+            run(&["-log_dir", "-x"]).log.log_dir,
+            Some(PathBuf::from("-x"))
+        );
+        // Empty means unset.
+        assert_eq!(run(&["-metrics-bind-address="]).metrics_bind_address, None);
+        assert_eq!(run(&["-log_file="]).log.log_file, None);
+        assert_eq!(
+            run(&["-socket-dir", "/tmp/s"]).socket_dir,
+            PathBuf::from("/tmp/s")
+        );
+    }
+
+    #[test]
+    fn working_dirs_accumulate() {
+        let o = run(&["-working-dir", "a", "-working-dir=b", "--working-dir", "c"]);
+        assert_eq!(o.working_dirs, ["a", "b", "c"]);
+        assert_eq!(o.allowed_prefixes(), ["a", "b", "c", DEFAULT_KUBELET_PATH]);
+    }
+
+    #[test]
+    fn bools() {
+        assert!(!run(&["-require-privacy=false"]).require_privacy);
+        assert!(run(&["-require-privacy=false", "-require-privacy"]).require_privacy);
+        for t in ["1", "t", "T", "true", "TRUE", "True"] {
+            assert!(
+                run(&[&format!("-alsologtostderr={t}")]).log.alsologtostderr,
+                "{t}"
+            );
+        }
+        for f in ["0", "f", "F", "false", "FALSE", "False"] {
+            assert!(!run(&[&format!("-logtostderr={f}")]).log.logtostderr, "{f}");
+        }
+        let e = fail(&["-logtostderr=maybe"]);
+        assert!(matches!(&e, FlagError::InvalidValue { flag, .. } if flag == "logtostderr"));
+        assert!(e.to_string().contains("\"maybe\""), "{e}");
+        // A boolean never takes the next argument: "false" is then a positional argument.
+        let e = fail(&["-windows-service", "false"]);
+        assert_eq!(
+            e,
+            FlagError::Positional {
+                arg: "false".into()
+            }
+        );
+        let o = run(&["-windows-service", "-v", "2"]);
+        assert!(o.windows_service);
+        assert_eq!(o.log.v, 2);
+    }
+
+    #[test]
+    fn klog_compat_flags() {
+        let o = run(&[
+            "-vmodule=foo=3,bar=2",
+            "-log_file_max_size=100",
+            "-stderrthreshold=error",
+            "-alsologtostderrthreshold",
+            "INFO",
+            "-legacy_stderr_threshold_behavior=false",
+            "-add_dir_header",
+            "-skip_headers",
+            "-skip_log_headers=true",
+            "-one_output",
+            "-log_backtrace_at",
+            "main.go:10",
+            "-v=2",
+        ]);
+        assert_eq!(
+            o.log.v, 2,
+            "ignored value flags consumed exactly one argument each"
+        );
+        assert_eq!(
+            Options {
+                log: LogOptions {
+                    v: 0,
+                    ..o.log.clone()
+                },
+                ..o
+            },
+            Options::default()
+        );
+        assert_eq!(run(&["-stderrthreshold=2"]).log.v, 0);
+        assert!(matches!(
+            fail(&["-stderrthreshold=LOUD"]),
+            FlagError::InvalidValue { .. }
+        ));
+        assert!(matches!(
+            fail(&["-log_file_max_size=-1"]),
+            FlagError::InvalidValue { .. }
+        ));
+        assert!(matches!(
+            fail(&["-skip_headers=yes"]),
+            FlagError::InvalidValue { .. }
+        ));
+    }
+
+    #[test]
+    fn errors() {
+        let e = fail(&["-nope"]);
+        assert_eq!(
+            e,
+            FlagError::Unknown {
+                flag: "nope".into()
+            }
+        );
+        assert_eq!(e.to_string(), "flag provided but not defined: -nope");
+        // Removed in upstream v1.0.
+        assert!(matches!(
+            fail(&["-kubelet-pod-path=x"]),
+            FlagError::Unknown { .. }
+        ));
+
+        let e = fail(&["-v=abc"]);
+        assert_eq!(
+            e.to_string(),
+            r#"invalid value "abc" for flag -v: expected a non-negative integer"#
+        );
+        assert!(matches!(fail(&["-v=-1"]), FlagError::InvalidValue { .. }));
+        assert!(matches!(
+            fail(&["-v", "-logtostderr"]),
+            FlagError::InvalidValue { .. }
+        ));
+        assert!(matches!(
+            fail(&["-v=99999999999"]),
+            FlagError::InvalidValue { .. }
+        ));
+
+        let e = fail(&["-logtostderr=false", "-log_file"]);
+        assert_eq!(
+            e,
+            FlagError::MissingValue {
+                flag: "log_file".into(),
+                hint: "string"
+            }
+        );
+        assert!(
+            e.to_string()
+                .starts_with("flag needs an argument: -log_file"),
+            "{e}"
+        );
+        assert!(matches!(fail(&["--v"]), FlagError::MissingValue { .. }));
+
+        assert!(matches!(fail(&["stray"]), FlagError::Positional { .. }));
+        assert!(matches!(fail(&["-"]), FlagError::Positional { .. }));
+        assert!(matches!(
+            fail(&["-v=1", "--", "x"]),
+            FlagError::Positional { .. }
+        ));
+        assert!(matches!(fail(&["---v=1"]), FlagError::BadSyntax { .. }));
+        assert!(matches!(fail(&["-=1"]), FlagError::BadSyntax { .. }));
+    }
+
+    #[test]
+    fn double_dash_ends_flags() {
+        let o = run(&["-v=3", "--"]);
+        assert_eq!(o.log.v, 3);
+        assert_eq!(run(&["--"]), Options::default());
+    }
+
+    #[test]
+    fn help() {
+        for h in ["-h", "-help", "--help", "--h", "-help=false"] {
+            assert_eq!(parse([h.to_string()]).unwrap(), ParseOutcome::Help, "{h}");
+        }
+        // Help wins over what follows, like Go's flag package.
+        assert_eq!(
+            parse(["-v=2", "-h", "-bogus"].map(String::from)).unwrap(),
+            ParseOutcome::Help
+        );
+        let text = usage();
+        for spec in FLAGS {
+            assert!(
+                text.contains(&format!("  -{}", spec.name)),
+                "{} missing",
+                spec.name
+            );
+            let default = format!("(default {:?})", spec.default);
+            assert!(text.contains(&default), "{} default", spec.name);
+        }
+        assert!(text.contains("-h, -help"));
+        assert!(text.contains("0-1 info, 2-4 debug, 5 and up trace"));
+    }
+
+    /// The defaults shown in the usage text are the ones actually in force.
+    #[test]
+    fn usage_defaults_match_options() {
+        let mut opts = Options::default();
+        for spec in FLAGS.iter().filter(|s| s.kind != Kind::StringList) {
+            apply(&mut opts, spec, spec.default.to_string())
+                .unwrap_or_else(|e| panic!("default of -{}: {e}", spec.name));
+        }
+        assert_eq!(opts, Options::default());
+    }
+
+    #[test]
+    fn durations() {
+        let d = |s: &str| parse_duration(s);
+        assert_eq!(d("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(d("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(d("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(d("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(d("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(d("5m0s"), Some(Duration::from_secs(300)));
+        assert_eq!(d("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(d(".5m"), Some(Duration::from_secs(30)));
+        assert_eq!(d("10us"), Some(Duration::from_micros(10)));
+        assert_eq!(d("10µs"), Some(Duration::from_micros(10)));
+        assert_eq!(d("7ns"), Some(Duration::from_nanos(7)));
+        assert_eq!(d("0"), Some(Duration::ZERO));
+        assert_eq!(d("0s"), Some(Duration::ZERO));
+        for bad in [
+            "", "5", "abc", "-5s", "+5s", "5x", "s", ".s", "1.2.3s", "5 s", "1d",
+        ] {
+            assert_eq!(d(bad), None, "{bad:?}");
+        }
+        assert_eq!(d("99999999999999999999h"), None, "overflow");
+
+        let o = run(&[
+            "-connection-idle-timeout=30s",
+            "-handshake-timeout",
+            "250ms",
+        ]);
+        assert_eq!(o.connection_idle_timeout, Duration::from_secs(30));
+        assert_eq!(o.handshake_timeout, Duration::from_millis(250));
+        assert_eq!(
+            run(&["-connection-idle-timeout=0"]).connection_idle_timeout,
+            Duration::ZERO
+        );
+        let e = fail(&["-handshake-timeout=10"]);
+        assert!(
+            e.to_string()
+                .contains("for flag -handshake-timeout: expected a duration"),
+            "{e}"
+        );
+    }
+}

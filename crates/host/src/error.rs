@@ -1,0 +1,69 @@
+//! The one error type of the host layer. Each variant is a failure kind that the server maps to
+//! exactly one gRPC code; messages name the value at fault.
+
+use std::fmt;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request itself is wrong (bad path, bad ID, out-of-range value).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The named object (disk, volume, path, mapping, portal, service) does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The object to create is already there and differs from what was asked.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// The host is not in a state that allows the operation (e.g. directory not empty).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// Refused by policy (path outside the allowed roots) or by the OS.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// This build has no implementation of the operation on this OS.
+    #[error("{operation} is not implemented on {os}")]
+    Unimplemented { operation: &'static str, os: &'static str },
+    /// A dependency of the host (service, device, tool) is temporarily unreachable.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Anything else: an unexpected OS or tool failure.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn invalid(msg: impl fmt::Display) -> Self {
+        Error::InvalidArgument(msg.to_string())
+    }
+    pub fn not_found(msg: impl fmt::Display) -> Self {
+        Error::NotFound(msg.to_string())
+    }
+    pub fn exists(msg: impl fmt::Display) -> Self {
+        Error::AlreadyExists(msg.to_string())
+    }
+    pub fn precondition(msg: impl fmt::Display) -> Self {
+        Error::FailedPrecondition(msg.to_string())
+    }
+    pub fn denied(msg: impl fmt::Display) -> Self {
+        Error::PermissionDenied(msg.to_string())
+    }
+    pub fn internal(msg: impl fmt::Display) -> Self {
+        Error::Internal(msg.to_string())
+    }
+
+    /// An OS error while doing `what`, classified by its kind.
+    pub fn io(what: impl fmt::Display, err: std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        let msg = format!("{what}: {err}");
+        match err.kind() {
+            K::NotFound => Error::NotFound(msg),
+            K::AlreadyExists => Error::AlreadyExists(msg),
+            K::PermissionDenied => Error::PermissionDenied(msg),
+            K::InvalidInput => Error::InvalidArgument(msg),
+            K::DirectoryNotEmpty => Error::FailedPrecondition(msg),
+            _ => Error::Internal(msg),
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Host layer: the privileged work behind each API group, independent of gRPC and of API versions.
+//!
+//! Every group has one trait ([`DiskHost`], [`VolumeHost`], [`FilesystemHost`], [`SmbHost`],
+//! [`IscsiHost`], [`SystemHost`]) whose methods take and return the version-less types of
+//! [`types`]. The methods are synchronous: they do blocking system work, and the server runs
+//! them on a blocking thread. Backends:
+//! - [`sys`]: the real one for the OS this is built for;
+//! - [`memory`]: a simulated host that keeps everything in memory, for tests.
+
+pub mod error;
+pub mod memory;
+pub mod sys;
+pub mod types;
+
+pub use error::{Error, Result};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use types::*;
+
+/// Whole-disk operations. Disks are named by their OS disk number.
+pub trait DiskHost: Send + Sync {
+    fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>>;
+    fn partition_disk(&self, disk: u32) -> Result<()>;
+    fn rescan(&self) -> Result<()>;
+    fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>>;
+    /// Size of the disk in bytes.
+    fn disk_size(&self, disk: u32) -> Result<u64>;
+    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()>;
+    fn disk_online(&self, disk: u32) -> Result<bool>;
+}
+
+/// Volume operations. A volume ID is whatever the backend hands out in `list_volumes_on_disk`.
+pub trait VolumeHost: Send + Sync {
+    /// `partition == 0` means every partition of the disk.
+    fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>>;
+    fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()>;
+    fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()>;
+    fn is_volume_formatted(&self, volume_id: &str) -> Result<bool>;
+    fn format_volume(&self, volume_id: &str) -> Result<()>;
+    /// `size_bytes == 0` means as large as the disk allows.
+    fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()>;
+    fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats>;
+    fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32>;
+    fn volume_at_path(&self, target_path: &str) -> Result<String>;
+    fn closest_volume_to_path(&self, target_path: &str) -> Result<String>;
+    fn flush_volume(&self, volume_id: &str) -> Result<()>;
+}
+
+/// Directory and link operations. Paths arrive already validated by the server.
+pub trait FilesystemHost: Send + Sync {
+    fn path_exists(&self, path: &str) -> Result<bool>;
+    fn mkdir(&self, path: &str) -> Result<()>;
+    fn rmdir(&self, path: &str, force: bool) -> Result<()>;
+    fn rmdir_contents(&self, path: &str) -> Result<()>;
+    /// Creates a link at `link` that points to `destination`.
+    fn create_symlink(&self, destination: &str, link: &str) -> Result<()>;
+    fn is_symlink(&self, path: &str) -> Result<bool>;
+}
+
+/// Host-wide SMB share mappings.
+pub trait SmbHost: Send + Sync {
+    fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()>;
+    fn remove_global_mapping(&self, remote_path: &str) -> Result<()>;
+}
+
+/// iSCSI initiator.
+pub trait IscsiHost: Send + Sync {
+    fn add_target_portal(&self, portal: &TargetPortal) -> Result<()>;
+    fn discover_target_portal(&self, portal: &TargetPortal) -> Result<Vec<String>>;
+    fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()>;
+    fn list_target_portals(&self) -> Result<Vec<TargetPortal>>;
+    fn connect_target(&self, request: &ConnectTarget) -> Result<()>;
+    fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()>;
+    fn target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>>;
+    fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()>;
+}
+
+/// Machine identity and host services.
+pub trait SystemHost: Send + Sync {
+    fn bios_serial_number(&self) -> Result<String>;
+    fn start_service(&self, name: &str) -> Result<()>;
+    fn stop_service(&self, name: &str, force: bool) -> Result<()>;
+    fn service(&self, name: &str) -> Result<ServiceInfo>;
+}
+
+/// One implementation of every group, as the server consumes them.
+#[derive(Clone)]
+pub struct Hosts {
+    pub disk: Arc<dyn DiskHost>,
+    pub volume: Arc<dyn VolumeHost>,
+    pub filesystem: Arc<dyn FilesystemHost>,
+    pub smb: Arc<dyn SmbHost>,
+    pub iscsi: Arc<dyn IscsiHost>,
+    pub system: Arc<dyn SystemHost>,
+}
+
+impl Hosts {
+    /// Every group served by one object, e.g. [`memory::MemoryHost`].
+    pub fn from_one<H>(host: Arc<H>) -> Self
+    where
+        H: DiskHost + VolumeHost + FilesystemHost + SmbHost + IscsiHost + SystemHost + 'static,
+    {
+        Hosts {
+            disk: host.clone(),
+            volume: host.clone(),
+            filesystem: host.clone(),
+            smb: host.clone(),
+            iscsi: host.clone(),
+            system: host,
+        }
+    }
+}

@@ -1,0 +1,555 @@
+//! A simulated host that keeps disks, volumes, a directory tree, SMB mappings, iSCSI portals and
+//! services in memory. Tests drive every RPC through it; the daemon never uses it.
+//!
+//! Behaviour follows upstream's idempotency rules (UPSTREAM.md §3.7) so that tests of the server
+//! exercise realistic answers, including errors.
+
+use crate::types::*;
+use crate::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+#[derive(Debug, Clone)]
+pub struct SimDisk {
+    pub location: DiskLocation,
+    pub ids: DiskIds,
+    pub size: u64,
+    pub online: bool,
+    /// Partition numbers (1-based) to volume IDs.
+    pub partitions: BTreeMap<u32, String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimVolume {
+    pub disk: u32,
+    pub partition: u32,
+    pub size: u64,
+    pub used: u64,
+    pub formatted: bool,
+    pub mounts: BTreeSet<String>,
+    pub flushes: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    Dir,
+    File,
+    Link(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct SimTarget {
+    pub connected: bool,
+    pub disks: Vec<u32>,
+    pub last_auth: Option<(AuthType, String)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimService {
+    pub info: ServiceInfo,
+    pub dependents: Vec<String>,
+}
+
+/// Everything the simulated host knows. Public so tests can arrange and inspect it.
+#[derive(Debug, Default)]
+pub struct State {
+    pub disks: BTreeMap<u32, SimDisk>,
+    pub volumes: BTreeMap<String, SimVolume>,
+    pub tree: BTreeMap<String, Node>,
+    pub smb: BTreeMap<String, SmbMapping>,
+    pub portals: BTreeMap<TargetPortal, BTreeMap<String, SimTarget>>,
+    pub registered: BTreeSet<TargetPortal>,
+    pub mutual_chap_secret: Option<Secret>,
+    pub services: BTreeMap<String, SimService>,
+    pub bios_serial: String,
+    pub rescans: u32,
+}
+
+#[derive(Debug, Default)]
+pub struct MemoryHost {
+    state: Mutex<State>,
+}
+
+const GIB: u64 = 1 << 30;
+
+impl MemoryHost {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A host with two blank 1 GiB disks (0 and 1), a root directory `/` and one service.
+    pub fn sample() -> Self {
+        let h = Self::new();
+        h.with(|s| {
+            for n in 0..2u32 {
+                s.disks.insert(
+                    n,
+                    SimDisk {
+                        location: DiskLocation {
+                            adapter: "0".into(),
+                            bus: String::new(),
+                            target: n.to_string(),
+                            lun_id: "0".into(),
+                        },
+                        ids: DiskIds {
+                            page83: format!("60022480{n:024x}"),
+                            serial_number: format!("SERIAL-{n}"),
+                        },
+                        size: GIB,
+                        online: true,
+                        partitions: BTreeMap::new(),
+                    },
+                );
+            }
+            s.tree.insert("/".into(), Node::Dir);
+            s.bios_serial = "SIM-SERIAL-0001".into();
+            s.services.insert(
+                "iscsid".into(),
+                SimService {
+                    info: ServiceInfo {
+                        display_name: "iSCSI initiator".into(),
+                        start_type: StartType::Manual,
+                        status: ServiceStatus::Stopped,
+                    },
+                    dependents: vec![],
+                },
+            );
+        });
+        h
+    }
+
+    /// Runs `f` with the state locked: for arranging and inspecting tests.
+    pub fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        // A panic while the lock was held must not poison every later call.
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g)
+    }
+}
+
+fn parent(path: &str) -> Option<String> {
+    let t = path.trim_end_matches('/');
+    let i = t.rfind('/')?;
+    Some(if i == 0 { "/".into() } else { t[..i].to_string() })
+}
+
+fn norm(path: &str) -> String {
+    if path.len() > 1 {
+        path.trim_end_matches('/').to_string()
+    } else {
+        path.to_string()
+    }
+}
+
+fn children<'a>(s: &'a State, dir: &str) -> impl Iterator<Item = String> + 'a {
+    let prefix = if dir == "/" { "/".to_string() } else { format!("{dir}/") };
+    s.tree
+        .keys()
+        .filter(move |k| k.len() > prefix.len() && k.starts_with(&prefix))
+        .cloned()
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+impl State {
+    fn disk(&mut self, n: u32) -> Result<&mut SimDisk> {
+        self.disks.get_mut(&n).ok_or_else(|| Error::not_found(format!("disk {n} not found")))
+    }
+    fn volume(&mut self, id: &str) -> Result<&mut SimVolume> {
+        self.volumes.get_mut(id).ok_or_else(|| Error::not_found(format!("volume {id:?} not found")))
+    }
+    fn portal_targets(&mut self, p: &TargetPortal) -> Result<&mut BTreeMap<String, SimTarget>> {
+        if !self.registered.contains(p) {
+            return Err(Error::not_found(format!("target portal {p} is not registered")));
+        }
+        Ok(self.portals.entry(p.clone()).or_default())
+    }
+    fn target(&mut self, p: &TargetPortal, iqn: &str) -> Result<&mut SimTarget> {
+        self.portal_targets(p)?
+            .get_mut(iqn)
+            .ok_or_else(|| Error::not_found(format!("target {iqn:?} not found behind portal {p}")))
+    }
+    fn service(&mut self, name: &str) -> Result<&mut SimService> {
+        self.services.get_mut(name).ok_or_else(|| Error::not_found(format!("service {name:?} not found")))
+    }
+}
+
+impl DiskHost for MemoryHost {
+    fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>> {
+        self.with(|s| Ok(s.disks.iter().map(|(n, d)| (*n, d.location.clone())).collect()))
+    }
+    fn partition_disk(&self, disk: u32) -> Result<()> {
+        self.with(|s| {
+            let d = s.disk(disk)?;
+            if !d.partitions.is_empty() {
+                return Ok(());
+            }
+            let id = format!("vol-{disk}-1");
+            d.partitions.insert(1, id.clone());
+            let size = d.size;
+            s.volumes.insert(
+                id,
+                SimVolume {
+                    disk,
+                    partition: 1,
+                    size,
+                    used: 0,
+                    formatted: false,
+                    mounts: BTreeSet::new(),
+                    flushes: 0,
+                },
+            );
+            Ok(())
+        })
+    }
+    fn rescan(&self) -> Result<()> {
+        self.with(|s| s.rescans += 1);
+        Ok(())
+    }
+    fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
+        self.with(|s| Ok(s.disks.iter().map(|(n, d)| (*n, d.ids.clone())).collect()))
+    }
+    fn disk_size(&self, disk: u32) -> Result<u64> {
+        self.with(|s| Ok(s.disk(disk)?.size))
+    }
+    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
+        self.with(|s| {
+            s.disk(disk)?.online = online;
+            Ok(())
+        })
+    }
+    fn disk_online(&self, disk: u32) -> Result<bool> {
+        self.with(|s| Ok(s.disk(disk)?.online))
+    }
+}
+
+impl VolumeHost for MemoryHost {
+    fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>> {
+        self.with(|s| {
+            let d = s.disk(disk)?;
+            Ok(d.partitions
+                .iter()
+                .filter(|(p, _)| partition == 0 || **p == partition)
+                .map(|(_, v)| v.clone())
+                .collect())
+        })
+    }
+    fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
+        let target = norm(target_path);
+        self.with(|s| {
+            if let Some((other, _)) = s.volumes.iter().find(|(id, v)| *id != volume_id && v.mounts.contains(&target)) {
+                return Err(Error::exists(format!("{target_path} already has volume {other} mounted")));
+            }
+            s.volume(volume_id)?.mounts.insert(target.clone());
+            s.tree.entry(target).or_insert(Node::Dir);
+            Ok(())
+        })
+    }
+    fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
+        let target = norm(target_path);
+        self.with(|s| {
+            let v = s.volume(volume_id)?;
+            if !v.mounts.remove(&target) {
+                return Err(Error::not_found(format!("volume {volume_id} is not mounted at {target_path}")));
+            }
+            Ok(())
+        })
+    }
+    fn is_volume_formatted(&self, volume_id: &str) -> Result<bool> {
+        self.with(|s| Ok(s.volume(volume_id)?.formatted))
+    }
+    fn format_volume(&self, volume_id: &str) -> Result<()> {
+        self.with(|s| {
+            let v = s.volume(volume_id)?;
+            v.formatted = true;
+            v.used = v.size / 100;
+            Ok(())
+        })
+    }
+    fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
+        self.with(|s| {
+            let disk = s.volume(volume_id)?.disk;
+            let max = s.disk(disk)?.size;
+            let want = if size_bytes == 0 { max } else { size_bytes };
+            if want > max {
+                return Err(Error::precondition(format!(
+                    "cannot grow volume {volume_id} to {want} bytes: disk {disk} has {max}"
+                )));
+            }
+            let v = s.volume(volume_id)?;
+            v.size = v.size.max(want);
+            Ok(())
+        })
+    }
+    fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
+        self.with(|s| {
+            let v = s.volume(volume_id)?;
+            Ok(VolumeStats { total_bytes: v.size, used_bytes: v.used })
+        })
+    }
+    fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32> {
+        self.with(|s| Ok(s.volume(volume_id)?.disk))
+    }
+    fn volume_at_path(&self, target_path: &str) -> Result<String> {
+        let target = norm(target_path);
+        self.with(|s| {
+            s.volumes
+                .iter()
+                .find(|(_, v)| v.mounts.contains(&target))
+                .map(|(id, _)| id.clone())
+                .ok_or_else(|| Error::not_found(format!("no volume is mounted at {target_path}")))
+        })
+    }
+    fn closest_volume_to_path(&self, target_path: &str) -> Result<String> {
+        let mut p = norm(target_path);
+        self.with(|s| loop {
+            if let Some((id, _)) = s.volumes.iter().find(|(_, v)| v.mounts.contains(&p)) {
+                return Ok(id.clone());
+            }
+            match parent(&p) {
+                Some(up) if up != p => p = up,
+                _ => return Err(Error::not_found(format!("no volume contains {target_path}"))),
+            }
+        })
+    }
+    fn flush_volume(&self, volume_id: &str) -> Result<()> {
+        self.with(|s| {
+            s.volume(volume_id)?.flushes += 1;
+            Ok(())
+        })
+    }
+}
+
+impl FilesystemHost for MemoryHost {
+    fn path_exists(&self, path: &str) -> Result<bool> {
+        self.with(|s| Ok(s.tree.contains_key(&norm(path))))
+    }
+    fn mkdir(&self, path: &str) -> Result<()> {
+        let path = norm(path);
+        self.with(|s| {
+            let mut chain = vec![path.clone()];
+            let mut cur = path.clone();
+            while let Some(p) = parent(&cur) {
+                if p == cur {
+                    break;
+                }
+                chain.push(p.clone());
+                cur = p;
+            }
+            for p in chain.iter().rev() {
+                match s.tree.get(p) {
+                    None => {
+                        s.tree.insert(p.clone(), Node::Dir);
+                    }
+                    Some(Node::Dir) => {}
+                    Some(_) => return Err(Error::exists(format!("{p} exists and is not a directory"))),
+                }
+            }
+            Ok(())
+        })
+    }
+    fn rmdir(&self, path: &str, force: bool) -> Result<()> {
+        let path = norm(path);
+        self.with(|s| {
+            match s.tree.get(&path) {
+                None if force => return Ok(()),
+                None => return Err(Error::not_found(format!("{path} does not exist"))),
+                Some(Node::Dir) => {}
+                Some(_) => {
+                    s.tree.remove(&path);
+                    return Ok(());
+                }
+            }
+            let kids: Vec<String> = children(s, &path).collect();
+            if !kids.is_empty() && !force {
+                return Err(Error::precondition(format!("directory {path} is not empty")));
+            }
+            for k in kids {
+                s.tree.remove(&k);
+            }
+            s.tree.remove(&path);
+            Ok(())
+        })
+    }
+    fn rmdir_contents(&self, path: &str) -> Result<()> {
+        let path = norm(path);
+        self.with(|s| {
+            if s.tree.get(&path) != Some(&Node::Dir) {
+                return Err(Error::not_found(format!("directory {path} does not exist")));
+            }
+            for k in children(s, &path).collect::<Vec<_>>() {
+                s.tree.remove(&k);
+            }
+            Ok(())
+        })
+    }
+    fn create_symlink(&self, destination: &str, link: &str) -> Result<()> {
+        let link = norm(link);
+        self.with(|s| match s.tree.get(&link) {
+            Some(Node::Link(d)) if d == destination => Ok(()),
+            Some(_) => Err(Error::exists(format!("{link} already exists"))),
+            None => {
+                s.tree.insert(link, Node::Link(destination.to_string()));
+                Ok(())
+            }
+        })
+    }
+    fn is_symlink(&self, path: &str) -> Result<bool> {
+        let path = norm(path);
+        self.with(|s| match s.tree.get(&path) {
+            None => Err(Error::not_found(format!("{path} does not exist"))),
+            Some(Node::Link(d)) => Ok(s.tree.contains_key(&norm(d))),
+            Some(_) => Ok(false),
+        })
+    }
+}
+
+impl SmbHost for MemoryHost {
+    fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+        self.with(|s| {
+            if !mapping.local_path.is_empty() {
+                let link = norm(&mapping.local_path);
+                match s.tree.get(&link) {
+                    Some(Node::Link(d)) if *d == mapping.remote_path => {}
+                    Some(_) => return Err(Error::exists(format!("{link} already exists"))),
+                    None => {
+                        s.tree.insert(link, Node::Link(mapping.remote_path.clone()));
+                    }
+                }
+            }
+            s.smb.insert(mapping.remote_path.to_lowercase(), mapping.clone());
+            Ok(())
+        })
+    }
+    fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
+        self.with(|s| {
+            s.smb
+                .remove(&remote_path.to_lowercase())
+                .map(|_| ())
+                .ok_or_else(|| Error::not_found(format!("no SMB global mapping for {remote_path}")))
+        })
+    }
+}
+
+impl IscsiHost for MemoryHost {
+    fn add_target_portal(&self, portal: &TargetPortal) -> Result<()> {
+        self.with(|s| {
+            s.registered.insert(portal.clone());
+            s.portals.entry(portal.clone()).or_default();
+            Ok(())
+        })
+    }
+    fn discover_target_portal(&self, portal: &TargetPortal) -> Result<Vec<String>> {
+        self.with(|s| Ok(s.portal_targets(portal)?.keys().cloned().collect()))
+    }
+    fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
+        self.with(|s| {
+            if s.registered.remove(portal) {
+                Ok(())
+            } else {
+                Err(Error::not_found(format!("target portal {portal} is not registered")))
+            }
+        })
+    }
+    fn list_target_portals(&self) -> Result<Vec<TargetPortal>> {
+        self.with(|s| Ok(s.registered.iter().cloned().collect()))
+    }
+    fn connect_target(&self, r: &ConnectTarget) -> Result<()> {
+        self.with(|s| {
+            let mutual = s.mutual_chap_secret.is_some();
+            if r.auth == AuthType::MutualChap && !mutual {
+                return Err(Error::precondition("mutual CHAP requested but no initiator secret is set"));
+            }
+            let t = s.target(&r.portal, &r.iqn)?;
+            if !t.connected {
+                t.connected = true;
+                t.last_auth = Some((r.auth, r.chap_username.clone()));
+            }
+            Ok(())
+        })
+    }
+    fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()> {
+        self.with(|s| {
+            s.target(portal, iqn)?.connected = false;
+            Ok(())
+        })
+    }
+    fn target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
+        self.with(|s| {
+            let t = s.target(portal, iqn)?;
+            Ok(if t.connected { t.disks.clone() } else { vec![] })
+        })
+    }
+    fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {
+        self.with(|s| {
+            s.mutual_chap_secret = Some(secret.clone());
+            Ok(())
+        })
+    }
+}
+
+impl SystemHost for MemoryHost {
+    fn bios_serial_number(&self) -> Result<String> {
+        self.with(|s| {
+            if s.bios_serial.is_empty() {
+                Err(Error::not_found("the firmware reports no system serial number"))
+            } else {
+                Ok(s.bios_serial.clone())
+            }
+        })
+    }
+    fn start_service(&self, name: &str) -> Result<()> {
+        self.with(|s| {
+            s.service(name)?.info.status = ServiceStatus::Running;
+            Ok(())
+        })
+    }
+    fn stop_service(&self, name: &str, force: bool) -> Result<()> {
+        self.with(|s| {
+            let deps = s.service(name)?.dependents.clone();
+            let running: Vec<String> = deps
+                .into_iter()
+                .filter(|d| s.services.get(d).is_some_and(|x| x.info.status == ServiceStatus::Running))
+                .collect();
+            if !running.is_empty() && !force {
+                return Err(Error::precondition(format!(
+                    "service {name:?} has running dependents {running:?}; use force to stop them too"
+                )));
+            }
+            for d in running {
+                s.service(&d)?.info.status = ServiceStatus::Stopped;
+            }
+            s.service(name)?.info.status = ServiceStatus::Stopped;
+            Ok(())
+        })
+    }
+    fn service(&self, name: &str) -> Result<ServiceInfo> {
+        self.with(|s| Ok(s.service(name)?.info.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rmdir_semantics_follow_upstream() {
+        let h = MemoryHost::sample();
+        h.mkdir("/a/b/c").unwrap();
+        assert!(h.path_exists("/a/b").unwrap());
+        assert!(matches!(h.rmdir("/a", false), Err(Error::FailedPrecondition(_))));
+        h.rmdir("/a", true).unwrap();
+        assert!(!h.path_exists("/a/b/c").unwrap());
+        assert!(matches!(h.rmdir("/a", false), Err(Error::NotFound(_))));
+        h.rmdir("/a", true).unwrap();
+    }
+
+    #[test]
+    fn partition_is_idempotent_and_creates_one_volume() {
+        let h = MemoryHost::sample();
+        h.partition_disk(1).unwrap();
+        h.partition_disk(1).unwrap();
+        assert_eq!(h.list_volumes_on_disk(1, 0).unwrap(), vec!["vol-1-1".to_string()]);
+        assert!(h.list_volumes_on_disk(1, 2).unwrap().is_empty());
+        assert!(matches!(h.partition_disk(9), Err(Error::NotFound(m)) if m.contains("disk 9")));
+    }
+}

@@ -1,0 +1,185 @@
+//! The real backend for the OS this crate is built for.
+//!
+//! Operations without a native implementation yet answer [`Error::Unimplemented`] naming the
+//! operation and the OS: the daemon never pretends that work was done.
+
+use crate::types::*;
+use crate::*;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as os;
+
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+use windows as os;
+
+#[cfg(not(any(target_os = "linux", windows)))]
+mod os {
+    pub const NAME: &str = std::env::consts::OS;
+    pub fn bios_serial_number() -> crate::Result<String> {
+        Err(super::unimplemented("System.GetBIOSSerialNumber"))
+    }
+}
+
+/// Name of the OS in error messages.
+pub const OS: &str = os::NAME;
+
+fn unimplemented(operation: &'static str) -> Error {
+    Error::Unimplemented { operation, os: OS }
+}
+
+/// Settings of the native backend that come from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Config {}
+
+/// The native host: every group of this OS.
+#[derive(Debug, Default)]
+pub struct NativeHost {
+    #[allow(dead_code)]
+    config: Config,
+}
+
+impl NativeHost {
+    pub fn new(config: Config) -> Self {
+        NativeHost { config }
+    }
+
+    pub fn hosts(config: Config) -> Hosts {
+        Hosts::from_one(Arc::new(Self::new(config)))
+    }
+}
+
+impl DiskHost for NativeHost {
+    fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>> {
+        Err(unimplemented("Disk.ListDiskLocations"))
+    }
+    fn partition_disk(&self, _disk: u32) -> Result<()> {
+        Err(unimplemented("Disk.PartitionDisk"))
+    }
+    fn rescan(&self) -> Result<()> {
+        Err(unimplemented("Disk.Rescan"))
+    }
+    fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
+        Err(unimplemented("Disk.ListDiskIDs"))
+    }
+    fn disk_size(&self, _disk: u32) -> Result<u64> {
+        Err(unimplemented("Disk.GetDiskStats"))
+    }
+    fn set_disk_online(&self, _disk: u32, _online: bool) -> Result<()> {
+        Err(unimplemented("Disk.SetDiskState"))
+    }
+    fn disk_online(&self, _disk: u32) -> Result<bool> {
+        Err(unimplemented("Disk.GetDiskState"))
+    }
+}
+
+impl VolumeHost for NativeHost {
+    fn list_volumes_on_disk(&self, _disk: u32, _partition: u32) -> Result<Vec<String>> {
+        Err(unimplemented("Volume.ListVolumesOnDisk"))
+    }
+    fn mount_volume(&self, _volume_id: &str, _target_path: &str) -> Result<()> {
+        Err(unimplemented("Volume.MountVolume"))
+    }
+    fn unmount_volume(&self, _volume_id: &str, _target_path: &str) -> Result<()> {
+        Err(unimplemented("Volume.UnmountVolume"))
+    }
+    fn is_volume_formatted(&self, _volume_id: &str) -> Result<bool> {
+        Err(unimplemented("Volume.IsVolumeFormatted"))
+    }
+    fn format_volume(&self, _volume_id: &str) -> Result<()> {
+        Err(unimplemented("Volume.FormatVolume"))
+    }
+    fn resize_volume(&self, _volume_id: &str, _size_bytes: u64) -> Result<()> {
+        Err(unimplemented("Volume.ResizeVolume"))
+    }
+    fn volume_stats(&self, _volume_id: &str) -> Result<VolumeStats> {
+        Err(unimplemented("Volume.GetVolumeStats"))
+    }
+    fn disk_number_of_volume(&self, _volume_id: &str) -> Result<u32> {
+        Err(unimplemented("Volume.GetDiskNumberFromVolumeID"))
+    }
+    fn volume_at_path(&self, _target_path: &str) -> Result<String> {
+        Err(unimplemented("Volume.GetVolumeIDFromTargetPath"))
+    }
+    fn closest_volume_to_path(&self, _target_path: &str) -> Result<String> {
+        Err(unimplemented("Volume.GetClosestVolumeIDFromTargetPath"))
+    }
+    fn flush_volume(&self, _volume_id: &str) -> Result<()> {
+        Err(unimplemented("Volume.WriteVolumeCache"))
+    }
+}
+
+impl FilesystemHost for NativeHost {
+    fn path_exists(&self, _path: &str) -> Result<bool> {
+        Err(unimplemented("Filesystem.PathExists"))
+    }
+    fn mkdir(&self, _path: &str) -> Result<()> {
+        Err(unimplemented("Filesystem.Mkdir"))
+    }
+    fn rmdir(&self, _path: &str, _force: bool) -> Result<()> {
+        Err(unimplemented("Filesystem.Rmdir"))
+    }
+    fn rmdir_contents(&self, _path: &str) -> Result<()> {
+        Err(unimplemented("Filesystem.RmdirContents"))
+    }
+    fn create_symlink(&self, _destination: &str, _link: &str) -> Result<()> {
+        Err(unimplemented("Filesystem.CreateSymlink"))
+    }
+    fn is_symlink(&self, _path: &str) -> Result<bool> {
+        Err(unimplemented("Filesystem.IsSymlink"))
+    }
+}
+
+impl SmbHost for NativeHost {
+    fn new_global_mapping(&self, _mapping: &SmbMapping) -> Result<()> {
+        Err(unimplemented("Smb.NewSmbGlobalMapping"))
+    }
+    fn remove_global_mapping(&self, _remote_path: &str) -> Result<()> {
+        Err(unimplemented("Smb.RemoveSmbGlobalMapping"))
+    }
+}
+
+impl IscsiHost for NativeHost {
+    fn add_target_portal(&self, _portal: &TargetPortal) -> Result<()> {
+        Err(unimplemented("Iscsi.AddTargetPortal"))
+    }
+    fn discover_target_portal(&self, _portal: &TargetPortal) -> Result<Vec<String>> {
+        Err(unimplemented("Iscsi.DiscoverTargetPortal"))
+    }
+    fn remove_target_portal(&self, _portal: &TargetPortal) -> Result<()> {
+        Err(unimplemented("Iscsi.RemoveTargetPortal"))
+    }
+    fn list_target_portals(&self) -> Result<Vec<TargetPortal>> {
+        Err(unimplemented("Iscsi.ListTargetPortals"))
+    }
+    fn connect_target(&self, _request: &ConnectTarget) -> Result<()> {
+        Err(unimplemented("Iscsi.ConnectTarget"))
+    }
+    fn disconnect_target(&self, _portal: &TargetPortal, _iqn: &str) -> Result<()> {
+        Err(unimplemented("Iscsi.DisconnectTarget"))
+    }
+    fn target_disks(&self, _portal: &TargetPortal, _iqn: &str) -> Result<Vec<u32>> {
+        Err(unimplemented("Iscsi.GetTargetDisks"))
+    }
+    fn set_mutual_chap_secret(&self, _secret: &Secret) -> Result<()> {
+        Err(unimplemented("Iscsi.SetMutualChapSecret"))
+    }
+}
+
+impl SystemHost for NativeHost {
+    fn bios_serial_number(&self) -> Result<String> {
+        os::bios_serial_number()
+    }
+    fn start_service(&self, _name: &str) -> Result<()> {
+        Err(unimplemented("System.StartService"))
+    }
+    fn stop_service(&self, _name: &str, _force: bool) -> Result<()> {
+        Err(unimplemented("System.StopService"))
+    }
+    fn service(&self, _name: &str) -> Result<ServiceInfo> {
+        Err(unimplemented("System.GetService"))
+    }
+}

@@ -1,0 +1,115 @@
+//! Version-less request and result types shared by the server and every backend.
+
+use std::fmt;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskLocation {
+    pub adapter: String,
+    pub bus: String,
+    pub target: String,
+    pub lun_id: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskIds {
+    /// SCSI VPD page 0x83 identifier; empty when the disk has none.
+    pub page83: String,
+    pub serial_number: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VolumeStats {
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+}
+
+/// A string that must never reach logs or error messages.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "<empty>" } else { "<redacted>" })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmbMapping {
+    /// As the client sent it, with `/` already turned into `\`.
+    pub remote_path: String,
+    /// Where to link the share locally; empty for none.
+    pub local_path: String,
+    pub username: String,
+    pub password: Secret,
+    pub require_privacy: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TargetPortal {
+    pub address: String,
+    pub port: u16,
+}
+
+impl fmt::Display for TargetPortal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.address, self.port)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthType {
+    None,
+    OneWayChap,
+    MutualChap,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectTarget {
+    pub portal: TargetPortal,
+    pub iqn: String,
+    pub auth: AuthType,
+    pub chap_username: String,
+    pub chap_secret: Secret,
+}
+
+/// How a service starts; the discriminants are the wire values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartType {
+    Boot = 0,
+    System = 1,
+    Automatic = 2,
+    Manual = 3,
+    Disabled = 4,
+}
+
+/// State of a service; the discriminants are the wire values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceStatus {
+    Unknown = 0,
+    Stopped = 1,
+    StartPending = 2,
+    StopPending = 3,
+    Running = 4,
+    ContinuePending = 5,
+    PausePending = 6,
+    Paused = 7,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceInfo {
+    pub display_name: String,
+    pub start_type: StartType,
+    pub status: ServiceStatus,
+}

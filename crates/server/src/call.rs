@@ -1,0 +1,158 @@
+//! The path of every unary call: wire request → internal operation → host → wire response.
+
+use crate::status::{code_of, go_code_name, to_status};
+use crate::Context;
+use csi_proxy_host::{Error, Result};
+use std::fmt::Debug;
+use std::time::Instant;
+use tonic::{Code, Request, Response, Status};
+
+/// One internal, version-less operation: validates itself, then does its host work.
+pub trait Op: Debug + Send + 'static {
+    type Output: Send + 'static;
+    fn run(self, ctx: &Context) -> Result<Self::Output>;
+}
+
+/// A wire request of some version, convertible into its internal operation.
+pub trait IntoOp: Send + 'static {
+    type Op: Op;
+    fn into_op(self) -> Result<Self::Op>;
+}
+
+/// A wire response of some version, built from its operation's output.
+pub trait FromOutput<T>: Sized {
+    fn from_output(output: T) -> Result<Self>;
+}
+
+impl Context {
+    /// Serves one unary call. Conversion and host work run on a blocking thread, so a host call
+    /// may block freely and a panic anywhere in them fails only this call, with `Internal`.
+    pub async fn unary<Req, Resp>(
+        &self,
+        service: &'static str,
+        method: &'static str,
+        request: Request<Req>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: IntoOp,
+        Resp: FromOutput<<Req::Op as Op>::Output> + Send + 'static,
+    {
+        let start = Instant::now();
+        if let Some(o) = &self.0.observer {
+            o.started(service, method);
+        }
+        let ctx = self.clone();
+        let message = request.into_inner();
+        let joined = tokio::task::spawn_blocking(move || -> Result<Resp> {
+            let op = message.into_op()?;
+            tracing::debug!(target: "csi_proxy::call", %service, %method, request = ?op, "call");
+            Resp::from_output(op.run(&ctx)?)
+        })
+        .await;
+        let result = match joined {
+            Ok(r) => r,
+            Err(e) => Err(Error::internal(format!(
+                "{service}/{method} failed: the handler panicked ({})",
+                panic_message(e)
+            ))),
+        };
+        let elapsed = start.elapsed();
+        let code = match &result {
+            Ok(_) => Code::Ok,
+            Err(e) => code_of(e),
+        };
+        if let Some(o) = &self.0.observer {
+            o.handled(service, method, go_code_name(code), elapsed);
+        }
+        match result {
+            Ok(resp) => {
+                tracing::debug!(target: "csi_proxy::call", %service, %method, ?elapsed, "ok");
+                Ok(Response::new(resp))
+            }
+            Err(e) => {
+                if code == Code::Internal {
+                    tracing::error!(target: "csi_proxy::call", %service, %method, ?elapsed, error = %e, "failed");
+                } else {
+                    tracing::info!(target: "csi_proxy::call", %service, %method, ?elapsed, code = ?code, error = %e, "failed");
+                }
+                Err(to_status(&e))
+            }
+        }
+    }
+}
+
+fn panic_message(e: tokio::task::JoinError) -> String {
+    if !e.is_panic() {
+        return e.to_string();
+    }
+    let payload = e.into_panic();
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+/// Parses a disk number that older versions carry as a decimal string. Only plain ASCII digits
+/// are accepted (no sign, no blanks) and values beyond u32 are refused rather than truncated.
+pub fn parse_disk_number(field: &str, value: &str) -> Result<u32> {
+    if value.is_empty() {
+        return Err(Error::invalid(format!("{field} is empty: expected a decimal disk number")));
+    }
+    if !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Error::invalid(format!(
+            "{field} {value:?} is not a decimal disk number (expected digits 0-9 only)"
+        )));
+    }
+    value.parse::<u32>().map_err(|_| {
+        Error::invalid(format!("{field} {value:?} is out of range: disk numbers go up to {}", u32::MAX))
+    })
+}
+
+/// Converts a size or count that the wire carries as int64 into the host's unsigned form.
+pub fn non_negative(field: &str, value: i64) -> Result<u64> {
+    u64::try_from(value).map_err(|_| Error::invalid(format!("{field} {value} is negative: expected 0 or more")))
+}
+
+/// Converts an unsigned host value into the wire's int64, refusing silent wrap-around.
+pub fn to_i64(field: &str, value: u64) -> Result<i64> {
+    i64::try_from(value).map_err(|_| Error::internal(format!("{field} {value} does not fit the wire's int64")))
+}
+
+/// Rejects an empty required string field.
+pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str> {
+    if value.is_empty() {
+        Err(Error::invalid(format!("{field} is empty")))
+    } else {
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_numbers_parse_strictly() {
+        assert_eq!(parse_disk_number("diskID", "0").unwrap(), 0);
+        assert_eq!(parse_disk_number("diskID", "4294967295").unwrap(), u32::MAX);
+        for bad in ["", "-1", "+1", " 1", "1 ", "0x10", "abc", "4294967296", "99999999999999999999999"] {
+            let e = parse_disk_number("diskID", bad).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{bad:?}");
+            assert!(e.to_string().contains("diskID"), "{e}");
+            if !bad.is_empty() {
+                assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+            }
+        }
+        assert!(parse_disk_number("diskID", "4294967296").unwrap_err().to_string().contains("out of range"));
+    }
+
+    #[test]
+    fn sizes_refuse_negative_values() {
+        assert_eq!(non_negative("size_bytes", 5).unwrap(), 5);
+        assert!(non_negative("size_bytes", -1).unwrap_err().to_string().contains("size_bytes -1"));
+        assert!(to_i64("total_bytes", u64::MAX).is_err());
+    }
+}

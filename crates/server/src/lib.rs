@@ -1,0 +1,85 @@
+//! Server layer: one gRPC service per (group, version), all funnelled into one internal operation
+//! per RPC.
+//!
+//! - [`versions`]: for every API version, conversions from its wire messages into the internal
+//!   operations of [`ops`] and back. Older versions are data mapped onto the newest semantics;
+//!   there is no per-version copy of server logic.
+//! - [`ops`]: the version-less operations: request validation, then one host call.
+//! - [`call`]: the single path every unary call takes (conversion, blocking host work, panic
+//!   isolation, logging, metrics hooks).
+//! - [`status`]: the one mapping from host errors to gRPC status codes.
+
+pub mod call;
+pub mod ops;
+pub mod status;
+pub mod versions;
+
+use csi_proxy_host::Hosts;
+use csi_proxy_wire::Api;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One API's gRPC service over request bodies of type `B`, ready for any HTTP/2 server.
+pub type ApiService<B> = tower::util::BoxCloneSyncService<
+    http::Request<B>,
+    http::Response<tonic::body::Body>,
+    std::convert::Infallible,
+>;
+
+/// Receives every handled call; the daemon plugs its Prometheus metrics in here.
+pub trait CallObserver: Send + Sync {
+    fn started(&self, service: &str, method: &str);
+    /// `code` is the gRPC code name as Go spells it (`OK`, `InvalidArgument`, ...).
+    fn handled(&self, service: &str, method: &str, code: &str, elapsed: Duration);
+}
+
+/// Settings of the server layer that come from the command line.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `RequirePrivacy` of new SMB global mappings (`-require-privacy`).
+    pub require_privacy: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { require_privacy: true }
+    }
+}
+
+struct Inner {
+    hosts: Hosts,
+    config: Config,
+    observer: Option<Arc<dyn CallObserver>>,
+}
+
+/// Shared state of every service: the host backends, configuration and observers.
+#[derive(Clone)]
+pub struct Context(Arc<Inner>);
+
+impl Context {
+    pub fn new(hosts: Hosts, config: Config) -> Self {
+        Context(Arc::new(Inner { hosts, config, observer: None }))
+    }
+
+    pub fn with_observer(hosts: Hosts, config: Config, observer: Arc<dyn CallObserver>) -> Self {
+        Context(Arc::new(Inner { hosts, config, observer: Some(observer) }))
+    }
+
+    pub fn hosts(&self) -> &Hosts {
+        &self.0.hosts
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.0.config
+    }
+
+    /// The HTTP service that answers gRPC calls for `api`: exactly that version's service, as
+    /// upstream serves one service per pipe; any other path answers `Unimplemented`.
+    pub fn service<B>(&self, api: Api) -> ApiService<B>
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+    {
+        versions::service(api, self.clone())
+    }
+}

@@ -1,0 +1,28 @@
+//! Internal operations: one struct per RPC, carrying the newest version's semantics. Every API
+//! version's request converts into one of these (see [`crate::versions`]).
+
+pub mod disk;
+pub mod filesystem;
+pub mod iscsi;
+pub mod smb;
+pub mod system;
+pub mod volume;
+
+/// Declares an operation whose output comes straight from one host call.
+macro_rules! op {
+    ($(#[$m:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? } -> $out:ty,
+     |$s:ident, $ctx:ident| $body:expr) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct $name { $(pub $field: $ty),* }
+
+        impl $crate::call::Op for $name {
+            type Output = $out;
+            fn run(self, $ctx: &$crate::Context) -> csi_proxy_host::Result<$out> {
+                let $s = self;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use op;
