@@ -123,20 +123,6 @@ pub fn open_log_file(path: &Path) -> anyhow::Result<File> {
 #[derive(Debug)]
 pub struct Guard {
     file: Option<Arc<Mutex<File>>>,
-    destination: Destination,
-    filter: String,
-}
-
-impl Guard {
-    /// Where the logs go.
-    pub fn destination(&self) -> &Destination {
-        &self.destination
-    }
-
-    /// The filter in force (from `-v` or `RUST_LOG`), for a startup log line.
-    pub fn filter(&self) -> &str {
-        &self.filter
-    }
 }
 
 impl Drop for Guard {
@@ -180,11 +166,13 @@ pub fn init(opts: &LogOptions) -> anyhow::Result<Guard> {
         .with_target(true)
         .try_init()
         .map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))?;
-    Ok(Guard {
-        file,
-        destination,
-        filter: filter_text,
-    })
+    tracing::debug!(
+        file = ?destination.file,
+        stderr = destination.stderr,
+        filter = %filter_text,
+        "logging set up"
+    );
+    Ok(Guard { file })
 }
 
 /// Writes every formatted event to the file and/or standard error.
@@ -384,14 +372,14 @@ mod tests {
         };
         let guard = init(&opts).unwrap();
         let path = dir.join(LOG_DIR_FILE_NAME);
-        assert_eq!(guard.destination().file.as_deref(), Some(path.as_path()));
-        assert_eq!(guard.filter(), "info,csi_proxy=debug");
         tracing::debug!(target: "csi_proxy::test", "visible at v=2");
         tracing::trace!(target: "csi_proxy::test", "hidden at v=2");
         tracing::debug!(target: "h2::codec", "library debug hidden");
         tracing::info!(target: "h2::codec", "library info shown");
         drop(guard);
         let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("logging set up"), "{text}");
+        assert!(text.contains("filter=info,csi_proxy=debug"), "{text}");
         assert!(text.contains("visible at v=2"), "{text}");
         assert!(text.contains("library info shown"), "{text}");
         assert!(!text.contains("hidden"), "{text}");

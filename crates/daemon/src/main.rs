@@ -1,7 +1,143 @@
-// Temporary: declared so flags.rs and logging.rs build and test; the lead's main.rs replaces this.
-#[allow(dead_code)]
+//! `csi-proxy`: serves the 23 upstream APIs on named pipes (Windows) or unix sockets (Linux).
+
 mod flags;
-#[allow(dead_code)]
 mod logging;
 
-fn main() {}
+use anyhow::Context as _;
+use csi_proxy_metrics::Metrics;
+use csi_proxy_server::{CallObserver, Config, Context};
+use csi_proxy_transport::{ConnPolicy, Endpoints};
+use flags::{Options, ParseOutcome};
+use std::future::Future;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn main() -> ExitCode {
+    let opts = match flags::parse(std::env::args().skip(1)) {
+        Ok(ParseOutcome::Run(o)) => o,
+        Ok(ParseOutcome::Help) => {
+            print!("{}", flags::usage());
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("csi-proxy: {e}\n\n{}", flags::usage());
+            return ExitCode::from(2);
+        }
+    };
+    let _log = match logging::init(&opts.log) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("csi-proxy: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    match run(opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("csi-proxy: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(opts: Options) -> anyhow::Result<()> {
+    if opts.windows_service {
+        anyhow::bail!("-windows-service: running under the Windows service control manager is not supported by this build yet");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(opts, shutdown_signal()))
+}
+
+/// Adapts the Prometheus metrics to the server's call hooks.
+struct MetricsObserver(Metrics);
+
+impl CallObserver for MetricsObserver {
+    fn started(&self, service: &str, method: &str) {
+        self.0.started(service, method)
+    }
+    fn handled(&self, service: &str, method: &str, code: &str, elapsed: Duration) {
+        self.0.handled(service, method, code, elapsed)
+    }
+}
+
+async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    tracing::info!(
+        version = VERSION,
+        working_dirs = ?opts.allowed_prefixes(),
+        require_privacy = opts.require_privacy,
+        "starting csi-proxy"
+    );
+    let hosts = csi_proxy_host::sys::NativeHost::hosts(csi_proxy_host::sys::Config::default());
+    let config = Config { require_privacy: opts.require_privacy };
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+
+    let mut metrics_task = None;
+    let ctx = match &opts.metrics_bind_address {
+        Some(addr) => {
+            let metrics = Metrics::new().context("setting up metrics")?;
+            let server = metrics.bind(addr).await.with_context(|| format!("-metrics-bind-address {addr}"))?;
+            tracing::info!(address = %server.local_addr(), "metrics on /metrics");
+            metrics_task = Some(tokio::spawn(server.serve(stopped())));
+            Context::with_observer(hosts, config, Arc::new(MetricsObserver(metrics)))
+        }
+        None => Context::new(hosts, config),
+    };
+
+    #[cfg(unix)]
+    let endpoints = Endpoints::UnixDir(opts.socket_dir.clone());
+    #[cfg(windows)]
+    let endpoints = Endpoints::Pipes { sddl: opts.pipe_sddl.clone() };
+    let policy = ConnPolicy { handshake_timeout: opts.handshake_timeout, idle_timeout: opts.connection_idle_timeout };
+
+    let shutdown = async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    };
+    csi_proxy_transport::serve_apis(csi_proxy_wire::APIS, &endpoints, |api| ctx.service(api), policy, shutdown)
+        .await
+        .context("cannot serve the API endpoints")?;
+    if let Some(t) = metrics_task {
+        t.await.context("metrics task")?.context("metrics endpoint")?;
+    }
+    Ok(())
+}
+
+/// Completes on Ctrl-C, or SIGTERM on unix.
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    async {
+        #[cfg(unix)]
+        {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the daemon");
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -17,13 +17,24 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// Timeouts applied to every accepted connection.
+/// Timeouts applied to every accepted connection; zero disables a timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnPolicy {
     /// Time allowed between accept and the first byte from the client.
     pub handshake_timeout: Duration,
     /// Time allowed without any traffic while no call is in flight.
     pub idle_timeout: Duration,
+}
+
+/// Stands in for "never": far enough to never fire, near enough not to overflow `Instant`.
+const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+fn effective(d: Duration) -> Duration {
+    if d.is_zero() {
+        NEVER
+    } else {
+        d
+    }
 }
 
 impl Default for ConnPolicy {
@@ -76,13 +87,13 @@ impl<IO> IdleGuard<IO> {
             in_flight,
             seen_bytes: false,
             expired: false,
-            deadline: Box::pin(tokio::time::sleep(policy.handshake_timeout)),
+            deadline: Box::pin(tokio::time::sleep(effective(policy.handshake_timeout))),
         }
     }
 
     fn touch(&mut self) {
         self.seen_bytes = true;
-        self.deadline.as_mut().reset(Instant::now() + self.policy.idle_timeout);
+        self.deadline.as_mut().reset(Instant::now() + effective(self.policy.idle_timeout));
     }
 }
 
@@ -104,7 +115,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for IdleGuard<IO> {
         }
         if this.seen_bytes && this.in_flight.count() > 0 {
             // Busy, not idle: look again after another idle period.
-            this.deadline.as_mut().reset(Instant::now() + this.policy.idle_timeout);
+            this.deadline.as_mut().reset(Instant::now() + effective(this.policy.idle_timeout));
             let _ = this.deadline.as_mut().poll(cx);
             return Poll::Pending;
         }
@@ -193,6 +204,16 @@ mod tests {
         assert_eq!(n, 0);
         assert!(at - start >= POLICY.idle_timeout * 3);
         assert!(at - start <= POLICY.idle_timeout * 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_disables_the_timeouts() {
+        let (_client, server) = tokio::io::duplex(64);
+        let policy = ConnPolicy { handshake_timeout: Duration::ZERO, idle_timeout: Duration::ZERO };
+        let mut g = IdleGuard::new(server, policy, InFlight::default());
+        let mut b = [0u8; 8];
+        let r = tokio::time::timeout(Duration::from_secs(10 * 365 * 24 * 3600), g.read(&mut b)).await;
+        assert!(r.is_err(), "a disabled timeout closed the connection");
     }
 
     #[tokio::test(start_paused = true)]

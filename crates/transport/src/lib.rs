@@ -115,3 +115,86 @@ where
         }
     }
 }
+
+/// Where the APIs listen.
+#[derive(Debug, Clone)]
+pub enum Endpoints {
+    /// `<dir>/csi-proxy-<group>-<version>.sock`
+    #[cfg(unix)]
+    UnixDir(std::path::PathBuf),
+    /// `\\.\pipe\csi-proxy-<group>-<version>`, with an SDDL security descriptor (`None`: the
+    /// default of [`pipe::DEFAULT_SDDL`]).
+    #[cfg(windows)]
+    Pipes { sddl: Option<String> },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[cfg(unix)]
+    #[error(transparent)]
+    Unix(#[from] unix::BindError),
+    #[cfg(windows)]
+    #[error(transparent)]
+    Pipe(#[from] pipe::PipeError),
+}
+
+/// Binds every API's endpoint first — all or nothing, so a second daemon fails before serving
+/// anything — then serves each with the service `make(api)` until `shutdown` completes.
+pub async fn serve_apis<F, S, B>(
+    apis: &[csi_proxy_wire::Api],
+    endpoints: &Endpoints,
+    make: F,
+    policy: ConnPolicy,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError>
+where
+    F: Fn(csi_proxy_wire::Api) -> S,
+    S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut servers = tokio::task::JoinSet::new();
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    match endpoints {
+        #[cfg(unix)]
+        Endpoints::UnixDir(dir) => {
+            let lock = unix::lock_dir(dir)?;
+            let mut listeners = Vec::with_capacity(apis.len());
+            for api in apis {
+                listeners.push((*api, unix::bind(dir, api)?));
+            }
+            for (api, l) in listeners {
+                tracing::info!(api = %api.service_name(), socket = %l.path().display(), "listening");
+                servers.spawn(serve(l, make(api), policy, stopped()));
+            }
+            // The lock lives as long as the servers.
+            let stop = stopped();
+            servers.spawn(async move {
+                stop.await;
+                drop(lock);
+            });
+        }
+        #[cfg(windows)]
+        Endpoints::Pipes { sddl } => {
+            let mut listeners = Vec::with_capacity(apis.len());
+            for api in apis {
+                listeners.push((*api, pipe::bind(&api.pipe_path(), sddl.as_deref())?));
+            }
+            for (api, l) in listeners {
+                tracing::info!(api = %api.service_name(), pipe = %api.pipe_path(), "listening");
+                servers.spawn(serve(l, make(api), policy, stopped()));
+            }
+        }
+    }
+    shutdown.await;
+    let _ = stop_tx.send(true);
+    while servers.join_next().await.is_some() {}
+    Ok(())
+}

@@ -1,1 +1,215 @@
-//! placeholder
+//! Windows named pipes: `\\.\pipe\csi-proxy-<group>-<version>`, as go-winio's `ListenPipe(path, nil)`
+//! creates them for upstream (UPSTREAM.md §1.3): byte mode, remote clients rejected, unlimited
+//! instances, the first instance created with `FILE_FLAG_FIRST_PIPE_INSTANCE` (so a second daemon
+//! fails instead of sharing the name), and always one instance waiting for the next client.
+
+use crate::Listener;
+use std::ffi::c_void;
+use std::io;
+use std::ptr;
+use tokio::net::windows::named_pipe::{NamedPipeServer, PipeMode, ServerOptions};
+use windows_sys::Win32::Foundation::{
+    LocalFree, ERROR_ACCESS_DENIED, ERROR_PIPE_BUSY, ERROR_PIPE_CONNECTED, HLOCAL,
+};
+use windows_sys::Win32::Security::Authorization::{
+    ConvertStringSecurityDescriptorToSecurityDescriptorW, SDDL_REVISION_1,
+};
+use windows_sys::Win32::Security::{PSECURITY_DESCRIPTOR, SECURITY_ATTRIBUTES};
+
+/// The pipes' security descriptor when none is configured: the same DACL upstream's pipes get.
+///
+/// go-winio, given no descriptor, builds one whose DACL comes from `ntdll!RtlDefaultNpAcl` (the DACL
+/// `CreateNamedPipeW` itself uses for a NULL `SECURITY_ATTRIBUTES`). That function adds, in this
+/// order, access-allowed ACEs without inheritance flags:
+///
+/// | SID                                   | mask           | here        |
+/// |---------------------------------------|----------------|-------------|
+/// | S-1-5-18 LocalSystem                  | `GENERIC_ALL`  | `GA;;;SY`   |
+/// | S-1-5-32-544 BUILTIN\Administrators   | `GENERIC_ALL`  | `GA;;;BA`   |
+/// | (AppContainer SIDs, only if the caller is an AppContainer — never for csi-proxy) | | |
+/// | the caller token's `TokenOwner` SID   | `GENERIC_ALL`  | `GA;;;OW`   |
+/// | S-1-1-0 Everyone                      | `GENERIC_READ` | `GR;;;WD`   |
+/// | S-1-5-7 Anonymous                     | `GENERIC_READ` | `GR;;;AN`   |
+///
+/// The token-owner ACE is the one entry that cannot be spelled as a fixed SID. `OW` is OWNER RIGHTS
+/// (S-1-3-4), which matches whoever owns the object; since this descriptor carries no owner, the
+/// pipe's owner is the creating token's default owner (`TokenOwner`), i.e. exactly the SID
+/// `RtlDefaultNpAcl` writes. (An OWNER RIGHTS ACE also replaces the owner's implicit READ_CONTROL |
+/// WRITE_DAC, which `GENERIC_ALL` includes anyway, so nothing is lost.) `CO` (CREATOR OWNER) would be
+/// wrong: it is only substituted when ACEs are inherited, so in an explicit DACL it matches nobody.
+///
+/// `P` (protected) changes nothing for pipes — the named-pipe file system has no inheritance — and
+/// states that this DACL is the whole story. Net effect as upstream: only SYSTEM, administrators and
+/// the owner may open the pipe for read/write, which a gRPC client needs.
+pub const DEFAULT_SDDL: &str = "D:P(A;;GA;;;SY)(A;;GA;;;BA)(A;;GA;;;OW)(A;;GR;;;WD)(A;;GR;;;AN)";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipeError {
+    #[error("pipe {pipe} is already served by another process (is another csi-proxy running?)")]
+    InUse { pipe: String },
+    #[error("invalid pipe security descriptor (SDDL) {sddl:?}: {source}")]
+    BadSddl { sddl: String, source: io::Error },
+    #[error("{what} {pipe}: {source}")]
+    Io { what: &'static str, pipe: String, source: io::Error },
+}
+
+/// A self-relative security descriptor allocated by `ConvertStringSecurityDescriptorToSecurityDescriptorW`,
+/// freed with `LocalFree`.
+struct SecurityDescriptor(PSECURITY_DESCRIPTOR);
+
+// SAFETY: the descriptor is a heap block owned exclusively by this value and never written after
+// creation; Windows only reads it (CreateNamedPipeW copies it into the pipe object), so sharing or
+// moving the pointer between threads is sound.
+unsafe impl Send for SecurityDescriptor {}
+// SAFETY: as above — all uses are reads.
+unsafe impl Sync for SecurityDescriptor {}
+
+impl SecurityDescriptor {
+    fn from_sddl(sddl: &str) -> io::Result<Self> {
+        let wide: Vec<u16> = sddl.encode_utf16().chain(std::iter::once(0)).collect();
+        let mut sd: PSECURITY_DESCRIPTOR = ptr::null_mut();
+        // SAFETY: `wide` is a NUL-terminated UTF-16 string that outlives the call; `sd` is a valid
+        // out-pointer; the size out-parameter is optional (null).
+        let ok = unsafe {
+            ConvertStringSecurityDescriptorToSecurityDescriptorW(wide.as_ptr(), SDDL_REVISION_1, &mut sd, ptr::null_mut())
+        };
+        if ok == 0 || sd.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SecurityDescriptor(sd))
+    }
+}
+
+impl Drop for SecurityDescriptor {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from ConvertStringSecurityDescriptorToSecurityDescriptorW, whose
+        // documentation says to free it with LocalFree; it is freed exactly once, here.
+        unsafe {
+            LocalFree(self.0 as HLOCAL);
+        }
+    }
+}
+
+/// Listens on one pipe name: always holds one instance waiting for a client.
+pub struct PipeListener {
+    path: String,
+    sd: SecurityDescriptor,
+    /// The instance waiting for the next client; `None` only if creating it failed after an accept
+    /// (then the next `accept` retries creating it).
+    waiting: Option<NamedPipeServer>,
+}
+
+impl std::fmt::Debug for PipeListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipeListener").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+impl PipeListener {
+    /// The pipe's path, e.g. `\\.\pipe\csi-proxy-disk-v1`.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn create_instance(&self, first: bool) -> io::Result<NamedPipeServer> {
+        let mut opts = ServerOptions::new();
+        // Max instances: tokio's default is PIPE_UNLIMITED_INSTANCES (255), which is what go-winio
+        // uses; `max_instances` only accepts limits 1..=254, so it is left alone.
+        opts.first_pipe_instance(first).reject_remote_clients(true).pipe_mode(PipeMode::Byte);
+        let mut attrs = SECURITY_ATTRIBUTES {
+            nLength: std::mem::size_of::<SECURITY_ATTRIBUTES>() as u32,
+            lpSecurityDescriptor: self.sd.0,
+            bInheritHandle: 0,
+        };
+        // SAFETY: `attrs` is a valid SECURITY_ATTRIBUTES whose descriptor (owned by `self.sd`) lives
+        // for the whole call; CreateNamedPipeW copies what it needs.
+        unsafe { opts.create_with_security_attributes_raw(&self.path, &mut attrs as *mut SECURITY_ATTRIBUTES as *mut c_void) }
+    }
+}
+
+/// Creates the first instance of `pipe_path` with the security descriptor `sddl` (`None`:
+/// [`DEFAULT_SDDL`]). Fails with [`PipeError::InUse`] if the name already exists. Must run inside a
+/// tokio runtime.
+pub fn bind(pipe_path: &str, sddl: Option<&str>) -> Result<PipeListener, PipeError> {
+    let sddl = sddl.unwrap_or(DEFAULT_SDDL);
+    let sd = SecurityDescriptor::from_sddl(sddl)
+        .map_err(|source| PipeError::BadSddl { sddl: sddl.to_string(), source })?;
+    let mut listener = PipeListener { path: pipe_path.to_string(), sd, waiting: None };
+    let first = listener.create_instance(true).map_err(|e| match e.raw_os_error().map(|c| c as u32) {
+        // FILE_FLAG_FIRST_PIPE_INSTANCE: "If this flag is specified and a pipe of the same name
+        // already exists, CreateNamedPipe fails with ERROR_ACCESS_DENIED". ERROR_PIPE_BUSY: a pipe of
+        // that name exists and has no free instance. Either way, someone else has the name.
+        Some(ERROR_ACCESS_DENIED) | Some(ERROR_PIPE_BUSY) => PipeError::InUse { pipe: pipe_path.to_string() },
+        _ => PipeError::Io { what: "creating named pipe", pipe: pipe_path.to_string(), source: e },
+    })?;
+    listener.waiting = Some(first);
+    Ok(listener)
+}
+
+impl Listener for PipeListener {
+    type Io = NamedPipeServer;
+
+    /// Waits for a client on the waiting instance and, before handing it out, creates the next
+    /// instance, so that the window in which a client gets ERROR_PIPE_BUSY (and retries, as go-winio
+    /// and tokio clients do) is as short as one `CreateNamedPipeW` call.
+    ///
+    /// Cancel-safe: `serve` drops this future whenever a connection ends; the instance stays in
+    /// `self.waiting` with its overlapped ConnectNamedPipe still pending, and the next call picks up
+    /// its completion.
+    async fn accept(&mut self) -> io::Result<NamedPipeServer> {
+        let mut failures = 0;
+        loop {
+            if self.waiting.is_none() {
+                self.waiting = Some(self.create_instance(false)?);
+            }
+            let server = self.waiting.as_ref().expect("just ensured");
+            let connected = match server.connect().await {
+                Ok(()) => Ok(()),
+                // Already connected (a client got in between CreateNamedPipeW and ConnectNamedPipe):
+                // success. mio already maps this (and ERROR_NO_DATA: the client came and went, which
+                // then reads as EOF) to Ok; kept here in case that ever changes.
+                Err(e) if e.raw_os_error() == Some(ERROR_PIPE_CONNECTED as i32) => Ok(()),
+                Err(e) => Err(e),
+            };
+            // No await from here on: the hand-over below cannot be interrupted.
+            let next = self.create_instance(false);
+            let current = match next {
+                Ok(n) => self.waiting.replace(n),
+                // Serve the client we have; the next accept retries creating an instance (and
+                // reports the error if it fails again).
+                Err(e) => {
+                    tracing::warn!(pipe = %self.path, error = %e, "creating the next pipe instance failed");
+                    self.waiting.take()
+                }
+            }
+            .expect("an instance was waiting");
+            match connected {
+                Ok(()) => return Ok(current),
+                Err(e) => {
+                    // This instance is broken (the client vanished mid-connect, …); it is dropped
+                    // and the next one waits: not a failure of the listener. Only a persistent
+                    // error is reported (then `serve` logs it and pauses before the next accept).
+                    failures += 1;
+                    if failures >= 16 {
+                        return Err(e);
+                    }
+                    tracing::debug!(pipe = %self.path, error = %e, "pipe connect failed; waiting for the next client");
+                }
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.path.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_sddl_parses() {
+        SecurityDescriptor::from_sddl(DEFAULT_SDDL).unwrap();
+    }
+}

@@ -277,6 +277,8 @@ async fn valid_authority_is_untouched_byte_for_byte() {
 
     let header_bytes: Vec<u8> = (0x20u8..=0x7e).chain(0x80..=0xff).collect();
     let requests = 3;
+    // Keep the response futures and send streams alive: dropping them resets the stream.
+    let mut in_flight = Vec::new();
     for i in 0..requests {
         send = send.ready().await.unwrap();
         let mut req = http::Request::builder()
@@ -287,18 +289,19 @@ async fn valid_authority_is_untouched_byte_for_byte() {
             .header("x-request", i.to_string());
         // Each byte value inside a run of short-code letters, so the encoder picks Huffman.
         for &b in &header_bytes {
-            let mut v = vec![b'a'; 16];
+            let mut v = vec![b'a'; 64];
             v.push(b);
-            v.extend([b'e'; 16]);
+            v.extend([b'e'; 64]);
             req = req.header(
                 format!("x-byte-{b:02x}"),
                 http::HeaderValue::from_bytes(&v).unwrap(),
             );
         }
-        let (_resp, mut stream) = send.send_request(req.body(()).unwrap(), false).unwrap();
+        let (resp, mut stream) = send.send_request(req.body(()).unwrap(), false).unwrap();
         stream
             .send_data(Bytes::from_static(&[0, 0, 0, 0, 2, 0x08, 7]), true)
             .unwrap();
+        in_flight.push((resp, stream));
     }
 
     // Collect what the client wrote until every request body has ended.
@@ -319,7 +322,7 @@ async fn valid_authority_is_untouched_byte_for_byte() {
             if ended == requests {
                 break;
             }
-            eprintln!("{:?}", split_frames(&captured[24..]).iter().map(|f| (f.0, f.1, f.2, f.3.len())).collect::<Vec<_>>());
+
         }
     })
     .await

@@ -575,7 +575,48 @@ fn comparator_detects_mutations() {
         "extra upstream API not reported: {found:#?}"
     );
 
-    // 6. The same document compared against an empty descriptor set: everything is missing,
+    // 6. Breaks on our side: a field made repeated, an RPC made streaming, a nested message.
+    let mut ours = fds.clone();
+    let file = ours
+        .file
+        .iter_mut()
+        .find(|f| !f.service.is_empty() && f.message_type.iter().any(|m| !m.field.is_empty()))
+        .expect("a file with a service and fields");
+    let gv = group_version(file).unwrap();
+    let pkg = file.package().to_string();
+    let svc = file.service[0].name().to_string();
+    let rpc = file.service[0].method[0].name().to_string();
+    file.service[0].method[0].server_streaming = Some(true);
+    let msg = file
+        .message_type
+        .iter_mut()
+        .find(|m| !m.field.is_empty())
+        .unwrap();
+    let msg_name = format!("{pkg}.{}", msg.name());
+    msg.field[0].label = Some(Label::Repeated as i32);
+    let number = msg.field[0].number();
+    msg.nested_type.push(DescriptorProto {
+        name: Some("Sneaky".into()),
+        ..Default::default()
+    });
+    let found: Vec<String> = compare(&doc, &ours)
+        .into_iter()
+        .filter(|p| !baseline.contains(p))
+        .collect();
+    let expect = [
+        format!("differs:         {gv} rpc /{pkg}.{svc}/{rpc}:"),
+        format!("differs:         {gv} message {msg_name} field #{number}:"),
+        format!("extra in ours:   {gv} message {msg_name}.Sneaky"),
+    ];
+    for e in &expect {
+        assert!(
+            found.iter().any(|p| p.starts_with(e.as_str())),
+            "`{e}` not reported: {found:#?}"
+        );
+    }
+    assert_eq!(found.len(), expect.len(), "{found:#?}");
+
+    // 7. The same document compared against an empty descriptor set: everything is missing,
     // except the pipes that come from the crate's API table.
     let empty = FileDescriptorSet::default();
     let found = compare(&doc, &empty);
