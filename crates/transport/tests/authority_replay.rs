@@ -197,14 +197,23 @@ fn expect_answered(outcomes: &BTreeMap<u32, Outcome>, mut seen: Vec<Seen>, origi
 }
 
 fn expect_rejected(outcomes: &BTreeMap<u32, Outcome>, seen: Vec<Seen>) {
-    assert_eq!(outcomes.get(&1), Some(&Outcome::Reset(PROTOCOL_ERROR)), "{outcomes:?}");
-    assert_eq!(outcomes.get(&3), Some(&Outcome::Reset(PROTOCOL_ERROR)), "{outcomes:?}");
+    assert_eq!(
+        outcomes.get(&1),
+        Some(&Outcome::Reset(PROTOCOL_ERROR)),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        outcomes.get(&3),
+        Some(&Outcome::Reset(PROTOCOL_ERROR)),
+        "{outcomes:?}"
+    );
     assert!(seen.is_empty(), "{seen:?}");
 }
 
 #[tokio::test]
 async fn percent_encoded_pipe_authority_is_accepted_with_fix() {
-    let (outcomes, seen) = exchange(replay("pipe-authority-percent-encoded.bin"), true, 1 << 16).await;
+    let (outcomes, seen) =
+        exchange(replay("pipe-authority-percent-encoded.bin"), true, 1 << 16).await;
     expect_answered(&outcomes, seen, PERCENT_ENCODED);
 }
 
@@ -216,7 +225,10 @@ async fn raw_pipe_authority_is_accepted_with_fix() {
 
 #[tokio::test]
 async fn pipe_authorities_are_rejected_without_fix() {
-    for name in ["pipe-authority-percent-encoded.bin", "pipe-authority-raw.bin"] {
+    for name in [
+        "pipe-authority-percent-encoded.bin",
+        "pipe-authority-raw.bin",
+    ] {
         let (outcomes, seen) = exchange(replay(name), false, 1 << 16).await;
         expect_rejected(&outcomes, seen);
     }
@@ -322,7 +334,6 @@ async fn valid_authority_is_untouched_byte_for_byte() {
             if ended == requests {
                 break;
             }
-
         }
     })
     .await

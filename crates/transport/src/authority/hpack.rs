@@ -156,7 +156,12 @@ const fn build_canonical() -> Canonical {
         next[l] += 1;
         sym += 1;
     }
-    Canonical { count, first_code, first_index, symbols }
+    Canonical {
+        count,
+        first_code,
+        first_index,
+        symbols,
+    }
 }
 
 static CANONICAL: Canonical = build_canonical();
@@ -329,6 +334,7 @@ impl DynamicTable {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn size(&self) -> usize {
         self.size
     }
@@ -569,7 +575,11 @@ mod tests {
             for value in [0usize, 1, 30, 31, 126, 127, 128, 255, 1337, 16_384, 1 << 20] {
                 let mut buf = Vec::new();
                 encode_int(value, prefix, 0, &mut buf);
-                assert_eq!(decode_int(&buf, prefix), Ok((value, buf.len())), "{value}/{prefix}");
+                assert_eq!(
+                    decode_int(&buf, prefix),
+                    Ok((value, buf.len())),
+                    "{value}/{prefix}"
+                );
             }
         }
     }
@@ -581,7 +591,10 @@ mod tests {
             b"www.example.com"
         );
         assert_eq!(huffman_decode(&hex("a8eb 1064 9cbf")).unwrap(), b"no-cache");
-        assert_eq!(huffman_decode(&hex("25a8 49e9 5ba9 7d7f")).unwrap(), b"custom-key");
+        assert_eq!(
+            huffman_decode(&hex("25a8 49e9 5ba9 7d7f")).unwrap(),
+            b"custom-key"
+        );
         assert_eq!(
             huffman_decode(&hex("25a8 49e9 5bb8 e8b4 bf")).unwrap(),
             b"custom-value"
@@ -605,7 +618,10 @@ mod tests {
         // A whole octet of padding is too much.
         assert_eq!(huffman_decode(&[0x07, 0xff]), Err(HpackError::Huffman));
         // Thirty ones is EOS, which must not appear in a string.
-        assert_eq!(huffman_decode(&[0xff, 0xff, 0xff, 0xff]), Err(HpackError::Huffman));
+        assert_eq!(
+            huffman_decode(&[0xff, 0xff, 0xff, 0xff]),
+            Err(HpackError::Huffman)
+        );
     }
 
     #[test]
@@ -653,7 +669,10 @@ mod tests {
 
         assert!(r.rewrite(&hex("4883 640e ffc1 c0bf")).unwrap().is_none());
         assert_eq!(r.table().size(), 222);
-        assert_eq!(r.table().entries().next().unwrap(), (&b":status"[..], &b"307"[..]));
+        assert_eq!(
+            r.table().entries().next().unwrap(),
+            (&b":status"[..], &b"307"[..])
+        );
 
         let c63 = hex(
             "88c1 6196 d07a be94 1054 d444 a820 0595 040b 8166 e084 a62d 1bff c05a 839b d9ab
@@ -758,7 +777,10 @@ mod tests {
         let mut r = BlockRewriter::new(4096);
         assert_eq!(r.rewrite(&[0x80]).unwrap_err(), HpackError::BadIndex(0));
         assert_eq!(r.rewrite(&[0xbe]).unwrap_err(), HpackError::BadIndex(62));
-        assert_eq!(r.rewrite(&[0x41, 0x05, b'a']).unwrap_err(), HpackError::Truncated);
+        assert_eq!(
+            r.rewrite(&[0x41, 0x05, b'a']).unwrap_err(),
+            HpackError::Truncated
+        );
         assert_eq!(r.rewrite(&[0x40]).unwrap_err(), HpackError::Truncated);
         // Pseudo-random garbage must never panic.
         let mut x = 0x2545_f491_4f6c_dd1du64;

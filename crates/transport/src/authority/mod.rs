@@ -280,10 +280,7 @@ struct Filter {
 
 /// Splits a HEADERS payload into its priority fields and header block fragment, dropping
 /// padding. `None` if the padding or priority fields do not fit (h2 rejects those frames).
-fn split_headers_payload(
-    flags: u8,
-    payload: &[u8],
-) -> Option<(Option<[u8; PRIORITY_LEN]>, &[u8])> {
+fn split_headers_payload(flags: u8, payload: &[u8]) -> Option<(Option<[u8; PRIORITY_LEN]>, &[u8])> {
     let mut rest = payload;
     if flags & FLAG_PADDED != 0 {
         let (&pad, after) = rest.split_first()?;
@@ -320,7 +317,10 @@ impl Filter {
     }
 
     fn give_up(reason: &str) -> State {
-        tracing::debug!(reason, "authority fix: forwarding the rest of the connection as is");
+        tracing::debug!(
+            reason,
+            "authority fix: forwarding the rest of the connection as is"
+        );
         State::Bypass
     }
 
@@ -372,9 +372,10 @@ impl Filter {
                         TYPE_HEADERS => self.start_block(head),
                         // Both carry HPACK we would have to track; the server treats either as
                         // a connection error from a client anyway.
-                        TYPE_CONTINUATION | TYPE_PUSH_PROMISE => {
-                            (Self::give_up("CONTINUATION or PUSH_PROMISE out of place"), true)
-                        }
+                        TYPE_CONTINUATION | TYPE_PUSH_PROMISE => (
+                            Self::give_up("CONTINUATION or PUSH_PROMISE out of place"),
+                            true,
+                        ),
                         _ => {
                             self.forward(FRAME_HEADER_LEN);
                             let next = if head.len == 0 {
@@ -405,12 +406,22 @@ impl Filter {
             return (State::FrameHead, false);
         }
         let frame = self.input.split_to(total);
-        let Some((priority, fragment)) = split_headers_payload(head.flags, &frame[FRAME_HEADER_LEN..])
-            .map(|(p, f)| (p, BytesMut::from(f)))
+        let Some((priority, fragment)) =
+            split_headers_payload(head.flags, &frame[FRAME_HEADER_LEN..])
+                .map(|(p, f)| (p, BytesMut::from(f)))
         else {
             self.output.extend_from_slice(&frame);
             return (Self::give_up("malformed HEADERS padding or priority"), true);
         };
+        if let Some(p) = &priority {
+            let dependency = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff;
+            if dependency == head.stream {
+                // h2 resets such a stream without decoding its header block, so its table
+                // would miss this block's entries; ours must not diverge, so step aside.
+                self.output.extend_from_slice(&frame);
+                return (Self::give_up("HEADERS depends on its own stream"), true);
+            }
+        }
         let block = PendingBlock {
             stream: head.stream,
             flags: head.flags,
@@ -496,7 +507,13 @@ impl Filter {
             flags |= FLAG_END_HEADERS;
         }
         let out = &mut self.output;
-        FrameHead::write(prio_len + first.len(), TYPE_HEADERS, flags, block.stream, out);
+        FrameHead::write(
+            prio_len + first.len(),
+            TYPE_HEADERS,
+            flags,
+            block.stream,
+            out,
+        );
         if let Some(priority) = &block.priority {
             out.put_slice(priority);
         }
@@ -641,7 +658,12 @@ mod tests {
         while !rest.is_empty() {
             let h = FrameHead::parse(rest);
             let end = FRAME_HEADER_LEN + h.len;
-            out.push((h.kind, h.flags, h.stream, rest[FRAME_HEADER_LEN..end].to_vec()));
+            out.push((
+                h.kind,
+                h.flags,
+                h.stream,
+                rest[FRAME_HEADER_LEN..end].to_vec(),
+            ));
             rest = &rest[end..];
         }
         out
@@ -660,13 +682,23 @@ mod tests {
         headers_payload.extend([0, 0, 0]); // padding
         let mut input = PREFACE.to_vec();
         input.extend(frame(0x4, 0, 0, &[])); // SETTINGS
-        input.extend(frame(TYPE_HEADERS, FLAG_PADDED | FLAG_PRIORITY, 1, &headers_payload));
+        input.extend(frame(
+            TYPE_HEADERS,
+            FLAG_PADDED | FLAG_PRIORITY,
+            1,
+            &headers_payload,
+        ));
         input.extend(frame(TYPE_CONTINUATION, 0, 1, &b[..3]));
         input.extend(frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, &b[3..]));
         input.extend(frame(0x0, 0, 1, &vec![0xab; 40_000])); // DATA, larger than a read
         input.extend(frame(0x0, 0x1, 1, b"tail"));
         // Stream 3: :method POST, :scheme http, then dynamic indices 63 (:authority) and 62.
-        input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | 0x1, 3, &[0x83, 0x86, 0xbf, 0xbe]));
+        input.extend(frame(
+            TYPE_HEADERS,
+            FLAG_END_HEADERS | 0x1,
+            3,
+            &[0x83, 0x86, 0xbf, 0xbe],
+        ));
         input.extend(frame(0x8, 0, 0, &[0, 0, 1, 0])); // WINDOW_UPDATE
         input
     }
@@ -728,7 +760,10 @@ mod tests {
         assert_eq!(f.len(), 2);
         assert_eq!((f[0].0, f[0].1), (TYPE_HEADERS, 0x1));
         assert_eq!(f[0].3.len(), MAX_FRAME_SIZE);
-        assert_eq!((f[1].0, f[1].1, f[1].2), (TYPE_CONTINUATION, FLAG_END_HEADERS, 1));
+        assert_eq!(
+            (f[1].0, f[1].1, f[1].2),
+            (TYPE_CONTINUATION, FLAG_END_HEADERS, 1)
+        );
         let joined = [f[0].3.clone(), f[1].3.clone()].concat();
         let mut expected = vec![0x41];
         encode_int(value.len(), 7, 0, &mut expected);
@@ -745,7 +780,12 @@ mod tests {
         let mut padded = vec![2u8];
         padded.extend(&block);
         padded.extend([0, 0]);
-        input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_PADDED, 1, &padded));
+        input.extend(frame(
+            TYPE_HEADERS,
+            FLAG_END_HEADERS | FLAG_PADDED,
+            1,
+            &padded,
+        ));
         let (out, rewrites, bypassed) = run_bulk(&input).await;
         assert_eq!(out, input);
         assert_eq!((rewrites, bypassed), (0, false));
@@ -757,16 +797,43 @@ mod tests {
         // Invalid HPACK index 0.
         let mut c = PREFACE.to_vec();
         c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &[0x80]));
-        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &literal(1, BAD, false)));
+        c.extend(frame(
+            TYPE_HEADERS,
+            FLAG_END_HEADERS,
+            3,
+            &literal(1, BAD, false),
+        ));
         cases.push(c);
         // Padding longer than the payload.
         let mut c = PREFACE.to_vec();
-        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_PADDED, 1, &[9, 0x82]));
+        c.extend(frame(
+            TYPE_HEADERS,
+            FLAG_END_HEADERS | FLAG_PADDED,
+            1,
+            &[9, 0x82],
+        ));
         cases.push(c);
         // Header block interrupted by a DATA frame.
         let mut c = PREFACE.to_vec();
         c.extend(frame(TYPE_HEADERS, 0, 1, &literal(1, BAD, false)));
         c.extend(frame(0x0, 0, 1, b"data"));
+        cases.push(c);
+        // A stream depending on itself: h2 skips the block's HPACK, so the adapter steps aside.
+        let mut c = PREFACE.to_vec();
+        let mut payload = vec![0, 0, 0, 1, 15];
+        payload.extend(literal(1, BAD, false));
+        c.extend(frame(
+            TYPE_HEADERS,
+            FLAG_END_HEADERS | FLAG_PRIORITY,
+            1,
+            &payload,
+        ));
+        c.extend(frame(
+            TYPE_HEADERS,
+            FLAG_END_HEADERS,
+            3,
+            &literal(1, BAD, false),
+        ));
         cases.push(c);
         // Not HTTP/2 at all.
         cases.push(b"GET / HTTP/1.1\r\nHost: \\\\.\\pipe\\x\r\n\r\n".to_vec());
