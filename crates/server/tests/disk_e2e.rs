@@ -1,3 +1,4 @@
+#![cfg(unix)]
 //! Every disk RPC of every version, through a real socket, against the in-memory host.
 
 mod common;

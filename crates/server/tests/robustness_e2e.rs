@@ -1,3 +1,4 @@
+#![cfg(unix)]
 //! Failure isolation through real sockets: a panicking handler, silent and idle connections.
 
 mod common;

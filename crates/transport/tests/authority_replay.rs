@@ -21,7 +21,8 @@ const PROTOCOL_ERROR: u32 = 0x1;
 const PERCENT_ENCODED: &str = "%5C%5C.%5C%5Cpipe%5C%5Ccsi-proxy-disk-v1";
 const RAW: &str = r"\\.\\pipe\\csi-proxy-disk-v1";
 
-/// Splits `bytes` (after `skip` octets) into whole frames: (type, flags, stream, frame bytes).
+/// Splits `bytes` into whole frames: (type, flags, stream, frame bytes); a trailing partial
+/// frame is left out.
 fn split_frames(bytes: &[u8]) -> Vec<(u8, u8, u32, &[u8])> {
     let mut out = Vec::new();
     let mut rest = bytes;

@@ -1,0 +1,47 @@
+//! Calls a running daemon over its unix sockets and prints what it answers.
+//!
+//! `cargo run -p csi-proxy-server --example demo_client -- <socket-dir>`
+
+#[cfg(unix)]
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    use csi_proxy_wire::{v1, v1alpha1};
+    use tonic::transport::Endpoint;
+
+    let dir = std::path::PathBuf::from(std::env::args().nth(1).ok_or("usage: demo_client <socket-dir>")?);
+    let channel = |name: &str| {
+        let path = dir.join(format!("csi-proxy-{name}.sock"));
+        async move {
+            Endpoint::from_static("http://localhost")
+                .connect_with_connector(tower::service_fn(move |_| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+                    }
+                }))
+                .await
+        }
+    };
+    fn show<T: std::fmt::Debug>(call: &str, r: Result<tonic::Response<T>, tonic::Status>) {
+        match r {
+            Ok(resp) => println!("{call}: OK {:?}", resp.into_inner()),
+            Err(s) => println!("{call}: {:?}: {}", s.code(), s.message()),
+        }
+    }
+
+    let mut system = v1alpha1::system_client::SystemClient::new(channel("system-v1alpha1").await?);
+    show("system v1alpha1 GetBIOSSerialNumber", system.get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {}).await);
+    let mut disk = v1::disk_client::DiskClient::new(channel("disk-v1").await?);
+    show("disk v1 ListDiskLocations", disk.list_disk_locations(v1::ListDiskLocationsRequest {}).await);
+    let mut old = v1alpha1::disk_client::DiskClient::new(channel("disk-v1alpha1").await?);
+    show(
+        "disk v1alpha1 PartitionDisk(diskID=\"4294967296\")",
+        old.partition_disk(v1alpha1::PartitionDiskRequest { disk_id: "4294967296".into() }).await,
+    );
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn main() {
+    eprintln!("demo_client talks to unix sockets; on Windows use the named pipes");
+}

@@ -1,0 +1,240 @@
+//! Named-pipe listener tests (Windows only; run under Wine with shared/tools/windows-cross).
+#![cfg(windows)]
+
+use csi_proxy_transport::pipe::{self, PipeError, DEFAULT_SDDL};
+use csi_proxy_transport::{serve, ConnPolicy, Listener};
+use std::convert::Infallible;
+use std::ffi::c_void;
+use std::io;
+use std::os::windows::io::AsRawHandle;
+use std::ptr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::windows::named_pipe::{ClientOptions, NamedPipeClient, PipeMode};
+use windows_sys::Win32::Foundation::{LocalFree, ERROR_PIPE_BUSY, HANDLE};
+use windows_sys::Win32::Security::Authorization::{
+    ConvertSecurityDescriptorToStringSecurityDescriptorW, GetSecurityInfo, SDDL_REVISION_1, SE_KERNEL_OBJECT,
+};
+use windows_sys::Win32::Security::{DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR};
+
+/// A pipe name no other test (or test run) uses.
+fn pipe_name(tag: &str) -> String {
+    format!(r"\\.\pipe\csi-proxy-test-{tag}-{}", std::process::id())
+}
+
+/// Opens `path` like go-winio's `DialPipe(path, nil)`: retry every 10 ms on ERROR_PIPE_BUSY for 2 s.
+async fn dial(path: &str) -> io::Result<NamedPipeClient> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match ClientOptions::new().open(path) {
+            Err(e) if e.raw_os_error() == Some(ERROR_PIPE_BUSY as i32) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Accepts forever, echoing every connection's bytes back in its own task.
+fn spawn_echo(mut listener: pipe::PipeListener) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let mut io = listener.accept().await.expect("accept");
+            tokio::spawn(async move {
+                let mut buf = [0u8; 256];
+                loop {
+                    match io.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if io.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    })
+}
+
+async fn echo_once(path: &str, msg: &[u8]) -> Vec<u8> {
+    let mut c = dial(path).await.unwrap_or_else(|e| panic!("dial {path}: {e}"));
+    c.write_all(msg).await.unwrap();
+    let mut back = vec![0u8; msg.len()];
+    c.read_exact(&mut back).await.unwrap();
+    back
+}
+
+/// The DACL of the kernel object behind `handle`, as SDDL.
+fn dacl_sddl(handle: HANDLE) -> String {
+    let mut sd: PSECURITY_DESCRIPTOR = ptr::null_mut();
+    // SAFETY: valid handle; out-pointers are valid; the optional SID/ACL outputs are null.
+    let rc = unsafe {
+        GetSecurityInfo(
+            handle,
+            SE_KERNEL_OBJECT,
+            DACL_SECURITY_INFORMATION,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            &mut sd,
+        )
+    };
+    assert_eq!(rc, 0, "GetSecurityInfo: {}", io::Error::from_raw_os_error(rc as i32));
+    let mut s: *mut u16 = ptr::null_mut();
+    // SAFETY: `sd` is the valid descriptor returned above; `s` is a valid out-pointer.
+    let ok = unsafe {
+        ConvertSecurityDescriptorToStringSecurityDescriptorW(
+            sd,
+            SDDL_REVISION_1,
+            DACL_SECURITY_INFORMATION,
+            &mut s,
+            ptr::null_mut(),
+        )
+    };
+    assert_ne!(ok, 0, "ConvertSecurityDescriptorToStringSecurityDescriptorW: {}", io::Error::last_os_error());
+    // SAFETY: `s` is a NUL-terminated UTF-16 string allocated by the call above.
+    let out = unsafe {
+        let len = (0..).take_while(|&i| *s.add(i) != 0).count();
+        String::from_utf16_lossy(std::slice::from_raw_parts(s, len))
+    };
+    // SAFETY: both were allocated with LocalAlloc by the calls above and are freed once.
+    unsafe {
+        LocalFree(s as *mut c_void);
+        LocalFree(sd);
+    }
+    out
+}
+
+#[tokio::test]
+async fn second_bind_of_a_live_name_fails_and_succeeds_after_drop() {
+    let path = pipe_name("inuse");
+    let first = pipe::bind(&path, None).unwrap();
+    assert_eq!(first.describe(), path);
+    let e = pipe::bind(&path, None).unwrap_err();
+    assert!(matches!(e, PipeError::InUse { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains(&path) && msg.contains("already served"), "{msg}");
+    drop(first);
+    let again = pipe::bind(&path, None).unwrap();
+
+    // Pipe parameters as upstream: byte mode, unlimited instances.
+    let mut l = again;
+    let client = tokio::spawn({
+        let path = path.clone();
+        async move { dial(&path).await.unwrap() }
+    });
+    let server = l.accept().await.unwrap();
+    let client = client.await.unwrap();
+    let info = server.info().unwrap();
+    assert!(matches!(info.mode, PipeMode::Byte), "{:?}", info.mode);
+    assert_eq!(info.max_instances, 255, "PIPE_UNLIMITED_INSTANCES");
+    drop((client, server));
+}
+
+#[tokio::test]
+async fn burst_of_clients_all_get_served() {
+    let path = pipe_name("burst");
+    let server = spawn_echo(pipe::bind(&path, None).unwrap());
+    let clients: Vec<_> = (0..32)
+        .map(|i| {
+            let path = path.clone();
+            tokio::spawn(async move {
+                let msg = format!("hello from client {i}");
+                let back = echo_once(&path, msg.as_bytes()).await;
+                assert_eq!(back, msg.as_bytes());
+            })
+        })
+        .collect();
+    for c in clients {
+        c.await.unwrap();
+    }
+    server.abort();
+}
+
+#[tokio::test]
+async fn custom_sddl_is_applied_and_bad_sddl_is_named() {
+    let path = pipe_name("sddl");
+    let custom = "D:P(A;;GA;;;WD)";
+    let mut l = pipe::bind(&path, Some(custom)).unwrap();
+    let client = tokio::spawn({
+        let path = path.clone();
+        async move { dial(&path).await.unwrap() }
+    });
+    let server = l.accept().await.unwrap();
+    let _client = client.await.unwrap();
+    let dacl = dacl_sddl(server.as_raw_handle() as HANDLE);
+    eprintln!("custom {custom} reads back as {dacl}");
+    assert!(dacl.starts_with("D:P"), "{dacl}");
+    assert!(dacl.contains(";;;WD)"), "{dacl}");
+
+    let bad = "D:(this is not SDDL";
+    let e = pipe::bind(&pipe_name("badsddl"), Some(bad)).unwrap_err();
+    assert!(matches!(e, PipeError::BadSddl { .. }), "{e:?}");
+    assert!(e.to_string().contains(bad), "{e}");
+}
+
+#[tokio::test]
+async fn default_sddl_is_applied() {
+    let path = pipe_name("defsddl");
+    let mut l = pipe::bind(&path, None).unwrap();
+    let client = tokio::spawn({
+        let path = path.clone();
+        async move { dial(&path).await.unwrap() }
+    });
+    let server = l.accept().await.unwrap();
+    let _client = client.await.unwrap();
+    let dacl = dacl_sddl(server.as_raw_handle() as HANDLE);
+    eprintln!("default {DEFAULT_SDDL} reads back as {dacl}");
+    assert!(dacl.starts_with("D:P"), "{dacl}");
+    // Generic rights may read back mapped to the pipe's specific rights (FA / FR), so only the
+    // trustees and their order are compared.
+    let trustees: Vec<&str> = dacl.split('(').skip(1).map(|ace| ace.trim_end_matches(')').rsplit(';').next().unwrap()).collect();
+    assert_eq!(trustees, ["SY", "BA", "OW", "WD", "AN"], "{dacl}");
+}
+
+#[tokio::test]
+async fn silent_connection_does_not_block_other_clients() {
+    let path = pipe_name("silent");
+    let listener = pipe::bind(&path, None).unwrap();
+    let svc = tower::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+        Ok::<_, Infallible>(http::Response::new(format!("hello {}", req.uri().path())))
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, svc, ConnPolicy::default(), async {
+        let _ = stop_rx.await;
+    }));
+
+    // Like upstream's Go client: open the pipe, never send a byte, never close it.
+    let _silent = dial(&path).await.unwrap();
+    let _silent2 = dial(&path).await.unwrap();
+
+    let io = dial(&path).await.unwrap();
+    let (mut h2c, conn) = h2::client::handshake(io).await.unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::builder().uri("http://pipe/ping").body(()).unwrap();
+    let (resp, _) = h2c.send_request(req, true).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), resp).await.expect("answer in time").unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        got.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(got, b"hello /ping");
+
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(10), server).await.expect("serve stops").unwrap();
+}
+
+#[tokio::test]
+async fn clients_that_come_and_go_do_not_break_accept() {
+    let path = pipe_name("flaky");
+    let server = spawn_echo(pipe::bind(&path, None).unwrap());
+    for _ in 0..20 {
+        drop(dial(&path).await.unwrap());
+    }
+    assert_eq!(echo_once(&path, b"still here").await, b"still here");
+    server.abort();
+}
