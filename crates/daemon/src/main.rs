@@ -2,6 +2,8 @@
 
 mod flags;
 mod logging;
+#[cfg(windows)]
+mod winsvc;
 
 use anyhow::Context as _;
 use csi_proxy_metrics::Metrics;
@@ -46,13 +48,21 @@ fn main() -> ExitCode {
 
 fn run(opts: Options) -> anyhow::Result<()> {
     if opts.windows_service {
-        anyhow::bail!("-windows-service: running under the Windows service control manager is not supported by this build yet");
+        #[cfg(windows)]
+        return winsvc::run(opts);
+        #[cfg(not(windows))]
+        anyhow::bail!("-windows-service is only meaningful on Windows");
     }
+    run_until(opts, shutdown_signal())
+}
+
+/// Serves until `shutdown` completes, on a runtime of its own.
+fn run_until(opts: Options, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(opts, shutdown_signal()))
+    runtime.block_on(serve(opts, shutdown))
 }
 
 /// Adapts the Prometheus metrics to the server's call hooks.
@@ -118,26 +128,24 @@ async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'stati
 }
 
 /// Completes on Ctrl-C, or SIGTERM on unix.
-fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    async {
-        #[cfg(unix)]
-        {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the daemon");
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the daemon");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
             }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
         }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -9,12 +9,13 @@ use std::io;
 use std::ptr;
 use tokio::net::windows::named_pipe::{NamedPipeServer, PipeMode, ServerOptions};
 use windows_sys::Win32::Foundation::{
-    LocalFree, ERROR_ACCESS_DENIED, ERROR_PIPE_BUSY, ERROR_PIPE_CONNECTED, HLOCAL,
+    LocalFree, ERROR_ACCESS_DENIED, ERROR_PIPE_BUSY, ERROR_PIPE_CONNECTED, ERROR_SEM_TIMEOUT, HLOCAL,
 };
 use windows_sys::Win32::Security::Authorization::{
     ConvertStringSecurityDescriptorToSecurityDescriptorW, SDDL_REVISION_1,
 };
 use windows_sys::Win32::Security::{PSECURITY_DESCRIPTOR, SECURITY_ATTRIBUTES};
+use windows_sys::Win32::System::Pipes::WaitNamedPipeW;
 
 /// The pipes' security descriptor when none is configured: the same DACL upstream's pipes get.
 ///
@@ -71,7 +72,12 @@ impl SecurityDescriptor {
         // SAFETY: `wide` is a NUL-terminated UTF-16 string that outlives the call; `sd` is a valid
         // out-pointer; the size out-parameter is optional (null).
         let ok = unsafe {
-            ConvertStringSecurityDescriptorToSecurityDescriptorW(wide.as_ptr(), SDDL_REVISION_1, &mut sd, ptr::null_mut())
+            ConvertStringSecurityDescriptorToSecurityDescriptorW(
+                wide.as_ptr(),
+                SDDL_REVISION_1,
+                &mut sd,
+                ptr::null_mut(),
+            )
         };
         if ok == 0 || sd.is_null() {
             return Err(io::Error::last_os_error());
@@ -123,7 +129,9 @@ impl PipeListener {
         };
         // SAFETY: `attrs` is a valid SECURITY_ATTRIBUTES whose descriptor (owned by `self.sd`) lives
         // for the whole call; CreateNamedPipeW copies what it needs.
-        unsafe { opts.create_with_security_attributes_raw(&self.path, &mut attrs as *mut SECURITY_ATTRIBUTES as *mut c_void) }
+        unsafe {
+            opts.create_with_security_attributes_raw(&self.path, &mut attrs as *mut SECURITY_ATTRIBUTES as *mut c_void)
+        }
     }
 }
 
@@ -132,18 +140,38 @@ impl PipeListener {
 /// tokio runtime.
 pub fn bind(pipe_path: &str, sddl: Option<&str>) -> Result<PipeListener, PipeError> {
     let sddl = sddl.unwrap_or(DEFAULT_SDDL);
-    let sd = SecurityDescriptor::from_sddl(sddl)
-        .map_err(|source| PipeError::BadSddl { sddl: sddl.to_string(), source })?;
+    let sd =
+        SecurityDescriptor::from_sddl(sddl).map_err(|source| PipeError::BadSddl { sddl: sddl.to_string(), source })?;
+    let in_use = || PipeError::InUse { pipe: pipe_path.to_string() };
+    // FILE_FLAG_FIRST_PIPE_INSTANCE below is the real (atomic) guard. Wine's CreateNamedPipeW
+    // ignores that flag (it always opens-or-creates), so look first too: this makes a second
+    // daemon fail under Wine as well, and is redundant but harmless on Windows.
+    if pipe_exists(pipe_path) {
+        return Err(in_use());
+    }
     let mut listener = PipeListener { path: pipe_path.to_string(), sd, waiting: None };
     let first = listener.create_instance(true).map_err(|e| match e.raw_os_error().map(|c| c as u32) {
         // FILE_FLAG_FIRST_PIPE_INSTANCE: "If this flag is specified and a pipe of the same name
         // already exists, CreateNamedPipe fails with ERROR_ACCESS_DENIED". ERROR_PIPE_BUSY: a pipe of
         // that name exists and has no free instance. Either way, someone else has the name.
-        Some(ERROR_ACCESS_DENIED) | Some(ERROR_PIPE_BUSY) => PipeError::InUse { pipe: pipe_path.to_string() },
+        Some(ERROR_ACCESS_DENIED) | Some(ERROR_PIPE_BUSY) => in_use(),
         _ => PipeError::Io { what: "creating named pipe", pipe: pipe_path.to_string(), source: e },
     })?;
     listener.waiting = Some(first);
     Ok(listener)
+}
+
+/// Whether a pipe named `path` exists (with a free instance or not), without connecting to it.
+fn pipe_exists(path: &str) -> bool {
+    let wide: Vec<u16> = path.encode_utf16().chain(std::iter::once(0)).collect();
+    // SAFETY: `wide` is a NUL-terminated UTF-16 string that outlives the call. WaitNamedPipeW only
+    // waits (here at most 1 ms) for an instance to be free; it does not connect to or consume it.
+    if unsafe { WaitNamedPipeW(wide.as_ptr(), 1) } != 0 {
+        return true; // an instance is waiting for clients
+    }
+    // ERROR_SEM_TIMEOUT: the pipe exists but all its instances are busy. ERROR_FILE_NOT_FOUND:
+    // no such pipe. Anything else (a malformed name, …) is left to CreateNamedPipeW to report.
+    io::Error::last_os_error().raw_os_error() == Some(ERROR_SEM_TIMEOUT as i32)
 }
 
 impl Listener for PipeListener {

@@ -9,7 +9,6 @@ use csi_proxy_wire::{v1, v1alpha1, v1beta1, v1beta2, v2alpha1};
 macro_rules! common {
     ($($v:ident),*) => {$(
         into_op!($v::PathExistsRequest => PathExists, |r| PathExists { path: r.path });
-        from_output!($v::PathExistsResponse, bool, |o| $v::PathExistsResponse { exists: o, ..Default::default() });
         into_op!($v::MkdirRequest => Mkdir, |r| Mkdir { path: r.path });
         into_op!($v::RmdirRequest => Rmdir, |r| Rmdir { path: r.path, force: r.force });
         empty_responses!($v::MkdirResponse, $v::RmdirResponse);
@@ -20,6 +19,7 @@ common!(v1alpha1, v1beta1, v1beta2, v1, v2alpha1);
 /// The PathContext enum of these versions is ignored, as upstream has done since v1.0.
 macro_rules! old {
     ($($v:ident),*) => {$(
+        from_output!($v::PathExistsResponse, bool, |o| $v::PathExistsResponse { exists: o, ..Default::default() });
         into_op!($v::LinkPathRequest => CreateSymlink,
             |r| CreateSymlink { source_path: r.source_path, target_path: r.target_path });
         empty_responses!($v::LinkPathResponse);
@@ -39,6 +39,7 @@ old!(v1alpha1, v1beta1);
 
 macro_rules! current {
     ($($v:ident),*) => {$(
+        from_output!($v::PathExistsResponse, bool, |o| $v::PathExistsResponse { exists: o });
         into_op!($v::CreateSymlinkRequest => CreateSymlink,
             |r| CreateSymlink { source_path: r.source_path, target_path: r.target_path });
         empty_responses!($v::CreateSymlinkResponse);

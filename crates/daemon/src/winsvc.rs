@@ -1,0 +1,83 @@
+//! `-windows-service`: run under the Windows service control manager as `csiproxy`, the name
+//! upstream's install line registers (`sc.exe create csiproxy ...`).
+//!
+//! Unlike upstream, Stop and Shutdown really stop the daemon: the endpoints stop accepting,
+//! open calls get a short drain, then the service reports Stopped and the process exits.
+
+use crate::flags::Options;
+use std::ffi::OsString;
+use std::sync::Mutex;
+use std::time::Duration;
+use windows_service::service::{
+    ServiceControl, ServiceControlAccept, ServiceExitCode, ServiceState, ServiceStatus, ServiceType,
+};
+use windows_service::service_control_handler::{self, ServiceControlHandlerResult};
+use windows_service::{define_windows_service, service_dispatcher};
+
+pub const SERVICE_NAME: &str = "csiproxy";
+
+/// The dispatcher calls `service_main` on its own thread with no way to pass data, so the
+/// parsed options wait here.
+static OPTIONS: Mutex<Option<Options>> = Mutex::new(None);
+
+define_windows_service!(ffi_service_main, service_main);
+
+/// Hands the process to the SCM; returns when the service has stopped.
+pub fn run(opts: Options) -> anyhow::Result<()> {
+    *OPTIONS.lock().unwrap_or_else(|p| p.into_inner()) = Some(opts);
+    service_dispatcher::start(SERVICE_NAME, ffi_service_main).map_err(|e| {
+        anyhow::anyhow!(
+            "-windows-service: cannot connect to the service control manager as service {SERVICE_NAME:?} \
+             (was the process started by the SCM?): {e}"
+        )
+    })
+}
+
+fn service_main(_args: Vec<OsString>) {
+    if let Err(e) = run_service() {
+        tracing::error!("service {SERVICE_NAME} failed: {e:#}");
+    }
+}
+
+fn run_service() -> anyhow::Result<()> {
+    let opts = OPTIONS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("service started twice"))?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop_tx = Mutex::new(Some(stop_tx));
+    let handler = move |control| match control {
+        ServiceControl::Stop | ServiceControl::Shutdown => {
+            if let Some(tx) = stop_tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = tx.send(());
+            }
+            ServiceControlHandlerResult::NoError
+        }
+        ServiceControl::Interrogate => ServiceControlHandlerResult::NoError,
+        _ => ServiceControlHandlerResult::NotImplemented,
+    };
+    let status = service_control_handler::register(SERVICE_NAME, handler)?;
+    let report = |state, accept, exit: u32| {
+        status.set_service_status(ServiceStatus {
+            service_type: ServiceType::OWN_PROCESS,
+            current_state: state,
+            controls_accepted: accept,
+            exit_code: ServiceExitCode::Win32(exit),
+            checkpoint: 0,
+            wait_hint: Duration::from_secs(10),
+            process_id: None,
+        })
+    };
+    report(ServiceState::Running, ServiceControlAccept::STOP | ServiceControlAccept::SHUTDOWN, 0)?;
+    let result = crate::run_until(opts, async {
+        let _ = stop_rx.await;
+        tracing::info!("stop requested by the service control manager");
+    });
+    if let Err(e) = &result {
+        tracing::error!("{e:#}");
+    }
+    // ERROR_SERVICE_SPECIFIC_ERROR-style exit: 1 tells the SCM (and its restart policy) we failed.
+    report(ServiceState::Stopped, ServiceControlAccept::empty(), u32::from(result.is_err()))?;
+    result
+}
