@@ -1,0 +1,115 @@
+#![cfg(unix)]
+//! The real binary: exit codes, a second daemon, metrics after real calls.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_csi-proxy");
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("csi-proxy-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(dir: &Path, extra: &[&str]) -> Daemon {
+    let child = Command::new(BIN)
+        .arg("-socket-dir")
+        .arg(dir)
+        .args(extra)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(dir).map(|d| d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sock")).count()).unwrap_or(0) < 23 {
+        assert!(Instant::now() < deadline, "daemon did not create its sockets");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Daemon(child)
+}
+
+#[test]
+fn unknown_flag_exits_2_naming_it() {
+    let out = Command::new(BIN).arg("-kubelet-pod-path=/x").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("-kubelet-pod-path"), "{err}");
+    assert!(err.contains("-kubelet-path"), "usage should follow: {err}");
+}
+
+#[test]
+fn help_lists_every_flag_and_exits_0() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "-kubelet-path", "-working-dir", "-windows-service", "-require-privacy", "-metrics-bind-address", "-v ",
+        "-log_file", "-log_dir", "-logtostderr", "-alsologtostderr", "-socket-dir", "-pipe-sddl",
+    ] {
+        assert!(text.contains(flag), "--help does not list {flag}");
+    }
+}
+
+#[test]
+fn a_second_daemon_on_the_same_directory_fails_clearly() {
+    let dir = tempdir("second");
+    let _first = start(&dir, &[]);
+    let out = Command::new(BIN).arg("-socket-dir").arg(&dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&dir.display().to_string()) && err.contains("another running csi-proxy"), "{err}");
+}
+
+#[test]
+fn metrics_count_real_calls_with_upstream_labels() {
+    let dir = tempdir("metrics");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let _d = start(&dir, &["-metrics-bind-address", &addr]);
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let path = dir.join("csi-proxy-disk-v1.sock");
+        let ch = tonic::transport::Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+            }))
+            .await
+            .unwrap();
+        let mut c = csi_proxy_wire::v1::disk_client::DiskClient::new(ch);
+        for _ in 0..2 {
+            let s = c.list_disk_locations(csi_proxy_wire::v1::ListDiskLocationsRequest {}).await.unwrap_err();
+            assert_eq!(s.code(), tonic::Code::Unimplemented);
+        }
+    });
+
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    let labels = r#"grpc_method="ListDiskLocations",grpc_service="v1.Disk",grpc_type="unary""#;
+    assert!(body.contains(&format!("grpc_server_started_total{{{labels}}} 2")), "{body}");
+    assert!(
+        body.contains(&format!("grpc_server_handled_total{{grpc_code=\"Unimplemented\",{labels}}} 2")),
+        "{body}"
+    );
+    assert!(body.contains(&format!("grpc_server_handling_seconds_count{{{labels}}} 2")), "{body}");
+    assert!(body.contains(r#"grpc_server_handling_seconds_bucket{grpc_method="ListDiskLocations""#), "{body}");
+    assert!(body.contains("process_resident_memory_bytes"), "{body}");
+}
