@@ -134,6 +134,13 @@ macro_rules! old_shape_test {
             );
             c.link_path(link("/gone", "/dangling")).await.unwrap();
             assert!(
+                c.path_exists(exists("/dangling", 0))
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .exists
+            );
+            assert!(
                 !c.is_mount_point(is_mp("/dangling"))
                     .await
                     .unwrap()
@@ -312,6 +319,14 @@ macro_rules! current_shape_test {
                     .is_symlink
             );
             c.create_symlink(ln("/missing", "/dangling")).await.unwrap();
+            // A dangling link still exists (upstream uses Lstat).
+            assert!(
+                c.path_exists(exists("/dangling"))
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .exists
+            );
             assert!(
                 !c.is_symlink(is_ln("/dangling"))
                     .await

@@ -9,9 +9,10 @@
 
 mod common;
 use common::*;
+use csi_proxy_transport::authority::{HeaderDecoder, DEFAULT_HEADER_TABLE_SIZE};
 use csi_proxy_wire::{v1, Group};
 use prost::Message;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -99,237 +100,19 @@ fn replay_bytes(name: &str) -> Vec<u8> {
     out
 }
 
-// ===== a small HPACK decoder (RFC 7541), enough for whatever h2's encoder sends =====
-
-/// Code length in bits of each symbol of the HPACK Huffman code (RFC 7541 Appendix B), indexed
-/// by symbol (0..=255, then 256 = EOS). The code is canonical, so the lengths determine it.
-const CODE_LENGTHS: [u8; 257] = [
-    13, 23, 28, 28, 28, 28, 28, 28, 28, 24, 30, 28, 28, 30, 28, 28, // 0x00
-    28, 28, 28, 28, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 28, // 0x10
-    6, 10, 10, 12, 13, 6, 8, 11, 10, 10, 8, 11, 8, 6, 6, 6, // 0x20
-    5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 7, 8, 15, 6, 12, 10, // 0x30
-    13, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, // 0x40
-    7, 7, 7, 7, 7, 7, 7, 7, 8, 7, 8, 13, 19, 13, 14, 6, // 0x50
-    15, 5, 6, 5, 6, 5, 6, 6, 6, 5, 7, 7, 6, 6, 6, 5, // 0x60
-    6, 7, 6, 5, 5, 6, 7, 7, 7, 7, 7, 15, 11, 14, 13, 28, // 0x70
-    20, 22, 20, 20, 22, 22, 22, 23, 22, 23, 23, 23, 23, 23, 24, 23, // 0x80
-    24, 24, 22, 23, 24, 23, 23, 23, 23, 21, 22, 23, 22, 23, 23, 24, // 0x90
-    22, 21, 20, 22, 22, 23, 23, 21, 23, 22, 22, 24, 21, 22, 23, 23, // 0xa0
-    21, 21, 22, 21, 23, 22, 23, 23, 20, 22, 22, 22, 23, 22, 22, 23, // 0xb0
-    26, 26, 20, 19, 22, 23, 22, 25, 26, 26, 26, 27, 27, 26, 24, 25, // 0xc0
-    19, 21, 26, 27, 27, 26, 27, 24, 21, 21, 26, 26, 28, 27, 27, 27, // 0xd0
-    20, 24, 20, 21, 22, 21, 21, 23, 22, 22, 25, 25, 24, 24, 26, 23, // 0xe0
-    26, 27, 26, 26, 27, 27, 27, 27, 27, 28, 27, 27, 27, 27, 27, 26, // 0xf0
-    30, // EOS
-];
-
-fn huffman_decode(input: &[u8]) -> Vec<u8> {
-    // (length, code) -> symbol, from the canonical assignment: codes of one length are
-    // consecutive in symbol order, and each length starts at (last code of previous + 1) << 1.
-    let mut codes = BTreeMap::new();
-    let mut code = 0u32;
-    for len in 1..=30u8 {
-        for (sym, _) in CODE_LENGTHS.iter().enumerate().filter(|(_, l)| **l == len) {
-            codes.insert((len, code), sym as u16);
-            code += 1;
-        }
-        code <<= 1;
-    }
-    let mut out = Vec::new();
-    let (mut code, mut len) = (0u32, 0u8);
-    for &byte in input {
-        for shift in (0..8).rev() {
-            code = (code << 1) | u32::from((byte >> shift) & 1);
-            len += 1;
-            assert!(len <= 30, "bad Huffman code in {input:02x?}");
-            if let Some(&sym) = codes.get(&(len, code)) {
-                assert_ne!(sym, 256, "EOS inside a Huffman string");
-                out.push(sym as u8);
-                (code, len) = (0, 0);
-            }
-        }
-    }
-    assert!(
-        len <= 7 && code == (1 << len) - 1,
-        "bad Huffman padding in {input:02x?}"
-    );
-    out
-}
-
-const STATIC_TABLE: [(&str, &str); 61] = [
-    (":authority", ""),
-    (":method", "GET"),
-    (":method", "POST"),
-    (":path", "/"),
-    (":path", "/index.html"),
-    (":scheme", "http"),
-    (":scheme", "https"),
-    (":status", "200"),
-    (":status", "204"),
-    (":status", "206"),
-    (":status", "304"),
-    (":status", "400"),
-    (":status", "404"),
-    (":status", "500"),
-    ("accept-charset", ""),
-    ("accept-encoding", "gzip, deflate"),
-    ("accept-language", ""),
-    ("accept-ranges", ""),
-    ("accept", ""),
-    ("access-control-allow-origin", ""),
-    ("age", ""),
-    ("allow", ""),
-    ("authorization", ""),
-    ("cache-control", ""),
-    ("content-disposition", ""),
-    ("content-encoding", ""),
-    ("content-language", ""),
-    ("content-length", ""),
-    ("content-location", ""),
-    ("content-range", ""),
-    ("content-type", ""),
-    ("cookie", ""),
-    ("date", ""),
-    ("etag", ""),
-    ("expect", ""),
-    ("expires", ""),
-    ("from", ""),
-    ("host", ""),
-    ("if-match", ""),
-    ("if-modified-since", ""),
-    ("if-none-match", ""),
-    ("if-range", ""),
-    ("if-unmodified-since", ""),
-    ("last-modified", ""),
-    ("link", ""),
-    ("location", ""),
-    ("max-forwards", ""),
-    ("proxy-authenticate", ""),
-    ("proxy-authorization", ""),
-    ("range", ""),
-    ("referer", ""),
-    ("refresh", ""),
-    ("retry-after", ""),
-    ("server", ""),
-    ("set-cookie", ""),
-    ("strict-transport-security", ""),
-    ("transfer-encoding", ""),
-    ("user-agent", ""),
-    ("vary", ""),
-    ("via", ""),
-    ("www-authenticate", ""),
-];
+// ===== response headers =====
 
 type Header = (String, String);
 
-/// The client side's view of the server's HPACK encoder state.
-struct Decoder {
-    /// Newest first: HPACK index 62 is `table[0]`.
-    table: VecDeque<Header>,
-    size: usize,
-    max_size: usize,
-}
-
-impl Decoder {
-    fn new() -> Self {
-        // The captured client's SETTINGS frame is empty, so the default 4096 applies.
-        Decoder {
-            table: VecDeque::new(),
-            size: 0,
-            max_size: 4096,
-        }
-    }
-
-    fn int(buf: &[u8], pos: &mut usize, prefix_bits: u8) -> usize {
-        let mask = (1usize << prefix_bits) - 1;
-        let mut value = usize::from(buf[*pos]) & mask;
-        *pos += 1;
-        if value < mask {
-            return value;
-        }
-        let mut shift = 0;
-        loop {
-            let b = buf[*pos];
-            *pos += 1;
-            value += usize::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                return value;
-            }
-        }
-    }
-
-    fn string(buf: &[u8], pos: &mut usize) -> String {
-        let huffman = buf[*pos] & 0x80 != 0;
-        let len = Self::int(buf, pos, 7);
-        let raw = &buf[*pos..*pos + len];
-        *pos += len;
-        let bytes = if huffman {
-            huffman_decode(raw)
-        } else {
-            raw.to_vec()
-        };
-        String::from_utf8(bytes).expect("header strings are UTF-8 here")
-    }
-
-    fn entry(&self, index: usize) -> Header {
-        assert!(index > 0, "HPACK index 0");
-        if index <= STATIC_TABLE.len() {
-            let (n, v) = STATIC_TABLE[index - 1];
-            return (n.to_owned(), v.to_owned());
-        }
-        self.table
-            .get(index - STATIC_TABLE.len() - 1)
-            .cloned()
-            .unwrap_or_else(|| panic!("HPACK index {index} out of range"))
-    }
-
-    fn evict(&mut self) {
-        while self.size > self.max_size {
-            let (n, v) = self.table.pop_back().expect("size accounting");
-            self.size -= n.len() + v.len() + 32;
-        }
-    }
-
-    fn insert(&mut self, h: Header) {
-        self.size += h.0.len() + h.1.len() + 32;
-        self.table.push_front(h);
-        self.evict();
-    }
-
-    /// Decodes one complete header block.
-    fn decode(&mut self, block: &[u8]) -> Vec<Header> {
-        let mut out = Vec::new();
-        let mut pos = 0;
-        while pos < block.len() {
-            let first = block[pos];
-            if first & 0x80 != 0 {
-                let index = Self::int(block, &mut pos, 7);
-                out.push(self.entry(index));
-            } else if first & 0xe0 == 0x20 {
-                self.max_size = Self::int(block, &mut pos, 5);
-                assert!(
-                    self.max_size <= 4096,
-                    "table size update above SETTINGS_HEADER_TABLE_SIZE"
-                );
-                self.evict();
-            } else {
-                let indexing = first & 0xc0 == 0x40;
-                let name_index = Self::int(block, &mut pos, if indexing { 6 } else { 4 });
-                let name = if name_index == 0 {
-                    Self::string(block, &mut pos)
-                } else {
-                    self.entry(name_index).0
-                };
-                let value = Self::string(block, &mut pos);
-                if indexing {
-                    self.insert((name.clone(), value.clone()));
-                }
-                out.push((name, value));
-            }
-        }
-        out
-    }
+/// Decodes one complete header block from the server with the transport crate's HPACK decoder.
+fn decode_headers(hpack: &mut HeaderDecoder, block: &[u8]) -> Vec<Header> {
+    let text = |b: &[u8]| String::from_utf8(b.to_vec()).expect("header strings are UTF-8 here");
+    hpack
+        .decode(block)
+        .unwrap_or_else(|e| panic!("HPACK error {e} in header block {block:02x?}"))
+        .iter()
+        .map(|(n, v)| (text(n), text(v)))
+        .collect()
 }
 
 // ===== the replay =====
@@ -394,7 +177,8 @@ async fn exchange(name: &str) -> Seen {
     });
 
     let mut seen = Seen::default();
-    let mut hpack = Decoder::new();
+    // The captured client's SETTINGS frame is empty, so the default 4096 applies.
+    let mut hpack = HeaderDecoder::new(DEFAULT_HEADER_TABLE_SIZE);
     // A header block split over HEADERS + CONTINUATION: (stream, flags of HEADERS, fragment).
     let mut pending: Option<(u32, u8, Vec<u8>)> = None;
     let read = tokio::time::timeout(Duration::from_secs(10), async {
@@ -431,7 +215,7 @@ async fn exchange(name: &str) -> Seen {
                             pending = Some((stream, flags, block));
                             continue;
                         }
-                        let headers = hpack.decode(&block);
+                        let headers = decode_headers(&mut hpack, &block);
                         let st = seen.streams.entry(stream).or_default();
                         st.header_blocks.push(headers);
                         if flags & END_STREAM != 0 {

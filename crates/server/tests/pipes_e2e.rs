@@ -152,9 +152,10 @@ async fn every_api_answers_on_its_pipe_and_a_second_server_is_refused() {
 
     // A second daemon fails at its first pipe, before serving anything.
     let ctx2 = context();
-    let e = serve_apis(APIS, &Endpoints::Pipes { sddl: None }, |api| ctx2.service(api), ConnPolicy::default(), async {})
-        .await
-        .expect_err("a second server on the same pipes must fail");
+    let e =
+        serve_apis(APIS, &Endpoints::Pipes { sddl: None }, |api| ctx2.service(api), ConnPolicy::default(), async {})
+            .await
+            .expect_err("a second server on the same pipes must fail");
     let msg = e.to_string();
     assert!(msg.contains(r"\\.\pipe\csi-proxy-disk-v1alpha1"), "{msg}");
     assert!(msg.contains("already served"), "{msg}");
@@ -169,8 +170,20 @@ async fn every_api_answers_on_its_pipe_and_a_second_server_is_refused() {
         .expect("server task")
         .expect("serve_apis result");
 
-    // Once stopped, the names are free again.
+    // Once stopped, the names are free again — as soon as the clients have closed their ends too
+    // (a client handle keeps the pipe's name alive; tonic closes its connections in background
+    // tasks after the clients were dropped).
     for api in APIS {
-        drop(csi_proxy_transport::pipe::bind(&api.pipe_path(), None).expect("pipe name is free after shutdown"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match csi_proxy_transport::pipe::bind(&api.pipe_path(), None) {
+                Ok(l) => break drop(l),
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("pipe name is not free after shutdown: {e}"),
+            }
+        }
     }
 }

@@ -204,3 +204,41 @@ async fn start_and_stop_service() {
     );
     assert_eq!(status_of(&s, "iscsid"), ServiceStatus::Stopped);
 }
+
+/// Upstream's forced stop collects the running dependents breadth-first, transitively (a service
+/// that depends on a dependent is stopped too), stops them last-found-first and the requested
+/// service last (UPSTREAM.md §3.6). No service may be left running on top of a stopped one.
+#[tokio::test]
+async fn forced_stop_stops_dependents_of_dependents() {
+    let s = TestServer::start().await;
+    let mut c = client(&s).await;
+    let svc = |dependents: &[&str]| SimService {
+        info: ServiceInfo {
+            display_name: "dep".into(),
+            start_type: StartType::Automatic,
+            status: ServiceStatus::Running,
+        },
+        dependents: dependents.iter().map(|d| d.to_string()).collect(),
+    };
+    s.host.with(|st| {
+        // iscsid <- mid <- leaf
+        st.services.insert("mid".into(), svc(&["leaf"]));
+        st.services.insert("leaf".into(), svc(&[]));
+        let iscsid = st.services.get_mut("iscsid").unwrap();
+        iscsid.dependents = vec!["mid".into()];
+        iscsid.info.status = ServiceStatus::Running;
+    });
+    c.stop_service(v1alpha1::StopServiceRequest {
+        name: "iscsid".into(),
+        force: true,
+    })
+    .await
+    .unwrap();
+    assert_eq!(status_of(&s, "iscsid"), ServiceStatus::Stopped);
+    assert_eq!(status_of(&s, "mid"), ServiceStatus::Stopped);
+    assert_eq!(
+        status_of(&s, "leaf"),
+        ServiceStatus::Stopped,
+        "leaf depends on mid, which was stopped"
+    );
+}

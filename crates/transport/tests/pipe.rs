@@ -224,26 +224,13 @@ async fn default_sddl_is_applied() {
     assert_eq!(trustees, ["SY", "BA", "OW", "WD", "AN"], "{dacl}");
 }
 
-#[tokio::test]
-async fn silent_connection_does_not_block_other_clients() {
-    let path = pipe_name("silent");
-    let listener = pipe::bind(&path, None).unwrap();
-    let svc = tower::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
-        Ok::<_, Infallible>(http::Response::new(format!("hello {}", req.uri().path())))
-    });
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, svc, ConnPolicy::default(), async {
-        let _ = stop_rx.await;
-    }));
-
-    // Like upstream's Go client: open the pipe, never send a byte, never close it.
-    let _silent = dial(&path).await.unwrap();
-    let _silent2 = dial(&path).await.unwrap();
-
-    let io = dial(&path).await.unwrap();
+/// One HTTP/2 GET over a fresh connection to `path`; the response body. The connection is closed
+/// before returning.
+async fn h2_get(path: &str, uri_path: &str) -> String {
+    let io = dial(path).await.unwrap();
     let (mut h2c, conn) = h2::client::handshake(io).await.unwrap();
-    tokio::spawn(conn);
-    let req = http::Request::builder().uri("http://pipe/ping").body(()).unwrap();
+    let conn = tokio::spawn(conn);
+    let req = http::Request::builder().uri(format!("http://pipe{uri_path}")).body(()).unwrap();
     let (resp, _) = h2c.send_request(req, true).unwrap();
     let resp = tokio::time::timeout(Duration::from_secs(10), resp).await.expect("answer in time").unwrap();
     assert_eq!(resp.status(), 200);
@@ -252,8 +239,89 @@ async fn silent_connection_does_not_block_other_clients() {
     while let Some(chunk) = body.data().await {
         got.extend_from_slice(&chunk.unwrap());
     }
-    assert_eq!(got, b"hello /ping");
+    drop((h2c, body));
+    conn.abort();
+    String::from_utf8(got).unwrap()
+}
 
+fn hello_service() -> impl tower::Service<
+    http::Request<hyper::body::Incoming>,
+    Response = http::Response<String>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+        Ok::<_, Infallible>(http::Response::new(format!("hello {}", req.uri().path())))
+    })
+}
+
+#[tokio::test]
+async fn silent_connection_does_not_block_other_clients() {
+    let path = pipe_name("silent");
+    let listener = pipe::bind(&path, None).unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, hello_service(), ConnPolicy::default(), async {
+        let _ = stop_rx.await;
+    }));
+
+    // Like upstream's Go client: open the pipe, never send a byte, never close it.
+    let _silent = dial(&path).await.unwrap();
+    let _silent2 = dial(&path).await.unwrap();
+
+    assert_eq!(h2_get(&path, "/ping").await, "hello /ping");
+
+    // Shutdown is bounded even though the silent connections never speak.
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(10), server).await.expect("serve stops").unwrap();
+}
+
+#[tokio::test]
+async fn next_instance_is_ready_when_accept_returns() {
+    let path = pipe_name("ready");
+    let mut l = pipe::bind(&path, None).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        // No retry on ERROR_PIPE_BUSY and no accept running: the instance created by the previous
+        // accept (or by bind) must already be listening.
+        let client = ClientOptions::new().open(&path).expect("an instance is waiting");
+        let server = l.accept().await.unwrap();
+        held.push((client, server));
+    }
+}
+
+#[tokio::test]
+async fn an_abandoned_accept_keeps_its_instance_waiting() {
+    let path = pipe_name("abandon");
+    let mut l = pipe::bind(&path, None).unwrap();
+    // Start an accept (ConnectNamedPipe is now pending) and drop it, as `serve`'s select! does.
+    assert!(tokio::time::timeout(Duration::from_millis(20), l.accept()).await.is_err());
+    // No retry: the instance must still be there and listening.
+    let mut client = ClientOptions::new().open(&path).expect("an instance is waiting");
+    let mut server = tokio::time::timeout(Duration::from_secs(2), l.accept()).await.expect("accepted").unwrap();
+    client.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    server.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"ping");
+}
+
+/// `serve` drops the pending `accept` future every time a connection ends (its `select!`); the
+/// waiting instance must survive that and still take the next client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_survives_being_cancelled_by_ending_connections() {
+    let path = pipe_name("cancel");
+    let listener = pipe::bind(&path, None).unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, hello_service(), ConnPolicy::default(), async {
+        let _ = stop_rx.await;
+    }));
+    for i in 0..20 {
+        let p = format!("/n{i}");
+        assert_eq!(h2_get(&path, &p).await, format!("hello {p}"));
+        // Let the server notice the closed connection (which cancels its accept) before the next.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let _ = stop_tx.send(());
     tokio::time::timeout(Duration::from_secs(10), server).await.expect("serve stops").unwrap();
 }

@@ -1,44 +1,41 @@
-//! Just enough HPACK (RFC 7541) to find `:authority` literals in a request header block and
-//! replace values `http::uri::Authority` rejects, while mirroring the server decoder's dynamic
-//! table so that names referenced by index are known.
+//! Just enough HPACK (RFC 7541) for two jobs that share one walk over a block's representations
+//! ([`walk_block`]):
 //!
-//! This is deliberately not a general decoder: it never materialises header lists, it only walks
-//! the representations, copying each one unchanged unless it is an `:authority` literal that
-//! needs replacing.
+//! - [`BlockRewriter`] finds `:authority` literals in a request header block and replaces values
+//!   `http::uri::Authority` rejects, while mirroring the server decoder's dynamic table so that
+//!   names referenced by index are known. It never materialises header lists: it copies the
+//!   block unchanged except for the values it replaces.
+//! - [`HeaderDecoder`] decodes header blocks into header lists, for tests that read raw server
+//!   frames.
 
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::fmt;
+use std::ops::Range;
 
-/// Why a header block could not be walked. Any of these means the adapter stops interpreting
-/// the connection and lets the HTTP/2 server see (and reject) the original bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HpackError {
+/// Why a header block could not be decoded. For [`AuthorityFix`](super::AuthorityFix), any of
+/// these means the adapter stops interpreting the connection and lets the HTTP/2 server see
+/// (and reject) the original bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HpackError {
     /// A representation runs past the end of the block.
+    #[error("truncated representation")]
     Truncated,
     /// An integer needs more continuation octets than h2 accepts.
+    #[error("integer too long")]
     IntegerOverflow,
     /// Index 0, or an index past the end of the static + dynamic table.
+    #[error("invalid table index {0}")]
     BadIndex(usize),
     /// Invalid Huffman code: EOS inside the string, or bad padding.
+    #[error("invalid Huffman-coded string")]
     Huffman,
-    /// Dynamic table size update above the limit the server advertised.
+    /// Dynamic table size update above the limit the decoder advertised.
+    #[error("table size update to {0} above limit")]
     TableSizeTooLarge(usize),
     /// Dynamic table size update after a header field (h2 rejects these).
+    #[error("table size update after a header field")]
     TableSizeMisplaced,
-}
-
-impl fmt::Display for HpackError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HpackError::Truncated => f.write_str("truncated representation"),
-            HpackError::IntegerOverflow => f.write_str("integer too long"),
-            HpackError::BadIndex(i) => write!(f, "invalid table index {i}"),
-            HpackError::Huffman => f.write_str("invalid Huffman-coded string"),
-            HpackError::TableSizeTooLarge(s) => write!(f, "table size update to {s} above limit"),
-            HpackError::TableSizeMisplaced => f.write_str("table size update after a header field"),
-        }
-    }
 }
 
 // ===== integers (RFC 7541 §5.1) =====
@@ -247,70 +244,69 @@ fn decode_string(buf: &[u8]) -> Result<(Bytes, usize), HpackError> {
 
 // ===== tables (RFC 7541 §2.3, Appendix A) =====
 
-/// Names of the static table entries 1..=61. Values are not needed: the adapter only ever
-/// asks which name an index refers to.
-const STATIC_NAMES: [&str; 61] = [
-    ":authority",
-    ":method",
-    ":method",
-    ":path",
-    ":path",
-    ":scheme",
-    ":scheme",
-    ":status",
-    ":status",
-    ":status",
-    ":status",
-    ":status",
-    ":status",
-    ":status",
-    "accept-charset",
-    "accept-encoding",
-    "accept-language",
-    "accept-ranges",
-    "accept",
-    "access-control-allow-origin",
-    "age",
-    "allow",
-    "authorization",
-    "cache-control",
-    "content-disposition",
-    "content-encoding",
-    "content-language",
-    "content-length",
-    "content-location",
-    "content-range",
-    "content-type",
-    "cookie",
-    "date",
-    "etag",
-    "expect",
-    "expires",
-    "from",
-    "host",
-    "if-match",
-    "if-modified-since",
-    "if-none-match",
-    "if-range",
-    "if-unmodified-since",
-    "last-modified",
-    "link",
-    "location",
-    "max-forwards",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "range",
-    "referer",
-    "refresh",
-    "retry-after",
-    "server",
-    "set-cookie",
-    "strict-transport-security",
-    "transfer-encoding",
-    "user-agent",
-    "vary",
-    "via",
-    "www-authenticate",
+/// The static table, entries 1..=61 (RFC 7541 Appendix A): name and value.
+const STATIC_TABLE: [(&str, &str); 61] = [
+    (":authority", ""),
+    (":method", "GET"),
+    (":method", "POST"),
+    (":path", "/"),
+    (":path", "/index.html"),
+    (":scheme", "http"),
+    (":scheme", "https"),
+    (":status", "200"),
+    (":status", "204"),
+    (":status", "206"),
+    (":status", "304"),
+    (":status", "400"),
+    (":status", "404"),
+    (":status", "500"),
+    ("accept-charset", ""),
+    ("accept-encoding", "gzip, deflate"),
+    ("accept-language", ""),
+    ("accept-ranges", ""),
+    ("accept", ""),
+    ("access-control-allow-origin", ""),
+    ("age", ""),
+    ("allow", ""),
+    ("authorization", ""),
+    ("cache-control", ""),
+    ("content-disposition", ""),
+    ("content-encoding", ""),
+    ("content-language", ""),
+    ("content-length", ""),
+    ("content-location", ""),
+    ("content-range", ""),
+    ("content-type", ""),
+    ("cookie", ""),
+    ("date", ""),
+    ("etag", ""),
+    ("expect", ""),
+    ("expires", ""),
+    ("from", ""),
+    ("host", ""),
+    ("if-match", ""),
+    ("if-modified-since", ""),
+    ("if-none-match", ""),
+    ("if-range", ""),
+    ("if-unmodified-since", ""),
+    ("last-modified", ""),
+    ("link", ""),
+    ("location", ""),
+    ("max-forwards", ""),
+    ("proxy-authenticate", ""),
+    ("proxy-authorization", ""),
+    ("range", ""),
+    ("referer", ""),
+    ("refresh", ""),
+    ("retry-after", ""),
+    ("server", ""),
+    ("set-cookie", ""),
+    ("strict-transport-security", ""),
+    ("transfer-encoding", ""),
+    ("user-agent", ""),
+    ("vary", ""),
+    ("via", ""),
+    ("www-authenticate", ""),
 ];
 
 /// Per-entry overhead the RFC adds to name and value lengths (§4.1).
@@ -375,18 +371,113 @@ impl DynamicTable {
         self.evict_to(max_size);
     }
 
-    /// Name of the entry at a 1-based HPACK index (static entries first).
-    fn name(&self, index: usize) -> Result<Bytes, HpackError> {
+    /// Name and value of the entry at a 1-based HPACK index (static entries first).
+    fn entry(&self, index: usize) -> Result<(Bytes, Bytes), HpackError> {
         match index {
             0 => Err(HpackError::BadIndex(0)),
-            1..=61 => Ok(Bytes::from_static(STATIC_NAMES[index - 1].as_bytes())),
+            1..=61 => {
+                let (name, value) = STATIC_TABLE[index - 1];
+                Ok((
+                    Bytes::from_static(name.as_bytes()),
+                    Bytes::from_static(value.as_bytes()),
+                ))
+            }
             _ => self
                 .entries
                 .get(index - 62)
-                .map(|(n, _)| n.clone())
+                .cloned()
                 .ok_or(HpackError::BadIndex(index)),
         }
     }
+}
+
+// ===== walking a block (RFC 7541 §6) =====
+
+/// One header field of a block, as handed to the visitor of [`walk_block`].
+#[derive(Debug)]
+struct Field {
+    name: Bytes,
+    value: Bytes,
+    /// For a literal representation, where its value string (length prefix included) lies in
+    /// the block; `None` for an indexed field.
+    literal_value: Option<Range<usize>>,
+}
+
+/// Walks one complete header block, updating `table` exactly as a decoder would, and calls
+/// `on_field` with each header field in order. When a literal is to be added to the table, the
+/// table stores the value `on_field` returns instead of the decoded one, if it returns any.
+///
+/// `limit` is the SETTINGS_HEADER_TABLE_SIZE the decoding side advertised: the ceiling for
+/// dynamic table size updates. On error the table may be partly updated.
+fn walk_block(
+    table: &mut DynamicTable,
+    limit: usize,
+    block: &[u8],
+    mut on_field: impl FnMut(&Field) -> Option<Bytes>,
+) -> Result<(), HpackError> {
+    let mut seen_field = false;
+    let mut pos = 0;
+
+    while pos < block.len() {
+        let rest = &block[pos..];
+        let first = rest[0];
+
+        if first & 0x80 != 0 {
+            // Indexed field.
+            let (index, n) = decode_int(rest, 7)?;
+            let (name, value) = table.entry(index)?;
+            pos += n;
+            seen_field = true;
+            on_field(&Field {
+                name,
+                value,
+                literal_value: None,
+            });
+            continue;
+        }
+
+        if first & 0xe0 == 0x20 {
+            // Dynamic table size update; h2 only allows these before the first field.
+            if seen_field {
+                return Err(HpackError::TableSizeMisplaced);
+            }
+            let (size, n) = decode_int(rest, 5)?;
+            if size > limit {
+                return Err(HpackError::TableSizeTooLarge(size));
+            }
+            table.set_max_size(size);
+            pos += n;
+            continue;
+        }
+
+        // Literal field: 01 = with incremental indexing (6-bit name index),
+        // 0000 = without indexing, 0001 = never indexed (both 4-bit name index).
+        let indexing = first & 0xc0 == 0x40;
+        let (name_index, n) = decode_int(rest, if indexing { 6 } else { 4 })?;
+        pos += n;
+        let name = if name_index == 0 {
+            let (name, n) = decode_string(&block[pos..])?;
+            pos += n;
+            name
+        } else {
+            table.entry(name_index)?.0
+        };
+        let value_start = pos;
+        let (value, n) = decode_string(&block[pos..])?;
+        pos += n;
+        seen_field = true;
+
+        let field = Field {
+            name,
+            value,
+            literal_value: Some(value_start..pos),
+        };
+        let stored = on_field(&field);
+        if indexing {
+            table.insert(field.name, stored.unwrap_or(field.value));
+        }
+    }
+    Ok(())
 }
 
 // ===== block rewriting =====
@@ -447,84 +538,81 @@ impl BlockRewriter {
     /// On error the table may be partly updated; the caller must stop interpreting the
     /// connection.
     pub(crate) fn rewrite(&mut self, block: &[u8]) -> Result<Option<Rewritten>, HpackError> {
-        let mut out = Vec::with_capacity(block.len() + 16);
+        let mut out = Vec::new();
         let mut originals = Vec::new();
-        let mut seen_field = false;
-        let mut pos = 0;
+        // `block[..copied]` has been accounted for in `out` (only once `out` is in use).
+        let mut copied = 0;
 
-        while pos < block.len() {
-            let start = pos;
-            let rest = &block[pos..];
-            let first = rest[0];
-
-            if first & 0x80 != 0 {
-                // Indexed field: check the index is valid, nothing else to do.
-                let (index, n) = decode_int(rest, 7)?;
-                self.table.name(index)?;
-                seen_field = true;
-                pos += n;
-                out.extend_from_slice(&block[start..pos]);
-                continue;
+        walk_block(&mut self.table, self.limit, block, |field| {
+            let value_at = field.literal_value.clone()?;
+            if &field.name[..] != AUTHORITY || !needs_placeholder(&field.value) {
+                return None;
             }
-
-            if first & 0xe0 == 0x20 {
-                // Dynamic table size update; h2 only allows these before the first field.
-                if seen_field {
-                    return Err(HpackError::TableSizeMisplaced);
-                }
-                let (size, n) = decode_int(rest, 5)?;
-                if size > self.limit {
-                    return Err(HpackError::TableSizeTooLarge(size));
-                }
-                self.table.set_max_size(size);
-                pos += n;
-                out.extend_from_slice(&block[start..pos]);
-                continue;
+            // Same representation type and name encoding; only the value changes, to a plain
+            // (non-Huffman) literal of the same decoded length.
+            let replacement = placeholder(field.value.len());
+            if out.is_empty() {
+                out.reserve(block.len() + 16);
             }
+            out.extend_from_slice(&block[copied..value_at.start]);
+            encode_int(replacement.len(), 7, 0x00, &mut out);
+            out.extend_from_slice(&replacement);
+            copied = value_at.end;
+            originals.push(field.value.clone());
+            Some(replacement)
+        })?;
 
-            // Literal field: 01 = with incremental indexing (6-bit name index),
-            // 0000 = without indexing, 0001 = never indexed (both 4-bit name index).
-            let indexing = first & 0xc0 == 0x40;
-            let (name_index, n) = decode_int(rest, if indexing { 6 } else { 4 })?;
-            pos += n;
-            let name = if name_index == 0 {
-                let (name, n) = decode_string(&block[pos..])?;
-                pos += n;
-                name
-            } else {
-                self.table.name(name_index)?
-            };
-            let value_start = pos;
-            let (value, n) = decode_string(&block[pos..])?;
-            pos += n;
-            seen_field = true;
-
-            let stored = if &name[..] == AUTHORITY && needs_placeholder(&value) {
-                // Same representation type and name encoding; only the value changes, to a
-                // plain (non-Huffman) literal of the same decoded length.
-                let replacement = placeholder(value.len());
-                out.extend_from_slice(&block[start..value_start]);
-                encode_int(replacement.len(), 7, 0x00, &mut out);
-                out.extend_from_slice(&replacement);
-                originals.push(value);
-                replacement
-            } else {
-                out.extend_from_slice(&block[start..pos]);
-                value
-            };
-            if indexing {
-                self.table.insert(name, stored);
-            }
+        if originals.is_empty() {
+            return Ok(None);
         }
+        out.extend_from_slice(&block[copied..]);
+        Ok(Some(Rewritten {
+            block: out,
+            originals,
+        }))
+    }
+}
 
-        Ok(if originals.is_empty() {
+// ===== decoding =====
+
+/// Decodes HTTP/2 header blocks (HPACK, RFC 7541) into header lists; used by tests that read
+/// raw server frames.
+///
+/// The decoder keeps the dynamic table from block to block, so it must see every header block
+/// sent in one direction of a connection, in order. It applies the same rules as `h2`'s
+/// decoder: integers of at most five octets, and table size updates only at the start of a
+/// block and never above the size given to [`HeaderDecoder::new`].
+#[derive(Debug)]
+pub struct HeaderDecoder {
+    table: DynamicTable,
+    /// SETTINGS_HEADER_TABLE_SIZE of the decoding side: the ceiling for size updates.
+    limit: usize,
+}
+
+impl HeaderDecoder {
+    /// A decoder for a peer that was told `SETTINGS_HEADER_TABLE_SIZE = max_table_size` (4096,
+    /// [`DEFAULT_HEADER_TABLE_SIZE`](super::DEFAULT_HEADER_TABLE_SIZE), unless the receiving
+    /// side's SETTINGS said otherwise).
+    pub fn new(max_table_size: usize) -> Self {
+        HeaderDecoder {
+            table: DynamicTable::new(max_table_size),
+            limit: max_table_size,
+        }
+    }
+
+    /// Decodes one complete header block (the fragments of a HEADERS frame and its
+    /// CONTINUATION frames, concatenated, without padding or priority fields) into its
+    /// `(name, value)` pairs, in order.
+    ///
+    /// On error the dynamic table may be partly updated, so later blocks on the same
+    /// connection cannot be decoded reliably.
+    pub fn decode(&mut self, block: &[u8]) -> Result<Vec<(Bytes, Bytes)>, HpackError> {
+        let mut headers = Vec::new();
+        walk_block(&mut self.table, self.limit, block, |field| {
+            headers.push((field.name.clone(), field.value.clone()));
             None
-        } else {
-            Some(Rewritten {
-                block: out,
-                originals,
-            })
-        })
+        })?;
+        Ok(headers)
     }
 }
 
@@ -635,9 +723,9 @@ mod tests {
         assert_eq!(t.size(), 80);
         let names: Vec<_> = t.entries().map(|(n, _)| n.to_vec()).collect();
         assert_eq!(names, vec![b"ccc".to_vec(), b"bb".to_vec()]);
-        assert_eq!(&t.name(62).unwrap()[..], b"ccc");
-        assert_eq!(&t.name(63).unwrap()[..], b"bb");
-        assert_eq!(t.name(64), Err(HpackError::BadIndex(64)));
+        assert_eq!(&t.entry(62).unwrap().0[..], b"ccc");
+        assert_eq!(&t.entry(63).unwrap().0[..], b"bb");
+        assert_eq!(t.entry(64), Err(HpackError::BadIndex(64)));
         // Shrinking evicts from the old end.
         t.set_max_size(50);
         assert_eq!(t.size(), 40);
@@ -645,8 +733,8 @@ mod tests {
         t.insert(Bytes::from_static(b"x"), Bytes::from(vec![b'y'; 40]));
         assert_eq!(t.size(), 0);
         assert_eq!(t.entries().count(), 0);
-        assert_eq!(&t.name(1).unwrap()[..], b":authority");
-        assert_eq!(&t.name(61).unwrap()[..], b"www-authenticate");
+        assert_eq!(&t.entry(1).unwrap().0[..], b":authority");
+        assert_eq!(&t.entry(61).unwrap().0[..], b"www-authenticate");
     }
 
     #[test]
@@ -690,6 +778,172 @@ mod tests {
         ];
         assert_eq!(r.table().entries().collect::<Vec<_>>(), expect_63);
         assert_eq!(r.table().size(), 215);
+    }
+
+    fn as_strs(headers: &[(Bytes, Bytes)]) -> Vec<(&str, &str)> {
+        headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    std::str::from_utf8(n).unwrap(),
+                    std::str::from_utf8(v).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decoder_rfc_c3_c4_requests_across_blocks() {
+        // RFC 7541 C.3 (plain literals) and C.4 (the same requests, Huffman-coded): each later
+        // block refers to entries the earlier ones added to the dynamic table.
+        let c3 = [
+            "8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d",
+            "8286 84be 5808 6e6f 2d63 6163 6865",
+            "8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65",
+        ];
+        let c4 = [
+            "8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff",
+            "8286 84be 5886 a8eb 1064 9cbf",
+            "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf",
+        ];
+        let expected: [Vec<(&str, &str)>; 3] = [
+            vec![
+                (":method", "GET"),
+                (":scheme", "http"),
+                (":path", "/"),
+                (":authority", "www.example.com"),
+            ],
+            vec![
+                (":method", "GET"),
+                (":scheme", "http"),
+                (":path", "/"),
+                (":authority", "www.example.com"),
+                ("cache-control", "no-cache"),
+            ],
+            vec![
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/index.html"),
+                (":authority", "www.example.com"),
+                ("custom-key", "custom-value"),
+            ],
+        ];
+        for blocks in [c3, c4] {
+            let mut d = HeaderDecoder::new(4096);
+            for (block, want) in blocks.iter().zip(&expected) {
+                assert_eq!(as_strs(&d.decode(&hex(block)).unwrap()), *want, "{block}");
+            }
+            let table: Vec<_> = d.table.entries().collect();
+            let want_table: Vec<(&[u8], &[u8])> = vec![
+                (b"custom-key", b"custom-value"),
+                (b"cache-control", b"no-cache"),
+                (b":authority", b"www.example.com"),
+            ];
+            assert_eq!(table, want_table);
+            assert_eq!(d.table.size(), 164);
+        }
+    }
+
+    #[test]
+    fn decoder_rfc_c6_responses_across_blocks() {
+        // RFC 7541 C.6: a 256-octet table, so the third response evicts earlier entries and
+        // refers to what is left.
+        let mut d = HeaderDecoder::new(256);
+        let blocks = [
+            "4882 6402 5885 aec3 771a 4b61 96d0 7abe 9410 54d4 44a8 2005 9504 0b81 66e0 82a6
+             2d1b ff6e 919d 29ad 1718 63c7 8f0b 97c8 e9ae 82ae 43d3",
+            "4883 640e ffc1 c0bf",
+            "88c1 6196 d07a be94 1054 d444 a820 0595 040b 8166 e084 a62d 1bff c05a 839b d9ab
+             77ad 94e7 821d d7f2 e6c7 b335 dfdf cd5b 3960 d5af 2708 7f36 72c1 ab27 0fb5 291f
+             9587 3160 65c0 03ed 4ee5 b106 3d50 07",
+        ];
+        let expected: [Vec<(&str, &str)>; 3] = [
+            vec![
+                (":status", "302"),
+                ("cache-control", "private"),
+                ("date", "Mon, 21 Oct 2013 20:13:21 GMT"),
+                ("location", "https://www.example.com"),
+            ],
+            vec![
+                (":status", "307"),
+                ("cache-control", "private"),
+                ("date", "Mon, 21 Oct 2013 20:13:21 GMT"),
+                ("location", "https://www.example.com"),
+            ],
+            vec![
+                (":status", "200"),
+                ("cache-control", "private"),
+                ("date", "Mon, 21 Oct 2013 20:13:22 GMT"),
+                ("location", "https://www.example.com"),
+                ("content-encoding", "gzip"),
+                (
+                    "set-cookie",
+                    "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1",
+                ),
+            ],
+        ];
+        for (block, want) in blocks.iter().zip(&expected) {
+            assert_eq!(as_strs(&d.decode(&hex(block)).unwrap()), *want, "{block}");
+        }
+        assert_eq!(d.table.size(), 215);
+    }
+
+    #[test]
+    fn decoder_errors() {
+        let mut d = HeaderDecoder::new(4096);
+        assert_eq!(d.decode(&[0x80]), Err(HpackError::BadIndex(0)));
+        assert_eq!(d.decode(&[0xbe]), Err(HpackError::BadIndex(62)));
+        assert_eq!(d.decode(&[0x41, 0x05, b'a']), Err(HpackError::Truncated));
+        assert_eq!(
+            d.decode(&[0x3f, 0xe2, 0x1f]),
+            Err(HpackError::TableSizeTooLarge(4097))
+        );
+        assert_eq!(d.decode(&[0x82, 0x20]), Err(HpackError::TableSizeMisplaced));
+        assert_eq!(d.decode(&[0x41, 0x81, 0x00]), Err(HpackError::Huffman));
+        assert_eq!(d.decode(&[]), Ok(vec![]));
+        // A size update alone is a valid block with no fields; size 0 empties the table.
+        let ab = vec![(Bytes::from_static(b"a"), Bytes::from_static(b"b"))];
+        assert_eq!(d.decode(&[0x40, 0x01, b'a', 0x01, b'b']), Ok(ab.clone()));
+        assert_eq!(d.decode(&[0xbe]), Ok(ab));
+        assert_eq!(d.decode(&[0x20]), Ok(vec![]));
+        assert_eq!(d.decode(&[0xbe]), Err(HpackError::BadIndex(62)));
+        assert_eq!(
+            HpackError::BadIndex(62).to_string(),
+            "invalid table index 62"
+        );
+    }
+
+    #[test]
+    fn decoder_sees_the_rewritten_block() {
+        let bad = br"\\.\pipe\csi-proxy-disk-v1";
+        let mut block = vec![0x83, 0x86];
+        block.extend(authority_literal(bad, true));
+        block.extend([0x44, 0x01, b'/']);
+        // The original block decodes to the original value...
+        let mut plain = HeaderDecoder::new(4096);
+        let original = plain.decode(&block).unwrap();
+        assert_eq!(
+            original[2],
+            (Bytes::from_static(b":authority"), Bytes::from_static(bad))
+        );
+        // ...and the rewritten one to the placeholder, with everything else the same, also
+        // through the dynamic table on the next block.
+        let mut r = BlockRewriter::new(4096);
+        let rw = r.rewrite(&block).unwrap().unwrap();
+        let mut d = HeaderDecoder::new(4096);
+        let mut fixed = d.decode(&rw.block).unwrap();
+        assert_eq!(&fixed[2].1[..], &vec![b'x'; bad.len()][..]);
+        fixed[2].1 = Bytes::from_static(bad);
+        assert_eq!(fixed, original);
+        assert_eq!(
+            as_strs(&d.decode(&[0x83, 0xbf, 0xbe]).unwrap()),
+            vec![
+                (":method", "POST"),
+                (":authority", "xxxxxxxxxxxxxxxxxxxxxxxxxx"),
+                (":path", "/"),
+            ]
+        );
+        assert!(r.rewrite(&[0x83, 0xbf, 0xbe]).unwrap().is_none());
     }
 
     /// Literal `:authority` with incremental indexing, name by static index 1.

@@ -11,6 +11,9 @@
 //! The adapter follows the HTTP/2 frame layer just far enough to collect header blocks
 //! (HEADERS + CONTINUATION), and HPACK just far enough to know each field's name and to keep a
 //! copy of the decoder's dynamic table. Everything else is forwarded as it arrives.
+//!
+//! The same HPACK code also backs [`HeaderDecoder`], a plain header block decoder for tests
+//! that read the server's raw frames.
 
 mod hpack;
 
@@ -24,6 +27,7 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use self::hpack::BlockRewriter;
+pub use self::hpack::{HeaderDecoder, HpackError};
 
 /// SETTINGS_HEADER_TABLE_SIZE the server is assumed to advertise unless told otherwise: the
 /// protocol default, which is what the tonic/hyper server uses.
