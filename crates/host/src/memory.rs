@@ -132,6 +132,14 @@ fn parent(path: &str) -> Option<String> {
     Some(if i == 0 { "/".into() } else { t[..i].to_string() })
 }
 
+/// `\\host\share`, lower-cased: one host-wide mapping serves every path below a share.
+fn share_root(remote: &str) -> String {
+    let mut parts = remote.split('\\').filter(|c| !c.is_empty());
+    let host = parts.next().unwrap_or_default();
+    let share = parts.next().unwrap_or_default();
+    format!("\\\\{host}\\{share}").to_lowercase()
+}
+
 fn norm(path: &str) -> String {
     if path.len() > 1 {
         path.trim_end_matches('/').to_string()
@@ -225,7 +233,8 @@ impl DiskHost for MemoryHost {
 impl VolumeHost for MemoryHost {
     fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>> {
         self.with(|s| {
-            let d = s.disk(disk)?;
+            // Upstream answers an unknown disk with an empty list, not an error.
+            let Some(d) = s.disks.get(&disk) else { return Ok(vec![]) };
             Ok(d.partitions
                 .iter()
                 .filter(|(p, _)| partition == 0 || **p == partition)
@@ -416,14 +425,14 @@ impl SmbHost for MemoryHost {
                     }
                 }
             }
-            s.smb.insert(mapping.remote_path.to_lowercase(), mapping.clone());
+            s.smb.insert(share_root(&mapping.remote_path), mapping.clone());
             Ok(())
         })
     }
     fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
         self.with(|s| {
             s.smb
-                .remove(&remote_path.to_lowercase())
+                .remove(&share_root(remote_path))
                 .map(|_| ())
                 .ok_or_else(|| Error::not_found(format!("no SMB global mapping for {remote_path}")))
         })
@@ -505,18 +514,28 @@ impl SystemHost for MemoryHost {
     }
     fn stop_service(&self, name: &str, force: bool) -> Result<()> {
         self.with(|s| {
-            let deps = s.service(name)?.dependents.clone();
-            let running: Vec<String> = deps
-                .into_iter()
-                .filter(|d| s.services.get(d).is_some_and(|x| x.info.status == ServiceStatus::Running))
-                .collect();
+            s.service(name)?;
+            // Running dependents, transitively, breadth-first (as upstream collects them).
+            let mut running: Vec<String> = Vec::new();
+            let mut queue = vec![name.to_string()];
+            while let Some(cur) = queue.pop() {
+                let deps = s.services.get(&cur).map(|x| x.dependents.clone()).unwrap_or_default();
+                for d in deps {
+                    let is_running = s.services.get(&d).is_some_and(|x| x.info.status == ServiceStatus::Running);
+                    if is_running && !running.contains(&d) {
+                        running.push(d.clone());
+                        queue.insert(0, d);
+                    }
+                }
+            }
             if !running.is_empty() && !force {
                 return Err(Error::precondition(format!(
                     "service {name:?} has running dependents {running:?}; use force to stop them too"
                 )));
             }
-            for d in running {
-                s.service(&d)?.info.status = ServiceStatus::Stopped;
+            // Last found first, the requested service last.
+            for d in running.iter().rev() {
+                s.service(d)?.info.status = ServiceStatus::Stopped;
             }
             s.service(name)?.info.status = ServiceStatus::Stopped;
             Ok(())

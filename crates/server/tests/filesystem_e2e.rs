@@ -1,3 +1,4 @@
+#![cfg(unix)]
 //! Every filesystem RPC of every version, through a real socket, against the in-memory host.
 //!
 //! The memory host's paths are unix-like (`/a/b`); the server layer only refuses empty paths.

@@ -1,3 +1,4 @@
+#![cfg(unix)]
 //! Every iSCSI RPC of both versions, through a real socket, against the in-memory host.
 
 mod common;

@@ -1,3 +1,4 @@
+#![cfg(unix)]
 //! Every SMB RPC of every version, through a real socket, against the in-memory host.
 //!
 //! Requests are identical in all four versions; v1alpha1 and v1beta1 responses carry an `error`

@@ -1,3 +1,4 @@
+#![cfg(unix)]
 //! Every system RPC, through a real socket, against the in-memory host.
 
 mod common;

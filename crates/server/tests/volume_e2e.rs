@@ -1,3 +1,4 @@
+#![cfg(unix)]
 //! Every volume RPC of every version, through a real socket, against the in-memory host.
 
 mod common;
@@ -285,12 +286,18 @@ macro_rules! string_disk_id_test {
                     .volume_ids,
                 vec!["vol-0-1"]
             );
-            // u32::MAX itself parses and reaches the host, which does not know the disk.
-            assert_status(
-                c.list_volumes_on_disk(list("4294967295")).await,
-                Code::NotFound,
-                "disk 4294967295",
+            // u32::MAX itself parses and reaches the host, which (as upstream) lists no volumes
+            // for a disk it does not know.
+            s.host.with(|st| {
+                let d = st.disks[&0].clone();
+                st.disks.insert(u32::MAX, d);
+                st.disks.get_mut(&u32::MAX).unwrap().partitions = [(1, "vol-max-1".to_string())].into();
+            });
+            assert_eq!(
+                c.list_volumes_on_disk(list("4294967295")).await.unwrap().into_inner().volume_ids,
+                vec!["vol-max-1"]
             );
+            assert!(c.list_volumes_on_disk(list("4294967294")).await.unwrap().into_inner().volume_ids.is_empty());
         }
     };
 }
