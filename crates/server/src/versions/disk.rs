@@ -109,27 +109,30 @@ macro_rules! current {
 }
 current!(v1beta3, v1);
 
-grpc_service!(v1alpha1::disk_server::Disk {
-    ListDiskLocations => list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
-    PartitionDisk => partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
-    Rescan => rescan(RescanRequest) -> RescanResponse;
+/// Each older version's RPC list is its predecessor's plus what it added.
+macro_rules! old_service {
+    ($v:ident { $($extra:tt)* }) => {
+        grpc_service!($v::disk_server::Disk {
+            ListDiskLocations => list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
+            PartitionDisk => partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
+            Rescan => rescan(RescanRequest) -> RescanResponse;
+            $($extra)*
+        });
+    };
+    (beta $v:ident { $($extra:tt)* }) => {
+        old_service!($v {
+            ListDiskIDs => list_disk_i_ds(ListDiskIDsRequest) -> ListDiskIDsResponse;
+            DiskStats => disk_stats(DiskStatsRequest) -> DiskStatsResponse;
+            $($extra)*
+        });
+    };
+}
+
+old_service!(v1alpha1 {
     GetDiskNumberByName => get_disk_number_by_name(GetDiskNumberByNameRequest) -> GetDiskNumberByNameResponse;
 });
-
-grpc_service!(v1beta1::disk_server::Disk {
-    ListDiskLocations => list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
-    PartitionDisk => partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
-    Rescan => rescan(RescanRequest) -> RescanResponse;
-    ListDiskIDs => list_disk_i_ds(ListDiskIDsRequest) -> ListDiskIDsResponse;
-    DiskStats => disk_stats(DiskStatsRequest) -> DiskStatsResponse;
-});
-
-grpc_service!(v1beta2::disk_server::Disk {
-    ListDiskLocations => list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
-    PartitionDisk => partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
-    Rescan => rescan(RescanRequest) -> RescanResponse;
-    ListDiskIDs => list_disk_i_ds(ListDiskIDsRequest) -> ListDiskIDsResponse;
-    DiskStats => disk_stats(DiskStatsRequest) -> DiskStatsResponse;
+old_service!(beta v1beta1 {});
+old_service!(beta v1beta2 {
     SetAttachState => set_attach_state(SetAttachStateRequest) -> SetAttachStateResponse;
     GetAttachState => get_attach_state(GetAttachStateRequest) -> GetAttachStateResponse;
 });

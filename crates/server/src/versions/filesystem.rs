@@ -50,26 +50,22 @@ macro_rules! current {
 current!(v1beta2, v1, v2alpha1);
 
 macro_rules! current_service {
-    ($($v:ident),*) => {$(
+    ($v:ident { $($extra:tt)* }) => {
         grpc_service!($v::filesystem_server::Filesystem {
             PathExists => path_exists(PathExistsRequest) -> PathExistsResponse;
             Mkdir => mkdir(MkdirRequest) -> MkdirResponse;
             Rmdir => rmdir(RmdirRequest) -> RmdirResponse;
             CreateSymlink => create_symlink(CreateSymlinkRequest) -> CreateSymlinkResponse;
             IsSymlink => is_symlink(IsSymlinkRequest) -> IsSymlinkResponse;
+            $($extra)*
         });
-    )*};
+    };
 }
-current_service!(v1beta2, v1);
+current_service!(v1beta2 {});
+current_service!(v1 {});
+current_service!(v2alpha1 {
+    RmdirContents => rmdir_contents(RmdirContentsRequest) -> RmdirContentsResponse;
+});
 
 into_op!(v2alpha1::RmdirContentsRequest => RmdirContents, |r| RmdirContents { path: r.path });
 empty_responses!(v2alpha1::RmdirContentsResponse);
-
-grpc_service!(v2alpha1::filesystem_server::Filesystem {
-    PathExists => path_exists(PathExistsRequest) -> PathExistsResponse;
-    Mkdir => mkdir(MkdirRequest) -> MkdirResponse;
-    Rmdir => rmdir(RmdirRequest) -> RmdirResponse;
-    RmdirContents => rmdir_contents(RmdirContentsRequest) -> RmdirContentsResponse;
-    CreateSymlink => create_symlink(CreateSymlinkRequest) -> CreateSymlinkResponse;
-    IsSymlink => is_symlink(IsSymlinkRequest) -> IsSymlinkResponse;
-});

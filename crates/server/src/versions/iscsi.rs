@@ -85,23 +85,21 @@ into_op!(v1alpha2::SetMutualChapSecretRequest => SetMutualChapSecret,
     |r| SetMutualChapSecret { secret: Secret::new(r.mutual_chap_secret) });
 empty_responses!(v1alpha2::SetMutualChapSecretResponse);
 
-grpc_service!(v1alpha1::iscsi_server::Iscsi {
-    AddTargetPortal => add_target_portal(AddTargetPortalRequest) -> AddTargetPortalResponse;
-    DiscoverTargetPortal => discover_target_portal(DiscoverTargetPortalRequest) -> DiscoverTargetPortalResponse;
-    RemoveTargetPortal => remove_target_portal(RemoveTargetPortalRequest) -> RemoveTargetPortalResponse;
-    ListTargetPortals => list_target_portals(ListTargetPortalsRequest) -> ListTargetPortalsResponse;
-    ConnectTarget => connect_target(ConnectTargetRequest) -> ConnectTargetResponse;
-    DisconnectTarget => disconnect_target(DisconnectTargetRequest) -> DisconnectTargetResponse;
-    GetTargetDisks => get_target_disks(GetTargetDisksRequest) -> GetTargetDisksResponse;
-});
-
-grpc_service!(v1alpha2::iscsi_server::Iscsi {
-    AddTargetPortal => add_target_portal(AddTargetPortalRequest) -> AddTargetPortalResponse;
-    DiscoverTargetPortal => discover_target_portal(DiscoverTargetPortalRequest) -> DiscoverTargetPortalResponse;
-    RemoveTargetPortal => remove_target_portal(RemoveTargetPortalRequest) -> RemoveTargetPortalResponse;
-    ListTargetPortals => list_target_portals(ListTargetPortalsRequest) -> ListTargetPortalsResponse;
-    ConnectTarget => connect_target(ConnectTargetRequest) -> ConnectTargetResponse;
-    DisconnectTarget => disconnect_target(DisconnectTargetRequest) -> DisconnectTargetResponse;
-    GetTargetDisks => get_target_disks(GetTargetDisksRequest) -> GetTargetDisksResponse;
+macro_rules! service {
+    ($v:ident { $($extra:tt)* }) => {
+        grpc_service!($v::iscsi_server::Iscsi {
+            AddTargetPortal => add_target_portal(AddTargetPortalRequest) -> AddTargetPortalResponse;
+            DiscoverTargetPortal => discover_target_portal(DiscoverTargetPortalRequest) -> DiscoverTargetPortalResponse;
+            RemoveTargetPortal => remove_target_portal(RemoveTargetPortalRequest) -> RemoveTargetPortalResponse;
+            ListTargetPortals => list_target_portals(ListTargetPortalsRequest) -> ListTargetPortalsResponse;
+            ConnectTarget => connect_target(ConnectTargetRequest) -> ConnectTargetResponse;
+            DisconnectTarget => disconnect_target(DisconnectTargetRequest) -> DisconnectTargetResponse;
+            GetTargetDisks => get_target_disks(GetTargetDisksRequest) -> GetTargetDisksResponse;
+            $($extra)*
+        });
+    };
+}
+service!(v1alpha1 {});
+service!(v1alpha2 {
     SetMutualChapSecret => set_mutual_chap_secret(SetMutualChapSecretRequest) -> SetMutualChapSecretResponse;
 });

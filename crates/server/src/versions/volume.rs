@@ -94,42 +94,28 @@ into_op!(v2alpha1::GetClosestVolumeIdFromTargetPathRequest => GetClosestVolumeId
 from_output!(v2alpha1::GetClosestVolumeIdFromTargetPathResponse, String,
     |o| v2alpha1::GetClosestVolumeIdFromTargetPathResponse { volume_id: o });
 
-grpc_service!(v1alpha1::volume_server::Volume {
-    ListVolumesOnDisk => list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
-    MountVolume => mount_volume(MountVolumeRequest) -> MountVolumeResponse;
-    DismountVolume => dismount_volume(DismountVolumeRequest) -> DismountVolumeResponse;
-    IsVolumeFormatted => is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
-    FormatVolume => format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
-    ResizeVolume => resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
-});
-
-grpc_service!(v1beta1::volume_server::Volume {
-    ListVolumesOnDisk => list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
-    MountVolume => mount_volume(MountVolumeRequest) -> MountVolumeResponse;
-    DismountVolume => dismount_volume(DismountVolumeRequest) -> DismountVolumeResponse;
-    IsVolumeFormatted => is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
-    FormatVolume => format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
-    ResizeVolume => resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
-    VolumeStats => volume_stats(VolumeStatsRequest) -> VolumeStatsResponse;
-    GetVolumeDiskNumber => get_volume_disk_number(VolumeDiskNumberRequest) -> VolumeDiskNumberResponse;
-    GetVolumeIDFromMount => get_volume_id_from_mount(VolumeIdFromMountRequest) -> VolumeIdFromMountResponse;
-});
-
-grpc_service!(v1beta2::volume_server::Volume {
-    ListVolumesOnDisk => list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
-    MountVolume => mount_volume(MountVolumeRequest) -> MountVolumeResponse;
-    DismountVolume => dismount_volume(DismountVolumeRequest) -> DismountVolumeResponse;
-    IsVolumeFormatted => is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
-    FormatVolume => format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
-    ResizeVolume => resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
-    VolumeStats => volume_stats(VolumeStatsRequest) -> VolumeStatsResponse;
-    GetVolumeDiskNumber => get_volume_disk_number(VolumeDiskNumberRequest) -> VolumeDiskNumberResponse;
-    GetVolumeIDFromMount => get_volume_id_from_mount(VolumeIdFromMountRequest) -> VolumeIdFromMountResponse;
-    WriteVolumeCache => write_volume_cache(WriteVolumeCacheRequest) -> WriteVolumeCacheResponse;
-});
-
-macro_rules! current_service {
-    ($($v:ident),*) => {$(
+/// Each version's RPC list is its predecessor's plus what it added, so the lists are built up.
+macro_rules! volume_service {
+    (alpha $v:ident { $($extra:tt)* }) => {
+        grpc_service!($v::volume_server::Volume {
+            ListVolumesOnDisk => list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
+            MountVolume => mount_volume(MountVolumeRequest) -> MountVolumeResponse;
+            DismountVolume => dismount_volume(DismountVolumeRequest) -> DismountVolumeResponse;
+            IsVolumeFormatted => is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
+            FormatVolume => format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
+            ResizeVolume => resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
+            $($extra)*
+        });
+    };
+    (beta $v:ident { $($extra:tt)* }) => {
+        volume_service!(alpha $v {
+            VolumeStats => volume_stats(VolumeStatsRequest) -> VolumeStatsResponse;
+            GetVolumeDiskNumber => get_volume_disk_number(VolumeDiskNumberRequest) -> VolumeDiskNumberResponse;
+            GetVolumeIDFromMount => get_volume_id_from_mount(VolumeIdFromMountRequest) -> VolumeIdFromMountResponse;
+            $($extra)*
+        });
+    };
+    (current $v:ident { $($extra:tt)* }) => {
         grpc_service!($v::volume_server::Volume {
             ListVolumesOnDisk => list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
             MountVolume => mount_volume(MountVolumeRequest) -> MountVolumeResponse;
@@ -141,21 +127,18 @@ macro_rules! current_service {
             GetDiskNumberFromVolumeID => get_disk_number_from_volume_id(GetDiskNumberFromVolumeIdRequest) -> GetDiskNumberFromVolumeIdResponse;
             GetVolumeIDFromTargetPath => get_volume_id_from_target_path(GetVolumeIdFromTargetPathRequest) -> GetVolumeIdFromTargetPathResponse;
             WriteVolumeCache => write_volume_cache(WriteVolumeCacheRequest) -> WriteVolumeCacheResponse;
+            $($extra)*
         });
-    )*};
+    };
 }
-current_service!(v1beta3, v1);
 
-grpc_service!(v2alpha1::volume_server::Volume {
-    ListVolumesOnDisk => list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
-    MountVolume => mount_volume(MountVolumeRequest) -> MountVolumeResponse;
-    UnmountVolume => unmount_volume(UnmountVolumeRequest) -> UnmountVolumeResponse;
-    IsVolumeFormatted => is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
-    FormatVolume => format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
-    ResizeVolume => resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
-    GetVolumeStats => get_volume_stats(GetVolumeStatsRequest) -> GetVolumeStatsResponse;
-    GetDiskNumberFromVolumeID => get_disk_number_from_volume_id(GetDiskNumberFromVolumeIdRequest) -> GetDiskNumberFromVolumeIdResponse;
-    GetVolumeIDFromTargetPath => get_volume_id_from_target_path(GetVolumeIdFromTargetPathRequest) -> GetVolumeIdFromTargetPathResponse;
-    GetClosestVolumeIDFromTargetPath => get_closest_volume_id_from_target_path(GetClosestVolumeIdFromTargetPathRequest) -> GetClosestVolumeIdFromTargetPathResponse;
+volume_service!(alpha v1alpha1 {});
+volume_service!(beta v1beta1 {});
+volume_service!(beta v1beta2 {
     WriteVolumeCache => write_volume_cache(WriteVolumeCacheRequest) -> WriteVolumeCacheResponse;
+});
+volume_service!(current v1beta3 {});
+volume_service!(current v1 {});
+volume_service!(current v2alpha1 {
+    GetClosestVolumeIDFromTargetPath => get_closest_volume_id_from_target_path(GetClosestVolumeIdFromTargetPathRequest) -> GetClosestVolumeIdFromTargetPathResponse;
 });
