@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs the whole test suite:
 #   1. every Rust test of the workspace on Linux (some need root: sockets in /run, loop devices);
-#   2. real grpcio clients against the real daemon binary (tests/grpcio);
-#   3. the workspace built for Windows and its tests run under Wine (../shared/tools/windows-cross),
-#      unless SKIP_WINDOWS=1.
+#   2. the workspace built for Windows and its tests run under Wine (../shared/tools/windows-cross),
+#      unless SKIP_WINDOWS=1;
+#   3. real grpcio clients against the real Linux daemon binary (tests/grpcio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 
 if ! python3 -c 'import grpc, grpc_tools, pytest' 2>/dev/null; then
   echo "== installing Python test dependencies"
@@ -16,9 +17,6 @@ echo "== Linux: build"
 cargo build --workspace --all-targets
 echo "== Linux: cargo test"
 cargo test --workspace --no-fail-fast
-
-echo "== Linux: grpcio clients against the daemon"
-CSI_PROXY_BIN=$PWD/target/debug/csi-proxy python3 -m pytest -q tests/grpcio
 
 if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
   wc=../shared/tools/windows-cross
@@ -31,3 +29,8 @@ if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
   echo "== Windows: cargo test under Wine"
   "$wc" cargo test --workspace --no-fail-fast
 fi
+
+# Last, so that the run closes on its summary line.
+echo "== Linux: grpcio clients against the daemon"
+CSI_PROXY_BIN=$ROOT/target/debug/csi-proxy python3 -m pytest -q tests/grpcio
+
