@@ -6,11 +6,18 @@
 //! - N concurrent callers sharing one connection (clones of one tonic `Channel`),
 //! - N concurrent callers, each on its own connection,
 //!
-//! over a unix socket (unix) or a named pipe (Windows; run under Wine with
-//! `shared/tools/windows-cross cargo bench -p csi-proxy-server --bench rtt`).
+//! over a unix socket (unix: `cargo bench -p csi-proxy-server --bench rtt`) or a named pipe
+//! (Windows; under Wine: `shared/tools/windows-cross cargo bench -p csi-proxy-server --bench rtt`).
+//! `scripts/bench.sh` runs both.
 //!
 //! The server runs on its own multi-thread runtime (its own worker and blocking threads), the
 //! clients on another, as a separate daemon process would.
+//!
+//! The last row, "raw echo (floor)", is the same thread arrangement without HTTP/2, gRPC or the
+//! host: 64 bytes written to, and echoed back by, a task on the server runtime over the same kind
+//! of endpoint (bound by the transport's own listener). It is what one round trip costs on this
+//! machine before csi-proxy does anything. On VMs whose idle vCPUs halt, it is dominated by
+//! cross-CPU wake-ups; `taskset -c 0` (everything on one CPU) shows the CPU cost instead.
 //!
 //! Environment:
 //! - `RTT_CALLS` (20000): measured calls per scenario, split evenly among the callers;
@@ -22,12 +29,14 @@
 use csi_proxy_host::memory::MemoryHost;
 use csi_proxy_host::Hosts;
 use csi_proxy_server::{Config, Context};
-use csi_proxy_transport::ConnPolicy;
+use csi_proxy_transport::{ConnPolicy, Listener};
 use csi_proxy_wire::v1::disk_client::DiskClient;
 use csi_proxy_wire::v1::GetDiskStatsRequest;
 use csi_proxy_wire::{Api, Group, APIS};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::runtime::Runtime;
 use tokio::sync::{oneshot, Barrier};
 use tonic::transport::{Channel, Endpoint};
@@ -48,8 +57,24 @@ fn disk_v1() -> Api {
         .expect("disk v1 API")
 }
 
+/// One new HTTP/2 connection over the byte stream `open` makes.
+async fn connect<F, Fut, IO>(open: F) -> Channel
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = std::io::Result<IO>> + Send,
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let io = open();
+            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(io.await?)) }
+        }))
+        .await
+        .expect("connect")
+}
+
 // ---------------------------------------------------------------------------------------------
-// Transports: where the server listens and how a client opens one connection.
+// Transports: where the server listens and how a client opens one byte stream.
 // ---------------------------------------------------------------------------------------------
 
 #[cfg(unix)]
@@ -59,50 +84,62 @@ mod transport {
 
     pub const NAME: &str = "unix socket";
 
-    /// The socket directory, removed on drop.
+    pub type Target = PathBuf;
+
     pub struct Server {
-        pub dir: PathBuf,
+        dir: PathBuf,
         stop: Option<oneshot::Sender<()>>,
         task: Option<tokio::task::JoinHandle<()>>,
     }
 
-    /// Serves every API on `<tmp>/csi-proxy-bench-<pid>/*.sock`, as the daemon does.
+    /// Serves every API on `<tmp>/csi-proxy-bench-<pid>/*.sock` with `serve_apis`, as the daemon
+    /// does.
     pub fn start(rt: &Runtime, ctx: Context) -> Server {
         let dir = std::env::temp_dir().join(format!("csi-proxy-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let (tx, rx) = oneshot::channel::<()>();
         let endpoints = csi_proxy_transport::Endpoints::UnixDir(dir.clone());
         let task = rt.spawn(async move {
+            let shutdown = async {
+                let _ = rx.await;
+            };
             csi_proxy_transport::serve_apis(
                 APIS,
                 &endpoints,
                 |api| ctx.service(api),
                 ConnPolicy::default(),
-                async {
-                    let _ = rx.await;
-                },
+                shutdown,
             )
             .await
             .expect("serve_apis");
         });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !dir
-            .join(format!("{}.sock", disk_v1().endpoint_name()))
-            .exists()
-        {
-            assert!(Instant::now() < deadline, "the sockets did not appear");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Server {
+        let server = Server {
             dir,
             stop: Some(tx),
             task: Some(task),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !server.target().exists() {
+            assert!(Instant::now() < deadline, "the sockets did not appear");
+            std::thread::sleep(Duration::from_millis(5));
         }
+        server
     }
 
     impl Server {
-        pub fn target(&self) -> PathBuf {
-            self.dir.join(format!("{}.sock", disk_v1().endpoint_name()))
+        pub fn target(&self) -> Target {
+            csi_proxy_transport::unix::socket_path(&self.dir, &disk_v1())
+        }
+
+        /// A listener for the raw echo, bound like the API sockets (in a subdirectory).
+        pub fn echo_listener(&self, rt: &Runtime) -> (impl Listener, Target) {
+            let dir = self.dir.join("echo");
+            std::fs::create_dir_all(&dir).expect("create the echo directory");
+            let _enter = rt.enter();
+            let l =
+                csi_proxy_transport::unix::bind(&dir, &disk_v1()).expect("bind the echo socket");
+            let path = l.path().to_path_buf();
+            (l, path)
         }
 
         pub fn stop(mut self, rt: &Runtime) {
@@ -120,28 +157,20 @@ mod transport {
         }
     }
 
-    /// One new HTTP/2 connection.
-    pub async fn connect(path: PathBuf) -> Channel {
-        Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
-                }
-            }))
-            .await
-            .expect("connect")
+    /// One new byte stream to `path`.
+    pub async fn open(path: Target) -> std::io::Result<tokio::net::UnixStream> {
+        tokio::net::UnixStream::connect(path).await
     }
 }
 
 #[cfg(windows)]
 mod transport {
     use super::*;
-    use tokio::net::windows::named_pipe::ClientOptions;
+    use tokio::net::windows::named_pipe::{ClientOptions, NamedPipeClient};
 
     pub const NAME: &str = "named pipe (Wine)";
+
+    pub type Target = String;
 
     /// `ERROR_PIPE_BUSY`: every instance is taken; the listener is creating the next one.
     const ERROR_PIPE_BUSY: i32 = 231;
@@ -152,10 +181,10 @@ mod transport {
         task: Option<tokio::task::JoinHandle<()>>,
     }
 
-    /// Serves the disk v1 API on a named pipe, through the same per-connection path as
-    /// `serve_apis(.., &Endpoints::Pipes { sddl: None }, ..)` (`pipe::bind` with the default SDDL,
-    /// then `serve`), but under a per-process name so that it never collides with a daemon or a
-    /// test serving the real `\\.\pipe\csi-proxy-disk-v1` in the same Wine prefix.
+    /// Serves the disk v1 API on a named pipe through the same code as
+    /// `serve_apis(.., &Endpoints::Pipes { sddl: None }, ..)` does per API (`pipe::bind` with the
+    /// default SDDL, then `serve`), but under a per-process name, so that it never collides with
+    /// a daemon or a test serving the real `\\.\pipe\csi-proxy-disk-v1` in the same Wine prefix.
     pub fn start(rt: &Runtime, ctx: Context) -> Server {
         let path = format!(
             r"\\.\pipe\csi-proxy-bench-{}-{}",
@@ -164,17 +193,17 @@ mod transport {
         );
         let (tx, rx) = oneshot::channel::<()>();
         let listener = {
-            let _enter = rt.enter(); // pipe::bind registers the pipe with the runtime's reactor
+            let _enter = rt.enter(); // the pipe registers with the runtime's reactor
             csi_proxy_transport::pipe::bind(&path, None).expect("pipe::bind")
         };
-        let service = ctx.service(disk_v1());
+        let shutdown = async {
+            let _ = rx.await;
+        };
         let task = rt.spawn(csi_proxy_transport::serve(
             listener,
-            service,
+            ctx.service(disk_v1()),
             ConnPolicy::default(),
-            async {
-                let _ = rx.await;
-            },
+            shutdown,
         ));
         Server {
             path,
@@ -184,8 +213,18 @@ mod transport {
     }
 
     impl Server {
-        pub fn target(&self) -> String {
+        pub fn target(&self) -> Target {
             self.path.clone()
+        }
+
+        /// A listener for the raw echo, bound like the API pipe.
+        pub fn echo_listener(&self, rt: &Runtime) -> (impl Listener, Target) {
+            let path = format!("{}-echo", self.path);
+            let _enter = rt.enter();
+            (
+                csi_proxy_transport::pipe::bind(&path, None).expect("bind the echo pipe"),
+                path,
+            )
         }
 
         pub fn stop(mut self, rt: &Runtime) {
@@ -196,31 +235,19 @@ mod transport {
         }
     }
 
-    /// One new HTTP/2 connection; retries on ERROR_PIPE_BUSY as go-winio's `DialPipe` does.
-    pub async fn connect(path: String) -> Channel {
-        Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    let deadline = Instant::now() + Duration::from_secs(5);
-                    loop {
-                        match ClientOptions::new().open(&path) {
-                            Ok(c) => {
-                                return Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(c))
-                            }
-                            Err(e)
-                                if e.raw_os_error() == Some(ERROR_PIPE_BUSY)
-                                    && Instant::now() < deadline =>
-                            {
-                                tokio::time::sleep(Duration::from_millis(1)).await;
-                            }
-                            Err(e) => return Err(e),
-                        }
-                    }
+    /// One new byte stream to `path`; retries on ERROR_PIPE_BUSY as go-winio's `DialPipe` does.
+    pub async fn open(path: Target) -> std::io::Result<NamedPipeClient> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match ClientOptions::new().open(&path) {
+                Err(e)
+                    if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
                 }
-            }))
-            .await
-            .expect("connect")
+                other => return other,
+            }
+        }
     }
 }
 
@@ -228,14 +255,59 @@ mod transport {
 // Measuring: the same for every transport.
 // ---------------------------------------------------------------------------------------------
 
+/// Something that makes one round trip per `call`.
+trait Caller: Send + 'static {
+    fn call(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+impl Caller for DiskClient<Channel> {
+    async fn call(&mut self) {
+        let r = self
+            .get_disk_stats(GetDiskStatsRequest { disk_number: 0 })
+            .await
+            .expect("GetDiskStats");
+        assert!(r.get_ref().total_bytes > 0);
+    }
+}
+
+const ECHO_LEN: usize = 64;
+
+/// One connection to the raw echo.
+struct Echo<IO>(IO, [u8; ECHO_LEN]);
+
+impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Caller for Echo<IO> {
+    async fn call(&mut self) {
+        self.0.write_all(&self.1).await.expect("echo write");
+        self.0.read_exact(&mut self.1).await.expect("echo read");
+    }
+}
+
+/// Echoes every accepted connection's bytes, in a task per connection, on the server runtime.
+fn serve_echo(rt: &Runtime, mut listener: impl Listener) {
+    rt.spawn(async move {
+        while let Ok(mut io) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; ECHO_LEN];
+                while io.read_exact(&mut buf).await.is_ok() {
+                    if io.write_all(&buf).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+}
+
 struct Outcome {
     /// Per-call latencies, sorted.
     latencies: Vec<Duration>,
+    /// From the common start to the last caller's last reply.
     wall: Duration,
 }
 
-/// `calls` calls on each client, all clients concurrently, started together.
-async fn run(clients: Vec<DiskClient<Channel>>, calls: usize) -> Outcome {
+/// `calls` calls by each client, all clients concurrently from a common start; hands the
+/// clients back (so that one set serves warm-up and measurement).
+async fn run<C: Caller>(clients: Vec<C>, calls: usize) -> (Outcome, Vec<C>) {
     let start_line = Arc::new(Barrier::new(clients.len() + 1));
     let mut tasks = Vec::with_capacity(clients.len());
     for mut client in clients {
@@ -245,30 +317,39 @@ async fn run(clients: Vec<DiskClient<Channel>>, calls: usize) -> Outcome {
             start_line.wait().await;
             for _ in 0..calls {
                 let t = Instant::now();
-                let r = client
-                    .get_disk_stats(GetDiskStatsRequest { disk_number: 0 })
-                    .await;
+                client.call().await;
                 lat.push(t.elapsed());
-                let r = r.expect("GetDiskStats");
-                assert!(r.get_ref().total_bytes > 0);
             }
-            (lat, Instant::now())
+            (lat, Instant::now(), client)
         }));
     }
     start_line.wait().await;
     let begin = Instant::now();
     let mut latencies = Vec::with_capacity(calls * tasks.len());
     let mut end = begin;
+    let mut clients = Vec::with_capacity(tasks.len());
     for t in tasks {
-        let (lat, done) = t.await.expect("caller task");
+        let (lat, done, client) = t.await.expect("caller task");
         latencies.extend(lat);
         end = end.max(done);
+        clients.push(client);
     }
     latencies.sort_unstable();
-    Outcome {
-        latencies,
-        wall: end - begin,
-    }
+    (
+        Outcome {
+            latencies,
+            wall: end - begin,
+        },
+        clients,
+    )
+}
+
+/// Warms up with `warmup` calls in all, then measures `calls` calls in all, split among `clients`.
+async fn scenario<C: Caller>(name: &str, clients: Vec<C>, warmup: usize, calls: usize) {
+    let n = clients.len();
+    let (_, clients) = run(clients, warmup.div_ceil(n)).await;
+    let (outcome, _) = run(clients, calls.div_ceil(n)).await;
+    print_row(name, &outcome);
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -302,8 +383,8 @@ fn print_row(scenario: &str, o: &Outcome) {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` would too, but also runs nothing
-    // else. Skip when invoked as a test (`cargo test` passes no `--bench`) to keep tests fast.
+    // `cargo bench` passes `--bench`; `cargo test --benches`/`--all-targets` does not: then only
+    // check that the benchmark builds, without spending a minute measuring.
     if !std::env::args().any(|a| a == "--bench") {
         println!("rtt: not run (pass --bench, as `cargo bench` does)");
         return;
@@ -317,58 +398,75 @@ fn main() {
     let server_threads = env_usize("RTT_SERVER_THREADS", cpus).max(1);
     let client_threads = env_usize("RTT_CLIENT_THREADS", 1).max(1);
 
-    let server_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(server_threads)
-        .thread_name("server")
-        .enable_all()
-        .build()
-        .expect("server runtime");
-    let client_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(client_threads)
-        .thread_name("client")
-        .enable_all()
-        .build()
-        .expect("client runtime");
+    let runtime = |name: &str, workers: usize| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .thread_name(name)
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    };
+    let server_rt = runtime("server", server_threads);
+    let client_rt = runtime("client", client_threads);
 
     let host = Arc::new(MemoryHost::sample());
-    let ctx = Context::new(Hosts::from_one(host), Config::default());
-    let server = transport::start(&server_rt, ctx);
+    let server = transport::start(
+        &server_rt,
+        Context::new(Hosts::from_one(host), Config::default()),
+    );
     let target = server.target();
+    let (echo_listener, echo) = server.echo_listener(&server_rt);
+    serve_echo(&server_rt, echo_listener);
 
     println!(
-        "rtt: v1.Disk/GetDiskStats, {calls} calls per scenario (+{warmup} warm-up), {callers} concurrent callers, \
+        "rtt: v1.Disk/GetDiskStats, {calls} calls per scenario (+{warmup} warm-up), {callers} concurrent callers; \
          {cpus} CPUs, server runtime {server_threads} workers, client runtime {client_threads} workers"
     );
     print_header();
     client_rt.block_on(async {
-        let per = |n: usize, k: usize| n.div_ceil(k);
+        let open = |t: &transport::Target| {
+            let t = t.clone();
+            move || transport::open(t.clone())
+        };
 
         // (a) one client, sequential calls.
-        let one = DiskClient::new(transport::connect(target.clone()).await);
-        run(vec![one.clone()], warmup).await;
-        print_row("1 client, sequential", &run(vec![one], calls).await);
+        let one = DiskClient::new(connect(open(&target)).await);
+        scenario("1 client, sequential", vec![one], warmup, calls).await;
 
         // (b) `callers` callers sharing one connection.
-        let shared = transport::connect(target.clone()).await;
-        let clients: Vec<_> = (0..callers)
+        let shared = connect(open(&target)).await;
+        let clients = (0..callers)
             .map(|_| DiskClient::new(shared.clone()))
             .collect();
-        run(clients.clone(), per(warmup, callers)).await;
-        print_row(
+        scenario(
             &format!("{callers} callers, 1 connection"),
-            &run(clients, per(calls, callers)).await,
-        );
+            clients,
+            warmup,
+            calls,
+        )
+        .await;
 
         // (c) `callers` callers, one connection each.
         let mut clients = Vec::with_capacity(callers);
         for _ in 0..callers {
-            clients.push(DiskClient::new(transport::connect(target.clone()).await));
+            clients.push(DiskClient::new(connect(open(&target)).await));
         }
-        run(clients.clone(), per(warmup, callers)).await;
-        print_row(
+        scenario(
             &format!("{callers} callers, {callers} connections"),
-            &run(clients, per(calls, callers)).await,
+            clients,
+            warmup,
+            calls,
+        )
+        .await;
+
+        // The floor: the same round trip without HTTP/2, gRPC or the host.
+        let raw = Echo(
+            transport::open(echo.clone())
+                .await
+                .expect("open the echo endpoint"),
+            [7; ECHO_LEN],
         );
+        scenario("raw echo (floor), 1 client", vec![raw], warmup, calls).await;
     });
     drop(client_rt);
     server.stop(&server_rt);

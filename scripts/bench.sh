@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Unary round-trip benchmark (crates/server/benches/rtt.rs): p50/p99/max and calls/s of one cheap
+# RPC through the whole stack, for 1 client, 16 callers on one connection and 16 connections.
+#   - over a unix socket (this machine), always;
+#   - over a named pipe under Wine, when ../shared/tools/windows-cross exists (skip: NO_WINE=1).
+# Both tables are printed again together at the end.
+#
+#   scripts/bench.sh
+#   RTT_CALLS=50000 scripts/bench.sh           more calls on Linux (default 20000 per scenario)
+#   RTT_WINE_CALLS=20000 scripts/bench.sh      more calls under Wine (default 5000; Wine is slow)
+# Other knobs (RTT_WARMUP, RTT_CALLERS, RTT_SERVER_THREADS, RTT_CLIENT_THREADS) are read by the
+# benchmark itself and apply to both runs; see the top of crates/server/benches/rtt.rs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+cross=$root/../shared/tools/windows-cross
+
+out=$(mktemp -d /tmp/csi-proxy-bench.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+
+echo "== unix socket (Linux)" >&2
+cargo bench -q -p csi-proxy-server --bench rtt | tee "$out/linux"
+
+if [[ -x $cross && -z ${NO_WINE:-} ]]; then
+  echo "== named pipe (Wine)" >&2
+  RTT_CALLS=${RTT_WINE_CALLS:-5000} RTT_WARMUP=${RTT_WINE_WARMUP:-500} CARGO_TARGET_DIR=$root/target/win \
+    "$cross" cargo bench -q -p csi-proxy-server --bench rtt | tee "$out/wine"
+else
+  echo "== named pipe (Wine): skipped (${NO_WINE:+NO_WINE set}${NO_WINE:-no $cross})" >&2
+fi
+
+files=("$out"/linux)
+[[ -f $out/wine ]] && files+=("$out"/wine)
+echo
+echo "== Summary"
+grep -h '^rtt:' "${files[@]}"
+grep -h -m1 '^transport' "${files[0]}"
+grep -h -Ev '^(rtt:|transport)' "${files[@]}"
