@@ -26,7 +26,8 @@ if [[ -x $cross && -z ${NO_WINE:-} ]]; then
   RTT_CALLS=${RTT_WINE_CALLS:-5000} RTT_WARMUP=${RTT_WINE_WARMUP:-500} CARGO_TARGET_DIR=$root/target/win \
     "$cross" cargo bench -q -p csi-proxy-server --bench rtt | tee "$out/wine"
 else
-  echo "== named pipe (Wine): skipped (${NO_WINE:+NO_WINE set}${NO_WINE:-no $cross})" >&2
+  if [[ -n ${NO_WINE:-} ]]; then why="NO_WINE is set"; else why="no $cross"; fi
+  echo "== named pipe (Wine): skipped ($why)" >&2
 fi
 
 files=("$out"/linux)

@@ -25,8 +25,8 @@ pub trait FromOutput<T>: Sized {
 }
 
 impl Context {
-    /// Serves one unary call. Conversion and host work run on a blocking thread, so a host call
-    /// may block freely and a panic anywhere in them fails only this call, with `Internal`.
+    /// Serves one unary call. Conversion and host work may block freely, and a panic anywhere in
+    /// them fails only this call, with `Internal`.
     pub async fn unary<Req, Resp>(
         &self,
         service: &'static str,
@@ -43,18 +43,40 @@ impl Context {
         }
         let ctx = self.clone();
         let message = request.into_inner();
-        let joined = tokio::task::spawn_blocking(move || -> Result<Resp> {
+        // The request as logged, rendered only when it will be written (it is one line per call
+        // together with the outcome, written after the work).
+        let mut shown: Option<String> = None;
+        let work = move |shown: &mut Option<String>| -> Result<Resp> {
             let op = message.into_op()?;
-            tracing::debug!(target: "csi_proxy::call", %service, %method, request = ?op, "call");
+            if tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG) {
+                *shown = Some(format!("{op:?}"));
+            }
             Resp::from_output(op.run(&ctx)?)
-        })
-        .await;
+        };
+        let joined = match tokio::runtime::Handle::current().runtime_flavor() {
+            // The daemon: run on this worker thread, while tokio moves its other tasks to a
+            // fresh one. This saves the two thread hand-offs of spawn_blocking, which dominate
+            // the round trip of cheap calls.
+            tokio::runtime::RuntimeFlavor::MultiThread => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                tokio::task::block_in_place(|| work(&mut shown))
+            }))
+            .map_err(|payload| payload_message(payload.as_ref())),
+            // block_in_place is not available on a current-thread runtime.
+            _ => tokio::task::spawn_blocking(move || {
+                let mut shown = None;
+                let r = work(&mut shown);
+                (r, shown)
+            })
+            .await
+            .map(|(r, s)| {
+                shown = s;
+                r
+            })
+            .map_err(panic_message),
+        };
         let result = match joined {
             Ok(r) => r,
-            Err(e) => Err(Error::internal(format!(
-                "{service}/{method} failed: the handler panicked ({})",
-                panic_message(e)
-            ))),
+            Err(why) => Err(Error::internal(format!("{service}/{method} failed: the handler panicked ({why})"))),
         };
         let elapsed = start.elapsed();
         let code = match &result {
@@ -64,16 +86,17 @@ impl Context {
         if let Some(o) = &self.0.observer {
             o.handled(service, method, go_code_name(code), elapsed);
         }
+        let request = shown.as_deref().unwrap_or("-");
         match result {
             Ok(resp) => {
-                tracing::debug!(target: "csi_proxy::call", %service, %method, ?elapsed, "ok");
+                tracing::debug!(target: "csi_proxy::call", %service, %method, request, ?elapsed, "ok");
                 Ok(Response::new(resp))
             }
             Err(e) => {
                 if code == Code::Internal {
-                    tracing::error!(target: "csi_proxy::call", %service, %method, ?elapsed, error = %e, "failed");
+                    tracing::error!(target: "csi_proxy::call", %service, %method, request, ?elapsed, error = %e, "failed");
                 } else {
-                    tracing::info!(target: "csi_proxy::call", %service, %method, ?elapsed, code = ?code, error = %e, "failed");
+                    tracing::info!(target: "csi_proxy::call", %service, %method, request, ?elapsed, code = ?code, error = %e, "failed");
                 }
                 Err(to_status(&e))
             }
@@ -85,7 +108,10 @@ fn panic_message(e: tokio::task::JoinError) -> String {
     if !e.is_panic() {
         return e.to_string();
     }
-    let payload = e.into_panic();
+    payload_message(e.into_panic().as_ref())
+}
+
+fn payload_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {

@@ -33,8 +33,19 @@ impl SystemHost for Buggy {
     }
 }
 
+// Both flavours: the daemon's multi-thread runtime runs host work with block_in_place, a
+// current-thread runtime with spawn_blocking; each must contain a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_only_its_call_multi_thread() {
+    panicking_handler_fails_only_its_call().await
+}
+
 #[tokio::test]
-async fn a_panicking_handler_fails_only_its_call() {
+async fn a_panicking_handler_fails_only_its_call_current_thread() {
+    panicking_handler_fails_only_its_call().await
+}
+
+async fn panicking_handler_fails_only_its_call() {
     let host = Arc::new(MemoryHost::sample());
     let mut hosts = Hosts::from_one(host.clone());
     hosts.system = Arc::new(Buggy);
