@@ -103,11 +103,7 @@ pub enum FlagError {
     #[error("flag needs an argument: -{flag} (use -{flag}=<{hint}> or -{flag} <{hint}>)")]
     MissingValue { flag: String, hint: &'static str },
     #[error("invalid value {value:?} for flag -{flag}: expected {expected}")]
-    InvalidValue {
-        flag: String,
-        value: String,
-        expected: &'static str,
-    },
+    InvalidValue { flag: String, value: String, expected: &'static str },
     #[error("bad flag syntax: {arg}")]
     BadSyntax { arg: String },
     #[error("unexpected argument {arg:?}: csi-proxy takes no positional arguments")]
@@ -213,7 +209,8 @@ const FLAGS: &[Spec] = &[
         kind: Kind::Uint,
         target: Target::V,
         default: "0",
-        help: "Log verbosity: 0-1 info, 2-4 debug, 5 and up trace (10 and up also traces libraries); RUST_LOG overrides",
+        help:
+            "Log verbosity: 0-1 info, 2-4 debug, 5 and up trace (10 and up also traces libraries); RUST_LOG overrides",
     },
     Spec {
         name: "log_file",
@@ -376,17 +373,14 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<ParseOutcome, Fl
             return Ok(ParseOutcome::Help);
         }
         let Some(spec) = lookup(name) else {
-            return Err(FlagError::Unknown {
-                flag: name.to_string(),
-            });
+            return Err(FlagError::Unknown { flag: name.to_string() });
         };
         let value = match (spec.kind, inline) {
             (_, Some(v)) => v.to_string(),
             (Kind::Bool, None) => "true".to_string(),
-            (kind, None) => args.next().ok_or_else(|| FlagError::MissingValue {
-                flag: name.to_string(),
-                hint: kind.hint(),
-            })?,
+            (kind, None) => {
+                args.next().ok_or_else(|| FlagError::MissingValue { flag: name.to_string(), hint: kind.hint() })?
+            }
         };
         apply(&mut opts, spec, value)?;
     }
@@ -405,19 +399,15 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
     let mut duration = Duration::ZERO;
     match spec.kind {
         Kind::Bool => {
-            flag_bool = parse_bool(&value).ok_or_else(|| {
-                invalid("a boolean (true, false, 1, 0, t, f, TRUE, FALSE, True, False)")
-            })?;
+            flag_bool = parse_bool(&value)
+                .ok_or_else(|| invalid("a boolean (true, false, 1, 0, t, f, TRUE, FALSE, True, False)"))?;
         }
         Kind::Uint => {
             uint = parse_uint(&value).ok_or_else(|| invalid("a non-negative integer"))?;
         }
         Kind::Duration => {
-            duration = parse_duration(&value).ok_or_else(|| {
-                invalid(
-                    "a duration such as 250ms, 30s, 5m, 1h or 1m30s (units ns, us, ms, s, m, h)",
-                )
-            })?;
+            duration = parse_duration(&value)
+                .ok_or_else(|| invalid("a duration such as 250ms, 30s, 5m, 1h or 1m30s (units ns, us, ms, s, m, h)"))?;
         }
         Kind::Severity => {
             if !is_severity(&value) {
@@ -467,14 +457,9 @@ fn parse_uint(s: &str) -> Option<u64> {
 }
 
 fn is_severity(s: &str) -> bool {
-    let named = ["INFO", "WARNING", "ERROR", "FATAL"]
-        .iter()
-        .any(|n| n.eq_ignore_ascii_case(s));
+    let named = ["INFO", "WARNING", "ERROR", "FATAL"].iter().any(|n| n.eq_ignore_ascii_case(s));
     let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
-    named
-        || (!digits.is_empty()
-            && digits.bytes().all(|b| b.is_ascii_digit())
-            && s.parse::<i32>().is_ok())
+    named || (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && s.parse::<i32>().is_ok())
 }
 
 /// Go's duration syntax without a sign: one or more `<number><unit>` terms such as `1h30m`,
@@ -489,9 +474,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     let mut rest = s;
     let mut total_nanos: u128 = 0;
     while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         let (number, after) = rest.split_at(num_len);
         let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
         if int_part.is_empty() && frac_part.is_empty() {
@@ -500,9 +483,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         if frac_part.contains('.') {
             return None;
         }
-        let unit_len = after
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(after.len());
+        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
         let (unit, next) = after.split_at(unit_len);
         let unit_nanos: u128 = match unit {
             "ns" => 1,
@@ -513,11 +494,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
             "h" => 3_600 * 1_000_000_000,
             _ => return None,
         };
-        let whole: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().ok()?
-        };
+        let whole: u128 = if int_part.is_empty() { 0 } else { int_part.parse().ok()? };
         total_nanos = total_nanos.checked_add(whole.checked_mul(unit_nanos)?)?;
         // Fraction: scale digit by digit, dropping what falls below a nanosecond.
         let mut scale = unit_nanos;
@@ -606,14 +583,10 @@ mod tests {
 
     #[test]
     fn upstream_install_line() {
-        let line =
-            r"-windows-service -log_file=C:\etc\kubernetes\logs\csi-proxy.log -logtostderr=false";
+        let line = r"-windows-service -log_file=C:\etc\kubernetes\logs\csi-proxy.log -logtostderr=false";
         let o = run(&line.split(' ').collect::<Vec<_>>());
         assert!(o.windows_service);
-        assert_eq!(
-            o.log.log_file,
-            Some(PathBuf::from(r"C:\etc\kubernetes\logs\csi-proxy.log"))
-        );
+        assert_eq!(o.log.log_file, Some(PathBuf::from(r"C:\etc\kubernetes\logs\csi-proxy.log")));
         assert!(!o.log.logtostderr);
         assert_eq!(o.log.v, 0);
 
@@ -635,32 +608,15 @@ mod tests {
         assert_eq!(run(&["-v", "7"]).log.v, 7);
         assert_eq!(run(&["--v=3"]).log.v, 3);
         assert_eq!(run(&["-v=1", "-v=4"]).log.v, 4, "last one wins");
-        assert_eq!(
-            run(&["-kubelet-path", r"D:\kubelet"]).kubelet_path,
-            r"D:\kubelet"
-        );
+        assert_eq!(run(&["-kubelet-path", r"D:\kubelet"]).kubelet_path, r"D:\kubelet");
         // A value may itself contain '=' or start with '-'.
-        assert_eq!(
-            run(&["-pipe-sddl=D:P(A;;GA;;;SY)"]).pipe_sddl.as_deref(),
-            Some("D:P(A;;GA;;;SY)")
-        );
-        assert_eq!(
-            run(&["-metrics-bind-address=a=b"])
-                .metrics_bind_address
-                .as_deref(),
-            Some("a=b")
-        );
-        assert_eq!(
-            run(&["-log_dir", "-x"]).log.log_dir,
-            Some(PathBuf::from("-x"))
-        );
+        assert_eq!(run(&["-pipe-sddl=D:P(A;;GA;;;SY)"]).pipe_sddl.as_deref(), Some("D:P(A;;GA;;;SY)"));
+        assert_eq!(run(&["-metrics-bind-address=a=b"]).metrics_bind_address.as_deref(), Some("a=b"));
+        assert_eq!(run(&["-log_dir", "-x"]).log.log_dir, Some(PathBuf::from("-x")));
         // Empty means unset.
         assert_eq!(run(&["-metrics-bind-address="]).metrics_bind_address, None);
         assert_eq!(run(&["-log_file="]).log.log_file, None);
-        assert_eq!(
-            run(&["-socket-dir", "/tmp/s"]).socket_dir,
-            PathBuf::from("/tmp/s")
-        );
+        assert_eq!(run(&["-socket-dir", "/tmp/s"]).socket_dir, PathBuf::from("/tmp/s"));
     }
 
     #[test]
@@ -675,10 +631,7 @@ mod tests {
         assert!(!run(&["-require-privacy=false"]).require_privacy);
         assert!(run(&["-require-privacy=false", "-require-privacy"]).require_privacy);
         for t in ["1", "t", "T", "true", "TRUE", "True"] {
-            assert!(
-                run(&[&format!("-alsologtostderr={t}")]).log.alsologtostderr,
-                "{t}"
-            );
+            assert!(run(&[&format!("-alsologtostderr={t}")]).log.alsologtostderr, "{t}");
         }
         for f in ["0", "f", "F", "false", "FALSE", "False"] {
             assert!(!run(&[&format!("-logtostderr={f}")]).log.logtostderr, "{f}");
@@ -688,12 +641,7 @@ mod tests {
         assert!(e.to_string().contains("\"maybe\""), "{e}");
         // A boolean never takes the next argument: "false" is then a positional argument.
         let e = fail(&["-windows-service", "false"]);
-        assert_eq!(
-            e,
-            FlagError::Positional {
-                arg: "false".into()
-            }
-        );
+        assert_eq!(e, FlagError::Positional { arg: "false".into() });
         let o = run(&["-windows-service", "-v", "2"]);
         assert!(o.windows_service);
         assert_eq!(o.log.v, 2);
@@ -716,87 +664,36 @@ mod tests {
             "main.go:10",
             "-v=2",
         ]);
-        assert_eq!(
-            o.log.v, 2,
-            "ignored value flags consumed exactly one argument each"
-        );
-        assert_eq!(
-            Options {
-                log: LogOptions {
-                    v: 0,
-                    ..o.log.clone()
-                },
-                ..o
-            },
-            Options::default()
-        );
+        assert_eq!(o.log.v, 2, "ignored value flags consumed exactly one argument each");
+        assert_eq!(Options { log: LogOptions { v: 0, ..o.log.clone() }, ..o }, Options::default());
         assert_eq!(run(&["-stderrthreshold=2"]).log.v, 0);
-        assert!(matches!(
-            fail(&["-stderrthreshold=LOUD"]),
-            FlagError::InvalidValue { .. }
-        ));
-        assert!(matches!(
-            fail(&["-log_file_max_size=-1"]),
-            FlagError::InvalidValue { .. }
-        ));
-        assert!(matches!(
-            fail(&["-skip_headers=yes"]),
-            FlagError::InvalidValue { .. }
-        ));
+        assert!(matches!(fail(&["-stderrthreshold=LOUD"]), FlagError::InvalidValue { .. }));
+        assert!(matches!(fail(&["-log_file_max_size=-1"]), FlagError::InvalidValue { .. }));
+        assert!(matches!(fail(&["-skip_headers=yes"]), FlagError::InvalidValue { .. }));
     }
 
     #[test]
     fn errors() {
         let e = fail(&["-nope"]);
-        assert_eq!(
-            e,
-            FlagError::Unknown {
-                flag: "nope".into()
-            }
-        );
+        assert_eq!(e, FlagError::Unknown { flag: "nope".into() });
         assert_eq!(e.to_string(), "flag provided but not defined: -nope");
         // Removed in upstream v1.0.
-        assert!(matches!(
-            fail(&["-kubelet-pod-path=x"]),
-            FlagError::Unknown { .. }
-        ));
+        assert!(matches!(fail(&["-kubelet-pod-path=x"]), FlagError::Unknown { .. }));
 
         let e = fail(&["-v=abc"]);
-        assert_eq!(
-            e.to_string(),
-            r#"invalid value "abc" for flag -v: expected a non-negative integer"#
-        );
+        assert_eq!(e.to_string(), r#"invalid value "abc" for flag -v: expected a non-negative integer"#);
         assert!(matches!(fail(&["-v=-1"]), FlagError::InvalidValue { .. }));
-        assert!(matches!(
-            fail(&["-v", "-logtostderr"]),
-            FlagError::InvalidValue { .. }
-        ));
-        assert!(matches!(
-            fail(&["-v=99999999999"]),
-            FlagError::InvalidValue { .. }
-        ));
+        assert!(matches!(fail(&["-v", "-logtostderr"]), FlagError::InvalidValue { .. }));
+        assert!(matches!(fail(&["-v=99999999999"]), FlagError::InvalidValue { .. }));
 
         let e = fail(&["-logtostderr=false", "-log_file"]);
-        assert_eq!(
-            e,
-            FlagError::MissingValue {
-                flag: "log_file".into(),
-                hint: "string"
-            }
-        );
-        assert!(
-            e.to_string()
-                .starts_with("flag needs an argument: -log_file"),
-            "{e}"
-        );
+        assert_eq!(e, FlagError::MissingValue { flag: "log_file".into(), hint: "string" });
+        assert!(e.to_string().starts_with("flag needs an argument: -log_file"), "{e}");
         assert!(matches!(fail(&["--v"]), FlagError::MissingValue { .. }));
 
         assert!(matches!(fail(&["stray"]), FlagError::Positional { .. }));
         assert!(matches!(fail(&["-"]), FlagError::Positional { .. }));
-        assert!(matches!(
-            fail(&["-v=1", "--", "x"]),
-            FlagError::Positional { .. }
-        ));
+        assert!(matches!(fail(&["-v=1", "--", "x"]), FlagError::Positional { .. }));
         assert!(matches!(fail(&["---v=1"]), FlagError::BadSyntax { .. }));
         assert!(matches!(fail(&["-=1"]), FlagError::BadSyntax { .. }));
     }
@@ -814,17 +711,10 @@ mod tests {
             assert_eq!(parse([h.to_string()]).unwrap(), ParseOutcome::Help, "{h}");
         }
         // Help wins over what follows, like Go's flag package.
-        assert_eq!(
-            parse(["-v=2", "-h", "-bogus"].map(String::from)).unwrap(),
-            ParseOutcome::Help
-        );
+        assert_eq!(parse(["-v=2", "-h", "-bogus"].map(String::from)).unwrap(), ParseOutcome::Help);
         let text = usage();
         for spec in FLAGS {
-            assert!(
-                text.contains(&format!("  -{}", spec.name)),
-                "{} missing",
-                spec.name
-            );
+            assert!(text.contains(&format!("  -{}", spec.name)), "{} missing", spec.name);
             let default = format!("(default {:?})", spec.default);
             assert!(text.contains(&default), "{} default", spec.name);
         }
@@ -859,29 +749,16 @@ mod tests {
         assert_eq!(d("7ns"), Some(Duration::from_nanos(7)));
         assert_eq!(d("0"), Some(Duration::ZERO));
         assert_eq!(d("0s"), Some(Duration::ZERO));
-        for bad in [
-            "", "5", "abc", "-5s", "+5s", "5x", "s", ".s", "1.2.3s", "5 s", "1d",
-        ] {
+        for bad in ["", "5", "abc", "-5s", "+5s", "5x", "s", ".s", "1.2.3s", "5 s", "1d"] {
             assert_eq!(d(bad), None, "{bad:?}");
         }
         assert_eq!(d("99999999999999999999h"), None, "overflow");
 
-        let o = run(&[
-            "-connection-idle-timeout=30s",
-            "-handshake-timeout",
-            "250ms",
-        ]);
+        let o = run(&["-connection-idle-timeout=30s", "-handshake-timeout", "250ms"]);
         assert_eq!(o.connection_idle_timeout, Duration::from_secs(30));
         assert_eq!(o.handshake_timeout, Duration::from_millis(250));
-        assert_eq!(
-            run(&["-connection-idle-timeout=0"]).connection_idle_timeout,
-            Duration::ZERO
-        );
+        assert_eq!(run(&["-connection-idle-timeout=0"]).connection_idle_timeout, Duration::ZERO);
         let e = fail(&["-handshake-timeout=10"]);
-        assert!(
-            e.to_string()
-                .contains("for flag -handshake-timeout: expected a duration"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("for flag -handshake-timeout: expected a duration"), "{e}");
     }
 }

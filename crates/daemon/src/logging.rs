@@ -45,13 +45,7 @@ pub struct LogOptions {
 
 impl Default for LogOptions {
     fn default() -> Self {
-        LogOptions {
-            v: 0,
-            log_file: None,
-            log_dir: None,
-            logtostderr: true,
-            alsologtostderr: false,
-        }
+        LogOptions { v: 0, log_file: None, log_dir: None, logtostderr: true, alsologtostderr: false }
     }
 }
 
@@ -67,10 +61,7 @@ pub struct Destination {
 /// Chooses the destination from the flags (klog's rules, see the module text).
 pub fn destination(opts: &LogOptions) -> Destination {
     if opts.logtostderr {
-        return Destination {
-            file: None,
-            stderr: true,
-        };
+        return Destination { file: None, stderr: true };
     }
     let file = match (&opts.log_file, &opts.log_dir) {
         (Some(f), _) if !f.as_os_str().is_empty() => Some(f.clone()),
@@ -93,24 +84,15 @@ pub fn level_for(v: u32) -> Level {
 /// `EnvFilter` directives for a klog verbosity (used when `RUST_LOG` is not set).
 pub fn directives_for(v: u32) -> String {
     let own = level_for(v).as_str().to_ascii_lowercase();
-    let libraries = if v >= LIBRARY_TRACE_V {
-        "trace"
-    } else {
-        "info"
-    };
+    let libraries = if v >= LIBRARY_TRACE_V { "trace" } else { "info" };
     format!("{libraries},{OWN_TARGET}={own}")
 }
 
 /// Opens (creating it and its directory if needed) a log file for appending.
 pub fn open_log_file(path: &Path) -> anyhow::Result<File> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| {
-            format!(
-                "cannot create directory {} for log file {}",
-                parent.display(),
-                path.display()
-            )
-        })?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create directory {} for log file {}", parent.display(), path.display()))?;
     }
     std::fs::OpenOptions::new()
         .create(true)
@@ -140,10 +122,9 @@ impl Drop for Guard {
 /// if `RUST_LOG` is malformed, or if a subscriber is already installed.
 pub fn init(opts: &LogOptions) -> anyhow::Result<Guard> {
     let (filter, filter_text) = match std::env::var("RUST_LOG") {
-        Ok(text) if !text.trim().is_empty() => (
-            EnvFilter::try_new(&text).with_context(|| format!("invalid RUST_LOG {text:?}"))?,
-            text,
-        ),
+        Ok(text) if !text.trim().is_empty() => {
+            (EnvFilter::try_new(&text).with_context(|| format!("invalid RUST_LOG {text:?}"))?, text)
+        }
         _ => {
             let text = directives_for(opts.v);
             (EnvFilter::try_new(&text)?, text)
@@ -155,10 +136,7 @@ pub fn init(opts: &LogOptions) -> anyhow::Result<Guard> {
         None => None,
     };
     let ansi = file.is_none() && io::stderr().is_terminal();
-    let writer = Sink {
-        file: file.clone(),
-        stderr: destination.stderr,
-    };
+    let writer = Sink { file: file.clone(), stderr: destination.stderr };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
@@ -230,10 +208,7 @@ mod tests {
     use super::*;
 
     fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "csi-proxy-logging-test-{}-{name}",
-            std::process::id()
-        ));
+        let dir = std::env::temp_dir().join(format!("csi-proxy-logging-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
@@ -260,54 +235,34 @@ mod tests {
     fn destinations() {
         let file = PathBuf::from("/x/csi-proxy.log");
         let dir = PathBuf::from("/logs");
-        let opts = |log_file: Option<&PathBuf>, log_dir: Option<&PathBuf>, to: bool, also: bool| {
-            LogOptions {
-                v: 0,
-                log_file: log_file.cloned(),
-                log_dir: log_dir.cloned(),
-                logtostderr: to,
-                alsologtostderr: also,
-            }
+        let opts = |log_file: Option<&PathBuf>, log_dir: Option<&PathBuf>, to: bool, also: bool| LogOptions {
+            v: 0,
+            log_file: log_file.cloned(),
+            log_dir: log_dir.cloned(),
+            logtostderr: to,
+            alsologtostderr: also,
         };
-        let stderr_only = Destination {
-            file: None,
-            stderr: true,
-        };
+        let stderr_only = Destination { file: None, stderr: true };
         // Default: stderr, whatever files are named.
         assert_eq!(destination(&LogOptions::default()), stderr_only);
-        assert_eq!(
-            destination(&opts(Some(&file), Some(&dir), true, true)),
-            stderr_only
-        );
+        assert_eq!(destination(&opts(Some(&file), Some(&dir), true, true)), stderr_only);
         // -logtostderr=false: file wins over dir; dir gets csi-proxy.log.
         assert_eq!(
             destination(&opts(Some(&file), Some(&dir), false, false)),
-            Destination {
-                file: Some(file.clone()),
-                stderr: false
-            }
+            Destination { file: Some(file.clone()), stderr: false }
         );
         assert_eq!(
             destination(&opts(None, Some(&dir), false, false)),
-            Destination {
-                file: Some(dir.join("csi-proxy.log")),
-                stderr: false
-            }
+            Destination { file: Some(dir.join("csi-proxy.log")), stderr: false }
         );
         assert_eq!(
             destination(&opts(Some(&file), None, false, true)),
-            Destination {
-                file: Some(file.clone()),
-                stderr: true
-            }
+            Destination { file: Some(file.clone()), stderr: true }
         );
         // Nothing to write to: fall back to stderr.
         assert_eq!(destination(&opts(None, None, false, false)), stderr_only);
         let empty = PathBuf::new();
-        assert_eq!(
-            destination(&opts(Some(&empty), Some(&empty), false, false)),
-            stderr_only
-        );
+        assert_eq!(destination(&opts(Some(&empty), Some(&empty), false, false)), stderr_only);
     }
 
     #[test]
@@ -315,19 +270,13 @@ mod tests {
         let dir = temp_dir("errors");
         // A directory cannot be opened as a log file.
         let err = open_log_file(&dir).unwrap_err();
-        assert!(
-            format!("{err:#}").contains(&dir.display().to_string()),
-            "{err:#}"
-        );
+        assert!(format!("{err:#}").contains(&dir.display().to_string()), "{err:#}");
         // Neither can a file below a regular file.
         let blocker = dir.join("plain");
         std::fs::write(&blocker, b"x").unwrap();
         let path = blocker.join("sub").join("csi-proxy.log");
         let err = open_log_file(&path).unwrap_err();
-        assert!(
-            format!("{err:#}").contains(&path.display().to_string()),
-            "{err:#}"
-        );
+        assert!(format!("{err:#}").contains(&path.display().to_string()), "{err:#}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -338,16 +287,10 @@ mod tests {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, b"old line\n").unwrap();
         let file = Arc::new(Mutex::new(open_log_file(&path).unwrap()));
-        let mut sink = Sink {
-            file: Some(file),
-            stderr: false,
-        };
+        let mut sink = Sink { file: Some(file), stderr: false };
         sink.write_all(b"new line\n").unwrap();
         sink.flush().unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            "old line\nnew line\n"
-        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old line\nnew line\n");
 
         let fresh = dir.join("a").join("b").join("c.log");
         open_log_file(&fresh).unwrap();
@@ -363,13 +306,8 @@ mod tests {
             return;
         }
         let dir = temp_dir("init");
-        let opts = LogOptions {
-            v: 2,
-            log_file: None,
-            log_dir: Some(dir.clone()),
-            logtostderr: false,
-            alsologtostderr: false,
-        };
+        let opts =
+            LogOptions { v: 2, log_file: None, log_dir: Some(dir.clone()), logtostderr: false, alsologtostderr: false };
         let guard = init(&opts).unwrap();
         let path = dir.join(LOG_DIR_FILE_NAME);
         tracing::debug!(target: "csi_proxy::test", "visible at v=2");

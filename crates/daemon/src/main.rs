@@ -58,10 +58,8 @@ fn run(opts: Options) -> anyhow::Result<()> {
 
 /// Serves until `shutdown` completes, on a runtime of its own.
 fn run_until(opts: Options, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     runtime.block_on(serve(opts, shutdown))
 }
 

@@ -24,15 +24,13 @@ impl Drop for Daemon {
 }
 
 fn start(dir: &Path, extra: &[&str]) -> Daemon {
-    let child = Command::new(BIN)
-        .arg("-socket-dir")
-        .arg(dir)
-        .args(extra)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = Command::new(BIN).arg("-socket-dir").arg(dir).args(extra).stderr(Stdio::null()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::read_dir(dir).map(|d| d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sock")).count()).unwrap_or(0) < 23 {
+    while std::fs::read_dir(dir)
+        .map(|d| d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sock")).count())
+        .unwrap_or(0)
+        < 23
+    {
         assert!(Instant::now() < deadline, "daemon did not create its sockets");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -54,8 +52,18 @@ fn help_lists_every_flag_and_exits_0() {
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     for flag in [
-        "-kubelet-path", "-working-dir", "-windows-service", "-require-privacy", "-metrics-bind-address", "-v ",
-        "-log_file", "-log_dir", "-logtostderr", "-alsologtostderr", "-socket-dir", "-pipe-sddl",
+        "-kubelet-path",
+        "-working-dir",
+        "-windows-service",
+        "-require-privacy",
+        "-metrics-bind-address",
+        "-v ",
+        "-log_file",
+        "-log_dir",
+        "-logtostderr",
+        "-alsologtostderr",
+        "-socket-dir",
+        "-pipe-sddl",
     ] {
         assert!(text.contains(flag), "--help does not list {flag}");
     }
@@ -87,7 +95,9 @@ fn metrics_count_real_calls_with_upstream_labels() {
         let ch = tonic::transport::Endpoint::from_static("http://localhost")
             .connect_with_connector(tower::service_fn(move |_| {
                 let path = path.clone();
-                async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+                }
             }))
             .await
             .unwrap();
@@ -105,10 +115,7 @@ fn metrics_count_real_calls_with_upstream_labels() {
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     let labels = r#"grpc_method="ListDiskLocations",grpc_service="v1.Disk",grpc_type="unary""#;
     assert!(body.contains(&format!("grpc_server_started_total{{{labels}}} 2")), "{body}");
-    assert!(
-        body.contains(&format!("grpc_server_handled_total{{grpc_code=\"Unimplemented\",{labels}}} 2")),
-        "{body}"
-    );
+    assert!(body.contains(&format!("grpc_server_handled_total{{grpc_code=\"Unimplemented\",{labels}}} 2")), "{body}");
     assert!(body.contains(&format!("grpc_server_handling_seconds_count{{{labels}}} 2")), "{body}");
     assert!(body.contains(r#"grpc_server_handling_seconds_bucket{grpc_method="ListDiskLocations""#), "{body}");
     assert!(body.contains("process_resident_memory_bytes"), "{body}");

@@ -91,10 +91,7 @@ impl MemoryHost {
                             target: n.to_string(),
                             lun_id: "0".into(),
                         },
-                        ids: DiskIds {
-                            page83: format!("60022480{n:024x}"),
-                            serial_number: format!("SERIAL-{n}"),
-                        },
+                        ids: DiskIds { page83: format!("60022480{n:024x}"), serial_number: format!("SERIAL-{n}") },
                         size: GIB,
                         online: true,
                         partitions: BTreeMap::new(),
@@ -196,15 +193,7 @@ impl DiskHost for MemoryHost {
             let size = d.size;
             s.volumes.insert(
                 id,
-                SimVolume {
-                    disk,
-                    partition: 1,
-                    size,
-                    used: 0,
-                    formatted: false,
-                    mounts: BTreeSet::new(),
-                    flushes: 0,
-                },
+                SimVolume { disk, partition: 1, size, used: 0, formatted: false, mounts: BTreeSet::new(), flushes: 0 },
             );
             Ok(())
         })

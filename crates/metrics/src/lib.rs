@@ -30,9 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 /// Histogram buckets of `grpc_server_handling_seconds`, in seconds, as upstream configures them.
-pub const HANDLING_BUCKETS: [f64; 14] = [
-    0.001, 0.01, 0.1, 0.3, 0.6, 1.0, 3.0, 6.0, 9.0, 20.0, 30.0, 60.0, 90.0, 120.0,
-];
+pub const HANDLING_BUCKETS: [f64; 14] = [0.001, 0.01, 0.1, 0.3, 0.6, 1.0, 3.0, 6.0, 9.0, 20.0, 30.0, 60.0, 90.0, 120.0];
 
 /// `Content-Type` of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -101,11 +99,8 @@ impl Metrics {
             registry.register(Box::new(c.clone()))?;
             Ok(c)
         };
-        let started = counter(
-            "grpc_server_started_total",
-            "Number of RPCs the server has started handling.",
-            &GRPC_LABELS,
-        )?;
+        let started =
+            counter("grpc_server_started_total", "Number of RPCs the server has started handling.", &GRPC_LABELS)?;
         let handled = counter(
             "grpc_server_handled_total",
             "Number of RPCs the server has finished, by status code, whether they succeeded or not.",
@@ -116,11 +111,8 @@ impl Metrics {
             "Number of request messages the server has received.",
             &GRPC_LABELS,
         )?;
-        let msg_sent = counter(
-            "grpc_server_msg_sent_total",
-            "Number of response messages the server has sent.",
-            &GRPC_LABELS,
-        )?;
+        let msg_sent =
+            counter("grpc_server_msg_sent_total", "Number of response messages the server has sent.", &GRPC_LABELS)?;
         let handling_seconds = HistogramVec::new(
             HistogramOpts::new(
                 "grpc_server_handling_seconds",
@@ -132,16 +124,7 @@ impl Metrics {
         registry.register(Box::new(handling_seconds.clone()))?;
         register_process_metrics(&registry)?;
 
-        Ok(Metrics {
-            inner: Arc::new(Inner {
-                registry,
-                started,
-                handled,
-                msg_received,
-                msg_sent,
-                handling_seconds,
-            }),
-        })
+        Ok(Metrics { inner: Arc::new(Inner { registry, started, handled, msg_received, msg_sent, handling_seconds }) })
     }
 
     /// Records the start of a unary call: `service` is `<version>.<Service>` (for example
@@ -156,17 +139,11 @@ impl Metrics {
     /// `InvalidArgument`, `Unimplemented`, `Internal`, ...) and the time it took.
     pub fn handled(&self, service: &str, method: &str, code: &str, elapsed: Duration) {
         let labels = [UNARY, service, method];
-        self.inner
-            .handled
-            .with_label_values(&[UNARY, service, method, code])
-            .inc();
+        self.inner.handled.with_label_values(&[UNARY, service, method, code]).inc();
         if code == "OK" {
             self.inner.msg_sent.with_label_values(&labels).inc();
         }
-        self.inner
-            .handling_seconds
-            .with_label_values(&labels)
-            .observe(elapsed.as_secs_f64());
+        self.inner.handling_seconds.with_label_values(&labels).observe(elapsed.as_secs_f64());
     }
 
     /// Every metric in the Prometheus text exposition format (version 0.0.4).
@@ -185,35 +162,17 @@ impl Metrics {
     /// `host:port` as in Go: `localhost:8888`, `127.0.0.1:0`, `[::1]:9090`, or `:8888` for every
     /// IPv4 interface.
     pub async fn bind(&self, addr: &str) -> Result<MetricsServer, MetricsError> {
-        let target = if addr.starts_with(':') {
-            format!("0.0.0.0{addr}")
-        } else {
-            addr.to_string()
-        };
-        let listener = TcpListener::bind(&target)
-            .await
-            .map_err(|source| MetricsError::Bind {
-                addr: addr.to_string(),
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(|source| MetricsError::Bind {
-            addr: addr.to_string(),
-            source,
-        })?;
-        Ok(MetricsServer {
-            metrics: self.clone(),
-            listener,
-            local_addr,
-        })
+        let target = if addr.starts_with(':') { format!("0.0.0.0{addr}") } else { addr.to_string() };
+        let listener =
+            TcpListener::bind(&target).await.map_err(|source| MetricsError::Bind { addr: addr.to_string(), source })?;
+        let local_addr =
+            listener.local_addr().map_err(|source| MetricsError::Bind { addr: addr.to_string(), source })?;
+        Ok(MetricsServer { metrics: self.clone(), listener, local_addr })
     }
 
     /// Serves `GET /metrics` on `addr` until `shutdown` completes. Fails only if it cannot
     /// listen; errors of single connections are logged and do not stop the server.
-    pub async fn serve(
-        self,
-        addr: &str,
-        shutdown: impl Future<Output = ()>,
-    ) -> Result<(), MetricsError> {
+    pub async fn serve(self, addr: &str, shutdown: impl Future<Output = ()>) -> Result<(), MetricsError> {
         self.bind(addr).await?.serve(shutdown).await
     }
 }
@@ -231,10 +190,8 @@ fn register_process_metrics(registry: &Registry) -> Result<(), MetricsError> {
         "process_start_time_seconds",
         "Start time of the process since the Unix epoch, in seconds.",
     )?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     start.set(now);
     registry.register(Box::new(start))?;
     Ok(())
@@ -323,10 +280,7 @@ async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result
 
 /// End of the first blank line (`\r\n\r\n`, or a bare `\n\n` from lax clients).
 fn find_head_end(bytes: &[u8]) -> Option<usize> {
-    let crlf = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| i + 4);
+    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
     let lf = bytes.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
     match (crlf, lf) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -337,22 +291,12 @@ fn find_head_end(bytes: &[u8]) -> Option<usize> {
 async fn handle_connection(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(512);
     let response = match tokio::time::timeout(IO_TIMEOUT, read_head(&mut stream, &mut buf)).await {
-        Err(_) => response(
-            408,
-            "Request Timeout",
-            "text/plain",
-            b"request timeout\n",
-            true,
-        ),
+        Err(_) => response(408, "Request Timeout", "text/plain", b"request timeout\n", true),
         Ok(Err(e)) => return Err(e),
         Ok(Ok(Head::Closed)) => return Ok(()),
-        Ok(Ok(Head::TooLarge)) => response(
-            431,
-            "Request Header Fields Too Large",
-            "text/plain",
-            b"request header too large\n",
-            true,
-        ),
+        Ok(Ok(Head::TooLarge)) => {
+            response(431, "Request Header Fields Too Large", "text/plain", b"request header too large\n", true)
+        }
         Ok(Ok(Head::Complete(len))) => route(&buf[..len], metrics),
     };
     match tokio::time::timeout(IO_TIMEOUT, async {
@@ -362,12 +306,7 @@ async fn handle_connection(mut stream: TcpStream, metrics: &Metrics) -> std::io:
     .await
     {
         Ok(result) => result?,
-        Err(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "writing the response timed out",
-            ))
-        }
+        Err(_) => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "writing the response timed out")),
     }
     // Closing a socket with unread input makes the kernel reset the connection, which can
     // destroy the response before the client reads it. Swallow what the client still sends
@@ -391,8 +330,7 @@ fn route(head: &[u8], metrics: &Metrics) -> Vec<u8> {
     let text = String::from_utf8_lossy(head);
     let request_line = text.lines().next().unwrap_or("");
     let mut parts = request_line.split_ascii_whitespace();
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
+    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return response(400, "Bad Request", "text/plain", b"bad request\n", true);
     };
@@ -402,25 +340,13 @@ fn route(head: &[u8], metrics: &Metrics) -> Vec<u8> {
     let path = target.split(['?', '#']).next().unwrap_or("");
     if path != METRICS_PATH {
         // Same body as Go's default "not found" handler.
-        return response(
-            404,
-            "Not Found",
-            "text/plain; charset=utf-8",
-            b"404 page not found\n",
-            true,
-        );
+        return response(404, "Not Found", "text/plain; charset=utf-8", b"404 page not found\n", true);
     }
     match method {
         "GET" => response(200, "OK", CONTENT_TYPE, metrics.render().as_bytes(), true),
         "HEAD" => response(200, "OK", CONTENT_TYPE, metrics.render().as_bytes(), false),
         _ => {
-            let mut r = response(
-                405,
-                "Method Not Allowed",
-                "text/plain",
-                b"method not allowed\n",
-                true,
-            );
+            let mut r = response(405, "Method Not Allowed", "text/plain", b"method not allowed\n", true);
             // Squeeze an Allow header in before the blank line ending the head.
             let at = r.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 2;
             r.splice(at..at, b"Allow: GET, HEAD\r\n".iter().copied());
@@ -429,13 +355,7 @@ fn route(head: &[u8], metrics: &Metrics) -> Vec<u8> {
     }
 }
 
-fn response(
-    status: u16,
-    reason: &str,
-    content_type: &str,
-    body: &[u8],
-    with_body: bool,
-) -> Vec<u8> {
+fn response(status: u16, reason: &str, content_type: &str, body: &[u8], with_body: bool) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n",
@@ -456,10 +376,7 @@ mod tests {
     fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
         text.lines()
             .filter(|l| !l.starts_with('#'))
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-            })
+            .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' ')))
             .collect()
     }
 
@@ -469,35 +386,17 @@ mod tests {
             return Vec::new();
         };
         let end = line.rfind('}').unwrap();
-        line[start + 1..end]
-            .split(',')
-            .map(|pair| pair.split('=').next().unwrap())
-            .collect()
+        line[start + 1..end].split(',').map(|pair| pair.split('=').next().unwrap()).collect()
     }
 
     fn sample_calls() -> Metrics {
         let m = Metrics::new().unwrap();
         m.started("v1.Filesystem", "CreateSymlink");
-        m.handled(
-            "v1.Filesystem",
-            "CreateSymlink",
-            "OK",
-            Duration::from_millis(5),
-        );
+        m.handled("v1.Filesystem", "CreateSymlink", "OK", Duration::from_millis(5));
         m.started("v1.Filesystem", "CreateSymlink");
-        m.handled(
-            "v1.Filesystem",
-            "CreateSymlink",
-            "OK",
-            Duration::from_millis(200),
-        );
+        m.handled("v1.Filesystem", "CreateSymlink", "OK", Duration::from_millis(200));
         m.started("v1.Volume", "MountVolume");
-        m.handled(
-            "v1.Volume",
-            "MountVolume",
-            "Internal",
-            Duration::from_secs(2),
-        );
+        m.handled("v1.Volume", "MountVolume", "Internal", Duration::from_secs(2));
         m
     }
 
@@ -510,8 +409,7 @@ mod tests {
     #[test]
     fn counters_and_labels() {
         let text = sample_calls().render();
-        let symlink =
-            r#"grpc_method="CreateSymlink",grpc_service="v1.Filesystem",grpc_type="unary""#;
+        let symlink = r#"grpc_method="CreateSymlink",grpc_service="v1.Filesystem",grpc_type="unary""#;
         let mount = r#"grpc_method="MountVolume",grpc_service="v1.Volume",grpc_type="unary""#;
         for line in [
             format!("grpc_server_started_total{{{symlink}}} 2"),
@@ -524,17 +422,10 @@ mod tests {
             format!("grpc_server_handling_seconds_count{{{symlink}}} 2"),
             format!("grpc_server_handling_seconds_count{{{mount}}} 1"),
         ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "no line `{line}` in:\n{text}"
-            );
+            assert!(text.lines().any(|l| l == line), "no line `{line}` in:\n{text}");
         }
         // A failed call sends no response message.
-        assert_eq!(
-            samples(&text, "grpc_server_msg_sent_total").len(),
-            1,
-            "{text}"
-        );
+        assert_eq!(samples(&text, "grpc_server_msg_sent_total").len(), 1, "{text}");
         // The prefix the upstream integration test looks for.
         assert!(text.contains(r#"grpc_server_handling_seconds_bucket{grpc_method="CreateSymlink""#));
     }
@@ -587,16 +478,10 @@ mod tests {
             .collect();
         assert_eq!(
             les,
-            [
-                "0.001", "0.01", "0.1", "0.3", "0.6", "1", "3", "6", "9", "20", "30", "60", "90",
-                "120", "+Inf"
-            ]
+            ["0.001", "0.01", "0.1", "0.3", "0.6", "1", "3", "6", "9", "20", "30", "60", "90", "120", "+Inf"]
         );
         // 5 ms and 200 ms: cumulative counts 0, 1, 1, 2, 2, ...
-        let counts: Vec<&str> = lines
-            .iter()
-            .map(|l| l.rsplit(' ').next().unwrap())
-            .collect();
+        let counts: Vec<&str> = lines.iter().map(|l| l.rsplit(' ').next().unwrap()).collect();
         assert_eq!(&counts[..4], ["0", "1", "1", "2"]);
         assert_eq!(counts.last(), Some(&"2"));
         let sum = samples(&text, "grpc_server_handling_seconds_sum")
@@ -629,9 +514,7 @@ mod tests {
         let a = Metrics::new().unwrap();
         let b = a.clone();
         b.started("v1.Disk", "Rescan");
-        assert!(a
-            .render()
-            .contains(r#"grpc_server_started_total{grpc_method="Rescan""#));
+        assert!(a.render().contains(r#"grpc_server_started_total{grpc_method="Rescan""#));
     }
 
     #[test]
@@ -664,39 +547,23 @@ mod tests {
             let _ = stopped.await;
         }));
 
-        let r = exchange(
-            addr,
-            b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n",
-        )
-        .await;
+        let r = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n").await;
         let (head, body) = r.split_once("\r\n\r\n").unwrap();
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-        assert!(
-            head.contains("\r\nContent-Type: text/plain; version=0.0.4"),
-            "{head}"
-        );
-        assert!(
-            head.contains(&format!("\r\nContent-Length: {}", body.len())),
-            "{head}"
-        );
+        assert!(head.contains("\r\nContent-Type: text/plain; version=0.0.4"), "{head}");
+        assert!(head.contains(&format!("\r\nContent-Length: {}", body.len())), "{head}");
         assert!(
             body.contains(r#"grpc_server_handling_seconds_bucket{grpc_method="CreateSymlink",grpc_service="v1.Filesystem",grpc_type="unary",le="0.01"} 1"#),
             "{body}"
         );
-        assert!(
-            body.contains("grpc_server_handled_total{grpc_code=\"Internal\""),
-            "{body}"
-        );
+        assert!(body.contains("grpc_server_handled_total{grpc_code=\"Internal\""), "{body}");
 
         // A query string does not matter; a body arriving with the head is ignored.
         let r = exchange(addr, b"GET /metrics?x=1 HTTP/1.0\r\n\r\n").await;
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
 
         let r = exchange(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n").await;
-        assert!(
-            r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\n"),
-            "{r}"
-        );
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\n"), "{r}");
 
         for path in ["/", "/metrics/", "/metricsx", "/other"] {
             let r = exchange(addr, format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes()).await;
@@ -722,11 +589,7 @@ mod tests {
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
 
         stop.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .expect("server stops on shutdown")
-            .unwrap()
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), task).await.expect("server stops on shutdown").unwrap().unwrap();
         assert!(TcpStream::connect(addr).await.is_err(), "listener closed");
     }
 
@@ -735,11 +598,7 @@ mod tests {
         let metrics = Metrics::new().unwrap();
         let first = metrics.bind("127.0.0.1:0").await.unwrap();
         let taken = first.local_addr().to_string();
-        let err = metrics
-            .clone()
-            .serve(&taken, std::future::pending())
-            .await
-            .unwrap_err();
+        let err = metrics.clone().serve(&taken, std::future::pending()).await.unwrap_err();
         assert!(matches!(err, MetricsError::Bind { .. }));
         assert!(err.to_string().contains(&taken), "{err}");
 

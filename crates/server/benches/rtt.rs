@@ -43,18 +43,13 @@ use tonic::transport::{Channel, Endpoint};
 
 fn env_usize(name: &str, default: usize) -> usize {
     match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
         Err(_) => default,
     }
 }
 
 fn disk_v1() -> Api {
-    *APIS
-        .iter()
-        .find(|a| a.group == Group::Disk && a.version == "v1")
-        .expect("disk v1 API")
+    *APIS.iter().find(|a| a.group == Group::Disk && a.version == "v1").expect("disk v1 API")
 }
 
 /// One new HTTP/2 connection over the byte stream `open` makes.
@@ -103,21 +98,11 @@ mod transport {
             let shutdown = async {
                 let _ = rx.await;
             };
-            csi_proxy_transport::serve_apis(
-                APIS,
-                &endpoints,
-                |api| ctx.service(api),
-                ConnPolicy::default(),
-                shutdown,
-            )
-            .await
-            .expect("serve_apis");
+            csi_proxy_transport::serve_apis(APIS, &endpoints, |api| ctx.service(api), ConnPolicy::default(), shutdown)
+                .await
+                .expect("serve_apis");
         });
-        let server = Server {
-            dir,
-            stop: Some(tx),
-            task: Some(task),
-        };
+        let server = Server { dir, stop: Some(tx), task: Some(task) };
         let deadline = Instant::now() + Duration::from_secs(10);
         while !server.target().exists() {
             assert!(Instant::now() < deadline, "the sockets did not appear");
@@ -136,8 +121,7 @@ mod transport {
             let dir = self.dir.join("echo");
             std::fs::create_dir_all(&dir).expect("create the echo directory");
             let _enter = rt.enter();
-            let l =
-                csi_proxy_transport::unix::bind(&dir, &disk_v1()).expect("bind the echo socket");
+            let l = csi_proxy_transport::unix::bind(&dir, &disk_v1()).expect("bind the echo socket");
             let path = l.path().to_path_buf();
             (l, path)
         }
@@ -186,11 +170,7 @@ mod transport {
     /// default SDDL, then `serve`), but under a per-process name, so that it never collides with
     /// a daemon or a test serving the real `\\.\pipe\csi-proxy-disk-v1` in the same Wine prefix.
     pub fn start(rt: &Runtime, ctx: Context) -> Server {
-        let path = format!(
-            r"\\.\pipe\csi-proxy-bench-{}-{}",
-            disk_v1().endpoint_name(),
-            std::process::id()
-        );
+        let path = format!(r"\\.\pipe\csi-proxy-bench-{}-{}", disk_v1().endpoint_name(), std::process::id());
         let (tx, rx) = oneshot::channel::<()>();
         let listener = {
             let _enter = rt.enter(); // the pipe registers with the runtime's reactor
@@ -199,17 +179,9 @@ mod transport {
         let shutdown = async {
             let _ = rx.await;
         };
-        let task = rt.spawn(csi_proxy_transport::serve(
-            listener,
-            ctx.service(disk_v1()),
-            ConnPolicy::default(),
-            shutdown,
-        ));
-        Server {
-            path,
-            stop: Some(tx),
-            task: Some(task),
-        }
+        let task =
+            rt.spawn(csi_proxy_transport::serve(listener, ctx.service(disk_v1()), ConnPolicy::default(), shutdown));
+        Server { path, stop: Some(tx), task: Some(task) }
     }
 
     impl Server {
@@ -221,10 +193,7 @@ mod transport {
         pub fn echo_listener(&self, rt: &Runtime) -> (impl Listener, Target) {
             let path = format!("{}-echo", self.path);
             let _enter = rt.enter();
-            (
-                csi_proxy_transport::pipe::bind(&path, None).expect("bind the echo pipe"),
-                path,
-            )
+            (csi_proxy_transport::pipe::bind(&path, None).expect("bind the echo pipe"), path)
         }
 
         pub fn stop(mut self, rt: &Runtime) {
@@ -240,9 +209,7 @@ mod transport {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             match ClientOptions::new().open(&path) {
-                Err(e)
-                    if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && Instant::now() < deadline =>
-                {
+                Err(e) if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 other => return other,
@@ -262,10 +229,7 @@ trait Caller: Send + 'static {
 
 impl Caller for DiskClient<Channel> {
     async fn call(&mut self) {
-        let r = self
-            .get_disk_stats(GetDiskStatsRequest { disk_number: 0 })
-            .await
-            .expect("GetDiskStats");
+        let r = self.get_disk_stats(GetDiskStatsRequest { disk_number: 0 }).await.expect("GetDiskStats");
         assert!(r.get_ref().total_bytes > 0);
     }
 }
@@ -335,13 +299,7 @@ async fn run<C: Caller>(clients: Vec<C>, calls: usize) -> (Outcome, Vec<C>) {
         clients.push(client);
     }
     latencies.sort_unstable();
-    (
-        Outcome {
-            latencies,
-            wall: end - begin,
-        },
-        clients,
-    )
+    (Outcome { latencies, wall: end - begin }, clients)
 }
 
 /// Warms up with `warmup` calls in all, then measures `calls` calls in all, split among `clients`.
@@ -389,9 +347,7 @@ fn main() {
         println!("rtt: not run (pass --bench, as `cargo bench` does)");
         return;
     }
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let calls = env_usize("RTT_CALLS", 20_000).max(1);
     let warmup = env_usize("RTT_WARMUP", 2_000);
     let callers = env_usize("RTT_CALLERS", 16).max(1);
@@ -410,10 +366,7 @@ fn main() {
     let client_rt = runtime("client", client_threads);
 
     let host = Arc::new(MemoryHost::sample());
-    let server = transport::start(
-        &server_rt,
-        Context::new(Hosts::from_one(host), Config::default()),
-    );
+    let server = transport::start(&server_rt, Context::new(Hosts::from_one(host), Config::default()));
     let target = server.target();
     let (echo_listener, echo) = server.echo_listener(&server_rt);
     serve_echo(&server_rt, echo_listener);
@@ -435,37 +388,18 @@ fn main() {
 
         // (b) `callers` callers sharing one connection.
         let shared = connect(open(&target)).await;
-        let clients = (0..callers)
-            .map(|_| DiskClient::new(shared.clone()))
-            .collect();
-        scenario(
-            &format!("{callers} callers, 1 connection"),
-            clients,
-            warmup,
-            calls,
-        )
-        .await;
+        let clients = (0..callers).map(|_| DiskClient::new(shared.clone())).collect();
+        scenario(&format!("{callers} callers, 1 connection"), clients, warmup, calls).await;
 
         // (c) `callers` callers, one connection each.
         let mut clients = Vec::with_capacity(callers);
         for _ in 0..callers {
             clients.push(DiskClient::new(connect(open(&target)).await));
         }
-        scenario(
-            &format!("{callers} callers, {callers} connections"),
-            clients,
-            warmup,
-            calls,
-        )
-        .await;
+        scenario(&format!("{callers} callers, {callers} connections"), clients, warmup, calls).await;
 
         // The floor: the same round trip without HTTP/2, gRPC or the host.
-        let raw = Echo(
-            transport::open(echo.clone())
-                .await
-                .expect("open the echo endpoint"),
-            [7; ECHO_LEN],
-        );
+        let raw = Echo(transport::open(echo.clone()).await.expect("open the echo endpoint"), [7; ECHO_LEN]);
         scenario("raw echo (floor), 1 client", vec![raw], warmup, calls).await;
     });
     drop(client_rt);

@@ -16,7 +16,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .connect_with_connector(tower::service_fn(move |_| {
                     let path = path.clone();
                     async move {
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                            tokio::net::UnixStream::connect(path).await?,
+                        ))
                     }
                 }))
                 .await
@@ -30,7 +32,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let mut system = v1alpha1::system_client::SystemClient::new(channel("system-v1alpha1").await?);
-    show("system v1alpha1 GetBIOSSerialNumber", system.get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {}).await);
+    show(
+        "system v1alpha1 GetBIOSSerialNumber",
+        system.get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {}).await,
+    );
     let mut disk = v1::disk_client::DiskClient::new(channel("disk-v1").await?);
     show("disk v1 ListDiskLocations", disk.list_disk_locations(v1::ListDiskLocationsRequest {}).await);
     let mut old = v1alpha1::disk_client::DiskClient::new(channel("disk-v1alpha1").await?);

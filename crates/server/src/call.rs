@@ -57,10 +57,12 @@ impl Context {
             // The daemon: run on this worker thread, while tokio moves its other tasks to a
             // fresh one. This saves the two thread hand-offs of spawn_blocking, which dominate
             // the round trip of cheap calls.
-            tokio::runtime::RuntimeFlavor::MultiThread => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                tokio::task::block_in_place(|| work(&mut shown))
-            }))
-            .map_err(|payload| payload_message(payload.as_ref())),
+            tokio::runtime::RuntimeFlavor::MultiThread => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    tokio::task::block_in_place(|| work(&mut shown))
+                }))
+                .map_err(|payload| payload_message(payload.as_ref()))
+            }
             // block_in_place is not available on a current-thread runtime.
             _ => tokio::task::spawn_blocking(move || {
                 let mut shown = None;
@@ -132,9 +134,9 @@ pub fn parse_disk_number(field: &str, value: &str) -> Result<u32> {
             "{field} {value:?} is not a decimal disk number (expected digits 0-9 only)"
         )));
     }
-    value.parse::<u32>().map_err(|_| {
-        Error::invalid(format!("{field} {value:?} is out of range: disk numbers go up to {}", u32::MAX))
-    })
+    value
+        .parse::<u32>()
+        .map_err(|_| Error::invalid(format!("{field} {value:?} is out of range: disk numbers go up to {}", u32::MAX)))
 }
 
 /// Converts a size or count that the wire carries as int64 into the host's unsigned form.

@@ -20,11 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// One API's gRPC service over request bodies of type `B`, ready for any HTTP/2 server.
-pub type ApiService<B> = tower::util::BoxCloneSyncService<
-    http::Request<B>,
-    http::Response<tonic::body::Body>,
-    std::convert::Infallible,
->;
+pub type ApiService<B> =
+    tower::util::BoxCloneSyncService<http::Request<B>, http::Response<tonic::body::Body>, std::convert::Infallible>;
 
 /// Receives every handled call; the daemon plugs its Prometheus metrics in here.
 pub trait CallObserver: Send + Sync {

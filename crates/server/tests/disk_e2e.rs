@@ -26,7 +26,11 @@ async fn v1alpha1_string_ids_and_page83_lookup() {
         Code::InvalidArgument,
         "diskID \"one\"",
     );
-    assert_status(c.partition_disk(v1alpha1::PartitionDiskRequest { disk_id: "7".into() }).await, Code::NotFound, "disk 7");
+    assert_status(
+        c.partition_disk(v1alpha1::PartitionDiskRequest { disk_id: "7".into() }).await,
+        Code::NotFound,
+        "disk 7",
+    );
 
     c.rescan(v1alpha1::RescanRequest {}).await.unwrap();
     assert_eq!(s.host.with(|st| st.rescans), 1);
@@ -61,7 +65,11 @@ async fn v1beta1_identifier_maps_and_disk_stats() {
 
     let st = c.disk_stats(v1beta1::DiskStatsRequest { disk_id: "0".into() }).await.unwrap().into_inner();
     assert_eq!(st.disk_size, 1 << 30);
-    assert_status(c.disk_stats(v1beta1::DiskStatsRequest { disk_id: "".into() }).await, Code::InvalidArgument, "diskID is empty");
+    assert_status(
+        c.disk_stats(v1beta1::DiskStatsRequest { disk_id: "".into() }).await,
+        Code::InvalidArgument,
+        "diskID is empty",
+    );
     c.partition_disk(v1beta1::PartitionDiskRequest { disk_id: "0".into() }).await.unwrap();
     c.rescan(v1beta1::RescanRequest {}).await.unwrap();
     let locs = c.list_disk_locations(v1beta1::ListDiskLocationsRequest {}).await.unwrap().into_inner();
@@ -77,7 +85,13 @@ async fn v1beta2_attach_state() {
     let r = c.get_attach_state(v1beta2::GetAttachStateRequest { disk_id: "1".into() }).await.unwrap().into_inner();
     assert!(!r.is_online);
     c.set_attach_state(v1beta2::SetAttachStateRequest { disk_id: "1".into(), is_online: true }).await.unwrap();
-    assert!(c.get_attach_state(v1beta2::GetAttachStateRequest { disk_id: "1".into() }).await.unwrap().into_inner().is_online);
+    assert!(
+        c.get_attach_state(v1beta2::GetAttachStateRequest { disk_id: "1".into() })
+            .await
+            .unwrap()
+            .into_inner()
+            .is_online
+    );
     assert_status(
         c.get_attach_state(v1beta2::GetAttachStateRequest { disk_id: "-1".into() }).await,
         Code::InvalidArgument,
@@ -92,7 +106,8 @@ async fn v1beta2_attach_state() {
     c.partition_disk(v1beta2::PartitionDiskRequest { disk_id: "1".into() }).await.unwrap();
     c.rescan(v1beta2::RescanRequest {}).await.unwrap();
     assert_eq!(
-        c.list_disk_locations(v1beta2::ListDiskLocationsRequest {}).await.unwrap().into_inner().disk_locations["0"].lunid,
+        c.list_disk_locations(v1beta2::ListDiskLocationsRequest {}).await.unwrap().into_inner().disk_locations["0"]
+            .lunid,
         "0"
     );
 }
@@ -117,7 +132,9 @@ macro_rules! current_version_test {
             assert_status(c.get_disk_stats($v::GetDiskStatsRequest { disk_number: 9 }).await, Code::NotFound, "disk 9");
             c.set_disk_state($v::SetDiskStateRequest { disk_number: 0, is_online: false }).await.unwrap();
             c.set_disk_state($v::SetDiskStateRequest { disk_number: 0, is_online: false }).await.unwrap();
-            assert!(!c.get_disk_state($v::GetDiskStateRequest { disk_number: 0 }).await.unwrap().into_inner().is_online);
+            assert!(
+                !c.get_disk_state($v::GetDiskStateRequest { disk_number: 0 }).await.unwrap().into_inner().is_online
+            );
             assert!(c.get_disk_state($v::GetDiskStateRequest { disk_number: 1 }).await.unwrap().into_inner().is_online);
         }
     };

@@ -16,10 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/grpc-go/"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures/grpc-go/");
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 const DATA: u8 = 0x0;
@@ -91,10 +88,7 @@ fn replay_bytes(name: &str) -> Vec<u8> {
         "{name}: frame sequence"
     );
     let mut out = PREFACE.to_vec();
-    for f in frames
-        .iter()
-        .filter(|f| f.kind != RST_STREAM && f.kind != GOAWAY)
-    {
+    for f in frames.iter().filter(|f| f.kind != RST_STREAM && f.kind != GOAWAY) {
         f.encode(&mut out);
     }
     out
@@ -141,9 +135,7 @@ struct Seen {
 
 impl Seen {
     fn settled(&self, stream: u32) -> bool {
-        self.streams
-            .get(&stream)
-            .is_some_and(|s| s.ended_by_headers.is_some() || s.rst.is_some())
+        self.streams.get(&stream).is_some_and(|s| s.ended_by_headers.is_some() || s.rst.is_some())
     }
 }
 
@@ -165,9 +157,7 @@ async fn exchange(name: &str) -> Seen {
     });
 
     let input = replay_bytes(name);
-    let sock = tokio::net::UnixStream::connect(s.socket(Group::Disk, "v1"))
-        .await
-        .expect("connect");
+    let sock = tokio::net::UnixStream::connect(s.socket(Group::Disk, "v1")).await.expect("connect");
     let (mut rx, mut tx) = sock.into_split();
     // Write on its own task so a server that answers before reading everything can't deadlock us.
     let writer = tokio::spawn(async move {
@@ -203,10 +193,9 @@ async fn exchange(name: &str) -> Seen {
                                 (f.stream, f.flags, p.to_vec())
                             }
                             (CONTINUATION, Some(p)) if p.0 == f.stream => p,
-                            (kind, p) => panic!(
-                                "unexpected frame type {kind} on stream {} (pending block {p:?})",
-                                f.stream
-                            ),
+                            (kind, p) => {
+                                panic!("unexpected frame type {kind} on stream {} (pending block {p:?})", f.stream)
+                            }
                         };
                         if f.kind == CONTINUATION {
                             block.extend_from_slice(&f.payload);
@@ -253,10 +242,7 @@ async fn exchange(name: &str) -> Seen {
 }
 
 fn header<'a>(block: &'a [Header], name: &str) -> Option<&'a str> {
-    block
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
+    block.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
 }
 
 /// Percent-decodes a `grpc-message` value.
@@ -266,10 +252,7 @@ fn grpc_message(v: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' && i + 2 < b.len() {
-            if let Some(x) = std::str::from_utf8(&b[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
+            if let Some(x) = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()) {
                 out.push(x);
                 i += 3;
                 continue;
@@ -282,80 +265,35 @@ fn grpc_message(v: &str) -> String {
 }
 
 fn check(name: &str, seen: &Seen) {
-    assert!(
-        seen.resets.is_empty(),
-        "{name}: server reset streams {:?}; saw {seen:#?}",
-        seen.resets
-    );
-    assert!(
-        seen.goaways.iter().all(|&c| c == 0),
-        "{name}: server sent GOAWAY with error {:?}",
-        seen.goaways
-    );
+    assert!(seen.resets.is_empty(), "{name}: server reset streams {:?}; saw {seen:#?}", seen.resets);
+    assert!(seen.goaways.iter().all(|&c| c == 0), "{name}: server sent GOAWAY with error {:?}", seen.goaways);
 
     // Stream 1: GetDiskStats(7) succeeds: headers, one gRPC message, trailers with status 0.
     let s1 = &seen.streams[&1];
-    assert_eq!(
-        s1.ended_by_headers,
-        Some(true),
-        "{name}: stream 1 must end with trailers: {s1:#?}"
-    );
-    assert_eq!(
-        s1.header_blocks.len(),
-        2,
-        "{name}: stream 1 headers + trailers: {s1:#?}"
-    );
+    assert_eq!(s1.ended_by_headers, Some(true), "{name}: stream 1 must end with trailers: {s1:#?}");
+    assert_eq!(s1.header_blocks.len(), 2, "{name}: stream 1 headers + trailers: {s1:#?}");
     let (head, trailers) = (&s1.header_blocks[0], &s1.header_blocks[1]);
     assert_eq!(header(head, ":status"), Some("200"), "{name}: {head:?}");
-    assert!(
-        header(head, "content-type").is_some_and(|v| v.starts_with("application/grpc")),
-        "{name}: {head:?}"
-    );
-    assert_eq!(
-        header(trailers, "grpc-status"),
-        Some("0"),
-        "{name}: stream 1 trailers {trailers:?}"
-    );
+    assert!(header(head, "content-type").is_some_and(|v| v.starts_with("application/grpc")), "{name}: {head:?}");
+    assert_eq!(header(trailers, "grpc-status"), Some("0"), "{name}: stream 1 trailers {trailers:?}");
     let body: Vec<u8> = s1.data.concat();
     assert!(body.len() >= 5, "{name}: stream 1 body {body:02x?}");
     assert_eq!(body[0], 0, "{name}: response must not be compressed");
     let len = u32::from_be_bytes(body[1..5].try_into().unwrap()) as usize;
-    assert_eq!(
-        body.len(),
-        5 + len,
-        "{name}: exactly one gRPC message: {body:02x?}"
-    );
+    assert_eq!(body.len(), 5 + len, "{name}: exactly one gRPC message: {body:02x?}");
     let resp = v1::GetDiskStatsResponse::decode(&body[5..]).expect("decoding GetDiskStatsResponse");
     assert_eq!(resp.total_bytes, 1 << 30, "{name}: {resp:?}");
 
     // Stream 3 (its `:authority` an indexed reference to stream 1's literal): GetDiskStats(8)
     // fails with NotFound as a trailers-only response.
     let s3 = &seen.streams[&3];
-    assert_eq!(
-        s3.ended_by_headers,
-        Some(true),
-        "{name}: stream 3 must end with trailers: {s3:#?}"
-    );
-    assert!(
-        s3.data.iter().all(|d| d.is_empty()),
-        "{name}: stream 3 carries no message: {s3:#?}"
-    );
-    assert_eq!(
-        s3.header_blocks.len(),
-        1,
-        "{name}: stream 3 is a trailers-only response: {s3:#?}"
-    );
+    assert_eq!(s3.ended_by_headers, Some(true), "{name}: stream 3 must end with trailers: {s3:#?}");
+    assert!(s3.data.iter().all(|d| d.is_empty()), "{name}: stream 3 carries no message: {s3:#?}");
+    assert_eq!(s3.header_blocks.len(), 1, "{name}: stream 3 is a trailers-only response: {s3:#?}");
     let only = &s3.header_blocks[0];
-    assert_eq!(
-        header(only, "grpc-status"),
-        Some("5"),
-        "{name}: stream 3 trailers {only:?}"
-    );
+    assert_eq!(header(only, "grpc-status"), Some("5"), "{name}: stream 3 trailers {only:?}");
     let msg = grpc_message(header(only, "grpc-message").unwrap_or_default());
-    assert!(
-        msg.contains("disk 8"),
-        "{name}: grpc-message {msg:?} should mention disk 8"
-    );
+    assert!(msg.contains("disk 8"), "{name}: grpc-message {msg:?} should mention disk 8");
     assert_eq!(header(only, ":status"), Some("200"), "{name}: {s3:#?}");
 }
 

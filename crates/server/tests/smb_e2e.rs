@@ -37,19 +37,12 @@ macro_rules! smb_test {
                 username: r"DOMAIN\user".into(),
                 password: PASSWORD.into(),
             };
-            let remove = |remote: &str| $v::RemoveSmbGlobalMappingRequest {
-                remote_path: remote.into(),
-            };
+            let remove = |remote: &str| $v::RemoveSmbGlobalMappingRequest { remote_path: remote.into() };
 
             // `/` separators are turned into `\` before the host sees the path.
-            let r = c
-                .new_smb_global_mapping(new("//Srv/Share/sub/dir", "/var/lib/kubelet/smb"))
-                .await
-                .unwrap();
+            let r = c.new_smb_global_mapping(new("//Srv/Share/sub/dir", "/var/lib/kubelet/smb")).await.unwrap();
             no_error_field!($v, r.into_inner());
-            let m = s
-                .host
-                .with(|st| st.smb.values().cloned().collect::<Vec<_>>());
+            let m = s.host.with(|st| st.smb.values().cloned().collect::<Vec<_>>());
             assert_eq!(m.len(), 1);
             assert_eq!(m[0].remote_path, r"\\Srv\Share\sub\dir");
             assert_eq!(m[0].local_path, "/var/lib/kubelet/smb");
@@ -57,49 +50,33 @@ macro_rules! smb_test {
             assert_eq!(m[0].password.expose(), PASSWORD);
             assert!(m[0].require_privacy, "-require-privacy defaults to true");
             assert_eq!(
-                s.host
-                    .with(|st| st.tree.get("/var/lib/kubelet/smb").cloned()),
+                s.host.with(|st| st.tree.get("/var/lib/kubelet/smb").cloned()),
                 Some(Node::Link(r"\\Srv\Share\sub\dir".into()))
             );
             // Mapping the same share again succeeds.
-            c.new_smb_global_mapping(new(r"\\Srv\Share\sub\dir", "/var/lib/kubelet/smb"))
-                .await
-                .unwrap();
+            c.new_smb_global_mapping(new(r"\\Srv\Share\sub\dir", "/var/lib/kubelet/smb")).await.unwrap();
             assert_eq!(s.host.with(|st| st.smb.len()), 1);
             // A local path that is already something else is refused by the host.
             s.host.with(|st| st.tree.insert("/taken".into(), Node::Dir));
             assert_status(
-                c.new_smb_global_mapping(new(r"\\srv2\share", "/taken"))
-                    .await,
+                c.new_smb_global_mapping(new(r"\\srv2\share", "/taken")).await,
                 Code::AlreadyExists,
                 "/taken",
             );
 
             // Without local_path only the global mapping is made; mixed separators are fine too.
-            c.new_smb_global_mapping(new(r"\\other/share", ""))
-                .await
-                .unwrap();
+            c.new_smb_global_mapping(new(r"\\other/share", "")).await.unwrap();
             assert_eq!(
-                s.host
-                    .with(|st| st.smb.get(r"\\other\share").map(|m| m.remote_path.clone())),
+                s.host.with(|st| st.smb.get(r"\\other\share").map(|m| m.remote_path.clone())),
                 Some(r"\\other\share".to_string())
             );
 
             // Remove: same normalisation; a second removal reports the mapping missing.
-            let r = c
-                .remove_smb_global_mapping(remove("//other/share"))
-                .await
-                .unwrap();
+            let r = c.remove_smb_global_mapping(remove("//other/share")).await.unwrap();
             no_error_field!($v, r.into_inner());
             assert!(s.host.with(|st| !st.smb.contains_key(r"\\other\share")));
-            assert_status(
-                c.remove_smb_global_mapping(remove("//other/share")).await,
-                Code::NotFound,
-                r"\\other\share",
-            );
-            c.remove_smb_global_mapping(remove(r"\\Srv\Share\sub\dir"))
-                .await
-                .unwrap();
+            assert_status(c.remove_smb_global_mapping(remove("//other/share")).await, Code::NotFound, r"\\other\share");
+            c.remove_smb_global_mapping(remove(r"\\Srv\Share\sub\dir")).await.unwrap();
             assert!(s.host.with(|st| st.smb.is_empty()));
 
             // Empty and invalid remote paths never reach the host; nothing leaks the password.
@@ -115,21 +92,11 @@ macro_rules! smb_test {
             for bad in ["srv", "//srv", r"\\srv\", "//", r"\\", "/srv/", "///"] {
                 let e = c.new_smb_global_mapping(new(bad, "/l")).await.unwrap_err();
                 assert_eq!(e.code(), Code::InvalidArgument, "{bad:?}: {e:?}");
-                assert!(
-                    e.message()
-                        .contains(&format!("remote_path {bad:?} is invalid")),
-                    "{e:?}"
-                );
+                assert!(e.message().contains(&format!("remote_path {bad:?} is invalid")), "{e:?}");
                 assert!(!e.message().contains(PASSWORD), "{e:?}");
-                assert_status(
-                    c.remove_smb_global_mapping(remove(bad)).await,
-                    Code::InvalidArgument,
-                    "is invalid",
-                );
+                assert_status(c.remove_smb_global_mapping(remove(bad)).await, Code::InvalidArgument, "is invalid");
             }
-            assert!(s
-                .host
-                .with(|st| st.smb.is_empty() && !st.tree.contains_key("/l")));
+            assert!(s.host.with(|st| st.smb.is_empty() && !st.tree.contains_key("/l")));
         }
     };
 }
@@ -160,9 +127,7 @@ mod logs {
         let mut line = format!("{target}:");
         record(&mut Line(&mut line));
         line.push('\n');
-        LOG.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_str(&line);
+        LOG.lock().unwrap_or_else(|p| p.into_inner()).push_str(&line);
     }
 
     struct Capture;
@@ -188,9 +153,7 @@ mod logs {
     /// Installs the subscriber (once per test binary).
     pub fn install() {
         static ONCE: OnceLock<()> = OnceLock::new();
-        ONCE.get_or_init(|| {
-            tracing::subscriber::set_global_default(Capture).expect("global subscriber")
-        });
+        ONCE.get_or_init(|| tracing::subscriber::set_global_default(Capture).expect("global subscriber"));
     }
 
     /// Everything logged so far by any test of this binary.
@@ -210,23 +173,12 @@ async fn passwords_never_reach_the_logs() {
         username: "logged-user".into(),
         password: PASSWORD.into(),
     };
-    c.new_smb_global_mapping(new("//logsrv/share", ""))
-        .await
-        .unwrap();
+    c.new_smb_global_mapping(new("//logsrv/share", "")).await.unwrap();
     assert!(c.new_smb_global_mapping(new("logsrv", "")).await.is_err());
     s.host.with(|st| st.tree.insert("/busy".into(), Node::Dir));
-    assert!(c
-        .new_smb_global_mapping(new("//logsrv/share", "/busy"))
-        .await
-        .is_err());
+    assert!(c.new_smb_global_mapping(new("//logsrv/share", "/busy")).await.is_err());
     let log = logs::text();
-    assert!(
-        log.contains("NewSmbGlobalMapping"),
-        "nothing was captured:\n{log}"
-    );
-    assert!(
-        log.contains("logged-user"),
-        "the request itself is logged:\n{log}"
-    );
+    assert!(log.contains("NewSmbGlobalMapping"), "nothing was captured:\n{log}");
+    assert!(log.contains("logged-user"), "the request itself is logged:\n{log}");
     assert!(!log.contains(PASSWORD), "password logged:\n{log}");
 }

@@ -8,9 +8,7 @@ use csi_proxy_host::types::{ServiceInfo, ServiceStatus, StartType};
 use csi_proxy_wire::{v1alpha1, Group};
 use tonic::Code;
 
-async fn client(
-    s: &TestServer,
-) -> v1alpha1::system_client::SystemClient<tonic::transport::Channel> {
+async fn client(s: &TestServer) -> v1alpha1::system_client::SystemClient<tonic::transport::Channel> {
     v1alpha1::system_client::SystemClient::new(s.channel(Group::System, "v1alpha1").await)
 }
 
@@ -26,23 +24,14 @@ fn get(name: &str) -> v1alpha1::GetServiceRequest {
 async fn bios_serial_number() {
     let s = TestServer::start().await;
     let mut c = client(&s).await;
-    let r = c
-        .get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let r = c.get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {}).await.unwrap().into_inner();
     assert_eq!(r.serial_number, "SIM-SERIAL-0001");
     s.host.with(|st| st.bios_serial = "VMware-42 1a 2b".into());
-    let r = c
-        .get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let r = c.get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {}).await.unwrap().into_inner();
     assert_eq!(r.serial_number, "VMware-42 1a 2b");
     s.host.with(|st| st.bios_serial.clear());
     assert_status(
-        c.get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {})
-            .await,
+        c.get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {}).await,
         Code::NotFound,
         "serial number",
     );
@@ -68,8 +57,7 @@ async fn get_service_answers_wire_enum_values() {
         (StartType::Disabled, 4, v1alpha1::StartType::Disabled),
     ];
     for (host, wire, generated) in start_types {
-        s.host
-            .with(|st| st.services.get_mut("iscsid").unwrap().info.start_type = host);
+        s.host.with(|st| st.services.get_mut("iscsid").unwrap().info.start_type = host);
         let r = c.get_service(get("iscsid")).await.unwrap().into_inner();
         assert_eq!(r.start_type, wire, "{host:?}");
         assert_eq!(r.start_type(), generated, "{host:?}");
@@ -77,48 +65,23 @@ async fn get_service_answers_wire_enum_values() {
     let statuses = [
         (ServiceStatus::Unknown, 0, v1alpha1::ServiceStatus::Unknown),
         (ServiceStatus::Stopped, 1, v1alpha1::ServiceStatus::Stopped),
-        (
-            ServiceStatus::StartPending,
-            2,
-            v1alpha1::ServiceStatus::StartPending,
-        ),
-        (
-            ServiceStatus::StopPending,
-            3,
-            v1alpha1::ServiceStatus::StopPending,
-        ),
+        (ServiceStatus::StartPending, 2, v1alpha1::ServiceStatus::StartPending),
+        (ServiceStatus::StopPending, 3, v1alpha1::ServiceStatus::StopPending),
         (ServiceStatus::Running, 4, v1alpha1::ServiceStatus::Running),
-        (
-            ServiceStatus::ContinuePending,
-            5,
-            v1alpha1::ServiceStatus::ContinuePending,
-        ),
-        (
-            ServiceStatus::PausePending,
-            6,
-            v1alpha1::ServiceStatus::PausePending,
-        ),
+        (ServiceStatus::ContinuePending, 5, v1alpha1::ServiceStatus::ContinuePending),
+        (ServiceStatus::PausePending, 6, v1alpha1::ServiceStatus::PausePending),
         (ServiceStatus::Paused, 7, v1alpha1::ServiceStatus::Paused),
     ];
     for (host, wire, generated) in statuses {
-        s.host
-            .with(|st| st.services.get_mut("iscsid").unwrap().info.status = host);
+        s.host.with(|st| st.services.get_mut("iscsid").unwrap().info.status = host);
         let r = c.get_service(get("iscsid")).await.unwrap().into_inner();
         assert_eq!(r.status, wire, "{host:?}");
         assert_eq!(r.status(), generated, "{host:?}");
         assert_eq!(r.display_name, "iSCSI initiator");
     }
 
-    assert_status(
-        c.get_service(get("nosuch")).await,
-        Code::NotFound,
-        "\"nosuch\"",
-    );
-    assert_status(
-        c.get_service(get("")).await,
-        Code::InvalidArgument,
-        "name is empty",
-    );
+    assert_status(c.get_service(get("nosuch")).await, Code::NotFound, "\"nosuch\"");
+    assert_status(c.get_service(get("")).await, Code::InvalidArgument, "name is empty");
 }
 
 #[tokio::test]
@@ -126,10 +89,7 @@ async fn start_and_stop_service() {
     let s = TestServer::start().await;
     let mut c = client(&s).await;
     let start = |n: &str| v1alpha1::StartServiceRequest { name: n.into() };
-    let stop = |n: &str, force: bool| v1alpha1::StopServiceRequest {
-        name: n.into(),
-        force,
-    };
+    let stop = |n: &str, force: bool| v1alpha1::StopServiceRequest { name: n.into(), force };
 
     c.start_service(start("iscsid")).await.unwrap();
     assert_eq!(status_of(&s, "iscsid"), ServiceStatus::Running);
@@ -140,15 +100,7 @@ async fn start_and_stop_service() {
 
     c.stop_service(stop("iscsid", false)).await.unwrap();
     assert_eq!(status_of(&s, "iscsid"), ServiceStatus::Stopped);
-    assert_eq!(
-        c.get_service(get("iscsid"))
-            .await
-            .unwrap()
-            .into_inner()
-            .status,
-        1,
-        "STOPPED"
-    );
+    assert_eq!(c.get_service(get("iscsid")).await.unwrap().into_inner().status, 1, "STOPPED");
     c.stop_service(stop("iscsid", false)).await.unwrap();
 
     // A running dependent blocks a plain stop; force stops it too.
@@ -167,42 +119,18 @@ async fn start_and_stop_service() {
         st.services.get_mut("iscsid").unwrap().dependents = vec!["msiscsi-helper".into()];
     });
     c.start_service(start("iscsid")).await.unwrap();
-    assert_status(
-        c.stop_service(stop("iscsid", false)).await,
-        Code::FailedPrecondition,
-        "msiscsi-helper",
-    );
+    assert_status(c.stop_service(stop("iscsid", false)).await, Code::FailedPrecondition, "msiscsi-helper");
     assert_eq!(status_of(&s, "iscsid"), ServiceStatus::Running);
     assert_eq!(status_of(&s, "msiscsi-helper"), ServiceStatus::Running);
     c.stop_service(stop("iscsid", true)).await.unwrap();
     assert_eq!(status_of(&s, "iscsid"), ServiceStatus::Stopped);
     assert_eq!(status_of(&s, "msiscsi-helper"), ServiceStatus::Stopped);
 
-    assert_status(
-        c.start_service(start("nosuch")).await,
-        Code::NotFound,
-        "\"nosuch\"",
-    );
-    assert_status(
-        c.stop_service(stop("nosuch", true)).await,
-        Code::NotFound,
-        "\"nosuch\"",
-    );
-    assert_status(
-        c.start_service(start("")).await,
-        Code::InvalidArgument,
-        "name is empty",
-    );
-    assert_status(
-        c.stop_service(stop("", false)).await,
-        Code::InvalidArgument,
-        "name is empty",
-    );
-    assert_status(
-        c.stop_service(stop("", true)).await,
-        Code::InvalidArgument,
-        "name is empty",
-    );
+    assert_status(c.start_service(start("nosuch")).await, Code::NotFound, "\"nosuch\"");
+    assert_status(c.stop_service(stop("nosuch", true)).await, Code::NotFound, "\"nosuch\"");
+    assert_status(c.start_service(start("")).await, Code::InvalidArgument, "name is empty");
+    assert_status(c.stop_service(stop("", false)).await, Code::InvalidArgument, "name is empty");
+    assert_status(c.stop_service(stop("", true)).await, Code::InvalidArgument, "name is empty");
     assert_eq!(status_of(&s, "iscsid"), ServiceStatus::Stopped);
 }
 
@@ -229,17 +157,8 @@ async fn forced_stop_stops_dependents_of_dependents() {
         iscsid.dependents = vec!["mid".into()];
         iscsid.info.status = ServiceStatus::Running;
     });
-    c.stop_service(v1alpha1::StopServiceRequest {
-        name: "iscsid".into(),
-        force: true,
-    })
-    .await
-    .unwrap();
+    c.stop_service(v1alpha1::StopServiceRequest { name: "iscsid".into(), force: true }).await.unwrap();
     assert_eq!(status_of(&s, "iscsid"), ServiceStatus::Stopped);
     assert_eq!(status_of(&s, "mid"), ServiceStatus::Stopped);
-    assert_eq!(
-        status_of(&s, "leaf"),
-        ServiceStatus::Stopped,
-        "leaf depends on mid, which was stopped"
-    );
+    assert_eq!(status_of(&s, "leaf"), ServiceStatus::Stopped, "leaf depends on mid, which was stopped");
 }

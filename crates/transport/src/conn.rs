@@ -119,10 +119,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for IdleGuard<IO> {
             let _ = this.deadline.as_mut().poll(cx);
             return Poll::Pending;
         }
-        tracing::debug!(
-            handshake = !this.seen_bytes,
-            "closing a connection that stayed silent past its timeout"
-        );
+        tracing::debug!(handshake = !this.seen_bytes, "closing a connection that stayed silent past its timeout");
         this.expired = true;
         Poll::Ready(Ok(()))
     }

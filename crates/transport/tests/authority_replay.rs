@@ -8,10 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/grpc-go/"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures/grpc-go/");
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const RST_STREAM: u8 = 0x3;
 const GOAWAY: u8 = 0x7;
@@ -96,12 +93,7 @@ where
                 let _ = body.flow_control().release_capacity(chunk.len());
                 data.extend_from_slice(&chunk);
             }
-            seen.lock().unwrap().push(Seen {
-                stream,
-                authority,
-                path,
-                body: data,
-            });
+            seen.lock().unwrap().push(Seen { stream, authority, path, body: data });
             let response = http::Response::builder()
                 .status(200)
                 .header("content-type", "application/grpc")
@@ -116,11 +108,7 @@ where
 /// Sends `input` to a fresh h2 server (through the adapter if `fix`), and returns the outcome
 /// the client observed for streams 1 and 3 plus what the server's handlers saw.
 /// `pipe_capacity` 1 makes every read on the server side return a single byte.
-async fn exchange(
-    input: Vec<u8>,
-    fix: bool,
-    pipe_capacity: usize,
-) -> (BTreeMap<u32, Outcome>, Vec<Seen>) {
+async fn exchange(input: Vec<u8>, fix: bool, pipe_capacity: usize) -> (BTreeMap<u32, Outcome>, Vec<Seen>) {
     let (client, server_io) = tokio::io::duplex(pipe_capacity);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let server = {
@@ -172,10 +160,7 @@ async fn exchange(
     // Closing the client ends the server's accept loop.
     let tx = writer.await.unwrap();
     drop((rx, tx));
-    tokio::time::timeout(Duration::from_secs(20), server)
-        .await
-        .expect("server did not shut down")
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), server).await.expect("server did not shut down").unwrap();
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     (outcomes, seen)
 }
@@ -198,23 +183,14 @@ fn expect_answered(outcomes: &BTreeMap<u32, Outcome>, mut seen: Vec<Seen>, origi
 }
 
 fn expect_rejected(outcomes: &BTreeMap<u32, Outcome>, seen: Vec<Seen>) {
-    assert_eq!(
-        outcomes.get(&1),
-        Some(&Outcome::Reset(PROTOCOL_ERROR)),
-        "{outcomes:?}"
-    );
-    assert_eq!(
-        outcomes.get(&3),
-        Some(&Outcome::Reset(PROTOCOL_ERROR)),
-        "{outcomes:?}"
-    );
+    assert_eq!(outcomes.get(&1), Some(&Outcome::Reset(PROTOCOL_ERROR)), "{outcomes:?}");
+    assert_eq!(outcomes.get(&3), Some(&Outcome::Reset(PROTOCOL_ERROR)), "{outcomes:?}");
     assert!(seen.is_empty(), "{seen:?}");
 }
 
 #[tokio::test]
 async fn percent_encoded_pipe_authority_is_accepted_with_fix() {
-    let (outcomes, seen) =
-        exchange(replay("pipe-authority-percent-encoded.bin"), true, 1 << 16).await;
+    let (outcomes, seen) = exchange(replay("pipe-authority-percent-encoded.bin"), true, 1 << 16).await;
     expect_answered(&outcomes, seen, PERCENT_ENCODED);
 }
 
@@ -226,10 +202,7 @@ async fn raw_pipe_authority_is_accepted_with_fix() {
 
 #[tokio::test]
 async fn pipe_authorities_are_rejected_without_fix() {
-    for name in [
-        "pipe-authority-percent-encoded.bin",
-        "pipe-authority-raw.bin",
-    ] {
+    for name in ["pipe-authority-percent-encoded.bin", "pipe-authority-raw.bin"] {
         let (outcomes, seen) = exchange(replay(name), false, 1 << 16).await;
         expect_rejected(&outcomes, seen);
     }
@@ -237,10 +210,7 @@ async fn pipe_authorities_are_rejected_without_fix() {
 
 #[tokio::test]
 async fn replay_one_byte_per_read_is_accepted_with_fix() {
-    for (name, original) in [
-        ("pipe-authority-percent-encoded.bin", PERCENT_ENCODED),
-        ("pipe-authority-raw.bin", RAW),
-    ] {
+    for (name, original) in [("pipe-authority-percent-encoded.bin", PERCENT_ENCODED), ("pipe-authority-raw.bin", RAW)] {
         let (outcomes, seen) = exchange(replay(name), true, 1).await;
         expect_answered(&outcomes, seen, original);
     }
@@ -248,10 +218,7 @@ async fn replay_one_byte_per_read_is_accepted_with_fix() {
 
 #[tokio::test]
 async fn replay_bytes_change_only_in_the_authority_literal() {
-    for (name, original) in [
-        ("pipe-authority-percent-encoded.bin", PERCENT_ENCODED),
-        ("pipe-authority-raw.bin", RAW),
-    ] {
+    for (name, original) in [("pipe-authority-percent-encoded.bin", PERCENT_ENCODED), ("pipe-authority-raw.bin", RAW)] {
         let input = replay(name);
         let mut fix = AuthorityFix::new(&input[..]);
         let mut out = Vec::new();
@@ -305,15 +272,10 @@ async fn valid_authority_is_untouched_byte_for_byte() {
             let mut v = vec![b'a'; 64];
             v.push(b);
             v.extend([b'e'; 64]);
-            req = req.header(
-                format!("x-byte-{b:02x}"),
-                http::HeaderValue::from_bytes(&v).unwrap(),
-            );
+            req = req.header(format!("x-byte-{b:02x}"), http::HeaderValue::from_bytes(&v).unwrap());
         }
         let (resp, mut stream) = send.send_request(req.body(()).unwrap(), false).unwrap();
-        stream
-            .send_data(Bytes::from_static(&[0, 0, 0, 0, 2, 0x08, 7]), true)
-            .unwrap();
+        stream.send_data(Bytes::from_static(&[0, 0, 0, 0, 2, 0x08, 7]), true).unwrap();
         in_flight.push((resp, stream));
     }
 
@@ -342,10 +304,7 @@ async fn valid_authority_is_untouched_byte_for_byte() {
     driver.abort();
 
     let frames = split_frames(&captured[24..]);
-    assert!(
-        frames.iter().any(|f| f.0 == 0x9),
-        "expected the big header blocks to need CONTINUATION frames"
-    );
+    assert!(frames.iter().any(|f| f.0 == 0x9), "expected the big header blocks to need CONTINUATION frames");
 
     let mut fix = AuthorityFix::new(&captured[..]);
     let mut out = Vec::new();

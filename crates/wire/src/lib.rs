@@ -34,14 +34,8 @@ pub enum Group {
 }
 
 impl Group {
-    pub const ALL: [Group; 6] = [
-        Group::Disk,
-        Group::Filesystem,
-        Group::Volume,
-        Group::Smb,
-        Group::Iscsi,
-        Group::System,
-    ];
+    pub const ALL: [Group; 6] =
+        [Group::Disk, Group::Filesystem, Group::Volume, Group::Smb, Group::Iscsi, Group::System];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -122,9 +116,6 @@ mod tests {
         let names: std::collections::BTreeSet<_> = APIS.iter().map(Api::endpoint_name).collect();
         assert_eq!(names.len(), 23);
         assert!(names.contains("csi-proxy-volume-v2alpha1"));
-        assert_eq!(
-            APIS[0].pipe_path(),
-            r"\\.\pipe\csi-proxy-disk-v1alpha1".to_string()
-        );
+        assert_eq!(APIS[0].pipe_path(), r"\\.\pipe\csi-proxy-disk-v1alpha1".to_string());
     }
 }

@@ -13,10 +13,7 @@ use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet};
 use serde_json::Value;
 
-const UPSTREAM_JSON: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/wire/upstream-wire.json"
-);
+const UPSTREAM_JSON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/wire/upstream-wire.json");
 
 const EXPECTED_APIS: usize = 23;
 const EXPECTED_METHODS: usize = 139;
@@ -25,8 +22,7 @@ const EXPECTED_METHODS: usize = 139;
 type Facts = BTreeMap<String, String>;
 
 fn load_upstream() -> Value {
-    let text = std::fs::read_to_string(UPSTREAM_JSON)
-        .unwrap_or_else(|e| panic!("cannot read {UPSTREAM_JSON}: {e}"));
+    let text = std::fs::read_to_string(UPSTREAM_JSON).unwrap_or_else(|e| panic!("cannot read {UPSTREAM_JSON}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("cannot parse {UPSTREAM_JSON}: {e}"))
 }
 
@@ -36,9 +32,7 @@ fn load_ours() -> FileDescriptorSet {
 }
 
 fn s<'a>(v: &'a Value, key: &str, ctx: &str) -> &'a str {
-    v.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("upstream JSON: {ctx}: `{key}` is not a string"))
+    v.get(key).and_then(Value::as_str).unwrap_or_else(|| panic!("upstream JSON: {ctx}: `{key}` is not a string"))
 }
 
 fn arr<'a>(v: &'a Value, key: &str, ctx: &str) -> &'a [Value] {
@@ -49,9 +43,7 @@ fn arr<'a>(v: &'a Value, key: &str, ctx: &str) -> &'a [Value] {
 }
 
 fn obj<'a>(v: &'a Value, key: &str, ctx: &str) -> &'a serde_json::Map<String, Value> {
-    v.get(key)
-        .and_then(Value::as_object)
-        .unwrap_or_else(|| panic!("upstream JSON: {ctx}: `{key}` is not an object"))
+    v.get(key).and_then(Value::as_object).unwrap_or_else(|| panic!("upstream JSON: {ctx}: `{key}` is not an object"))
 }
 
 /// Text of one field, built the same way on both sides.
@@ -98,17 +90,9 @@ fn upstream_facts(doc: &Value) -> Facts {
         // Every upstream api.proto declares `syntax = "proto3"`; proto2 would change field
         // presence and defaults, so our files must match even though the JSON does not say it.
         facts.insert(format!("{gv} syntax"), "proto3".to_string());
-        facts.insert(
-            format!("{gv} service {}", s(api, "service", ctx)),
-            String::new(),
-        );
+        facts.insert(format!("{gv} service {}", s(api, "service", ctx)), String::new());
         for m in arr(api, "methods", ctx) {
-            let text = rpc_text(
-                s(m, "name", ctx),
-                s(m, "input", ctx),
-                s(m, "output", ctx),
-                "unary",
-            );
+            let text = rpc_text(s(m, "name", ctx), s(m, "input", ctx), s(m, "output", ctx), "unary");
             facts.insert(format!("{gv} rpc {}", s(m, "path", ctx)), text);
         }
         for (msg_name, msg) in obj(api, "messages", ctx) {
@@ -129,17 +113,12 @@ fn upstream_facts(doc: &Value) -> Facts {
         }
         for (enum_name, values) in obj(api, "enums", ctx) {
             facts.insert(format!("{gv} enum {enum_name}"), String::new());
-            let values = values
-                .as_object()
-                .unwrap_or_else(|| panic!("upstream JSON: {gv} {enum_name}: not an object"));
+            let values = values.as_object().unwrap_or_else(|| panic!("upstream JSON: {gv} {enum_name}: not an object"));
             for (value_name, number) in values {
-                let number = number.as_i64().unwrap_or_else(|| {
-                    panic!("upstream JSON: {gv} {enum_name}.{value_name}: not a number")
-                });
-                facts.insert(
-                    format!("{gv} enum {enum_name} value {value_name}"),
-                    number.to_string(),
-                );
+                let number = number
+                    .as_i64()
+                    .unwrap_or_else(|| panic!("upstream JSON: {gv} {enum_name}.{value_name}: not a number"));
+                facts.insert(format!("{gv} enum {enum_name} value {value_name}"), number.to_string());
             }
         }
     }
@@ -208,26 +187,13 @@ fn group_version(file: &FileDescriptorProto) -> Option<String> {
     }
 }
 
-fn message_facts(
-    facts: &mut Facts,
-    gv: &str,
-    prefix: &str,
-    msg: &DescriptorProto,
-    top_level: bool,
-) {
+fn message_facts(facts: &mut Facts, gv: &str, prefix: &str, msg: &DescriptorProto, top_level: bool) {
     let full = format!("{prefix}.{}", msg.name());
-    let is_entry = msg
-        .options
-        .as_ref()
-        .and_then(|o| o.map_entry)
-        .unwrap_or(false);
+    let is_entry = msg.options.as_ref().and_then(|o| o.map_entry).unwrap_or(false);
     if is_entry {
         if top_level {
             // A map entry outside any message cannot come from a map field; report it.
-            facts.insert(
-                format!("{gv} message {full}"),
-                "stray map entry".to_string(),
-            );
+            facts.insert(format!("{gv} message {full}"), "stray map entry".to_string());
         }
         return;
     }
@@ -236,12 +202,7 @@ fn message_facts(
     let entries: BTreeMap<String, &DescriptorProto> = msg
         .nested_type
         .iter()
-        .filter(|n| {
-            n.options
-                .as_ref()
-                .and_then(|o| o.map_entry)
-                .unwrap_or(false)
-        })
+        .filter(|n| n.options.as_ref().and_then(|o| o.map_entry).unwrap_or(false))
         .map(|n| (format!("{full}.{}", n.name()), n))
         .collect();
     let mut used_entries = BTreeSet::new();
@@ -280,14 +241,7 @@ fn message_facts(
                     Err(problem) => format!("name={} {problem}", f.name()),
                 }
             }
-            _ => field_text(
-                f.name(),
-                type_keyword(ty),
-                repeated,
-                type_name,
-                None,
-                &extra,
-            ),
+            _ => field_text(f.name(), type_keyword(ty), repeated, type_name, None, &extra),
         };
         facts.insert(key, text);
     }
@@ -298,10 +252,7 @@ fn message_facts(
         let name = format!("{full}.{}", nested.name());
         if entries.contains_key(&name) {
             if !used_entries.contains(&name) {
-                facts.insert(
-                    format!("{gv} message {name}"),
-                    "unused map entry".to_string(),
-                );
+                facts.insert(format!("{gv} message {name}"), "unused map entry".to_string());
             }
         } else {
             message_facts(facts, gv, &full, nested, false);
@@ -311,10 +262,7 @@ fn message_facts(
         enum_facts(facts, gv, &full, e);
     }
     if !msg.oneof_decl.is_empty() {
-        facts.insert(
-            format!("{gv} message {full} oneofs"),
-            msg.oneof_decl.len().to_string(),
-        );
+        facts.insert(format!("{gv} message {full} oneofs"), msg.oneof_decl.len().to_string());
     }
     if !msg.extension.is_empty() || !msg.extension_range.is_empty() {
         facts.insert(format!("{gv} message {full} extensions"), "present".into());
@@ -325,10 +273,7 @@ fn enum_facts(facts: &mut Facts, gv: &str, prefix: &str, e: &prost_types::EnumDe
     let full = format!("{prefix}.{}", e.name());
     facts.insert(format!("{gv} enum {full}"), String::new());
     for v in &e.value {
-        facts.insert(
-            format!("{gv} enum {full} value {}", v.name()),
-            v.number().to_string(),
-        );
+        facts.insert(format!("{gv} enum {full} value {}", v.name()), v.number().to_string());
     }
 }
 
@@ -336,17 +281,11 @@ fn enum_facts(facts: &mut Facts, gv: &str, prefix: &str, e: &prost_types::EnumDe
 fn our_facts(fds: &FileDescriptorSet) -> Facts {
     let mut facts = Facts::new();
     for api in csi_proxy_wire::APIS {
-        facts.insert(
-            format!("{}/{} pipe", api.group.name(), api.version),
-            api.pipe_path(),
-        );
+        facts.insert(format!("{}/{} pipe", api.group.name(), api.version), api.pipe_path());
     }
     for file in &fds.file {
         let Some(gv) = group_version(file) else {
-            facts.insert(
-                format!("file {}", file.name()),
-                "unexpected file".to_string(),
-            );
+            facts.insert(format!("file {}", file.name()), "unexpected file".to_string());
             continue;
         };
         let pkg = file.package();
@@ -365,12 +304,7 @@ fn our_facts(fds: &FileDescriptorSet) -> Facts {
                     (false, true) => "server-streaming",
                     (true, true) => "bidi-streaming",
                 };
-                let text = rpc_text(
-                    m.name(),
-                    strip_dot(m.input_type()),
-                    strip_dot(m.output_type()),
-                    streaming,
-                );
+                let text = rpc_text(m.name(), strip_dot(m.input_type()), strip_dot(m.output_type()), streaming);
                 facts.insert(format!("{gv} rpc /{svc_name}/{}", m.name()), text);
             }
         }
@@ -399,9 +333,7 @@ fn diff(upstream: &Facts, ours: &Facts) -> Vec<String> {
         match (upstream.get(key), ours.get(key)) {
             (Some(u), None) => out.push(format!("missing in ours: {key}{}", show(u))),
             (None, Some(o)) => out.push(format!("extra in ours:   {key}{}", show(o))),
-            (Some(u), Some(o)) if u != o => out.push(format!(
-                "differs:         {key}: upstream `{u}`, ours `{o}`"
-            )),
+            (Some(u), Some(o)) if u != o => out.push(format!("differs:         {key}: upstream `{u}`, ours `{o}`")),
             _ => {}
         }
     }
@@ -442,16 +374,8 @@ fn our_protos_match_upstream_contract() {
 fn totals() {
     let doc = load_upstream();
     let fds = load_ours();
-    assert_eq!(
-        count_upstream(&doc),
-        (EXPECTED_APIS, EXPECTED_METHODS),
-        "upstream (apis, methods)"
-    );
-    assert_eq!(
-        count_ours(&fds),
-        (EXPECTED_APIS, EXPECTED_METHODS),
-        "ours (services, methods)"
-    );
+    assert_eq!(count_upstream(&doc), (EXPECTED_APIS, EXPECTED_METHODS), "upstream (apis, methods)");
+    assert_eq!(count_ours(&fds), (EXPECTED_APIS, EXPECTED_METHODS), "ours (services, methods)");
     assert_eq!(csi_proxy_wire::APIS.len(), EXPECTED_APIS);
     let files: BTreeSet<_> = fds.file.iter().filter_map(group_version).collect();
     assert_eq!(files.len(), EXPECTED_APIS, "api.proto files: {files:?}");
@@ -465,20 +389,13 @@ fn comparator_detects_mutations() {
     let fds = load_ours();
     let baseline: BTreeSet<String> = compare(&doc, &fds).into_iter().collect();
     let new_problems = |mutated: &Value| -> Vec<String> {
-        compare(mutated, &fds)
-            .into_iter()
-            .filter(|p| !baseline.contains(p))
-            .collect()
+        compare(mutated, &fds).into_iter().filter(|p| !baseline.contains(p)).collect()
     };
 
     // 1. A changed field number: upstream now wants #101, ours still has #1.
     let mut m = doc.clone();
     let api = &mut m["apis"][0];
-    let gv = format!(
-        "{}/{}",
-        api["group"].as_str().unwrap(),
-        api["version"].as_str().unwrap()
-    );
+    let gv = format!("{}/{}", api["group"].as_str().unwrap(), api["version"].as_str().unwrap());
     let (msg_name, msg) = api["messages"]
         .as_object_mut()
         .unwrap()
@@ -490,14 +407,10 @@ fn comparator_detects_mutations() {
     let old = field["number"].as_i64().unwrap();
     field["number"] = Value::from(old + 100);
     let found = new_problems(&m);
-    let want_missing = format!(
-        "missing in ours: {gv} message {msg_name} field #{}",
-        old + 100
-    );
+    let want_missing = format!("missing in ours: {gv} message {msg_name} field #{}", old + 100);
     let want_extra = format!("extra in ours:   {gv} message {msg_name} field #{old}");
     assert!(
-        found.iter().any(|p| p.starts_with(&want_missing))
-            && found.iter().any(|p| p.starts_with(&want_extra)),
+        found.iter().any(|p| p.starts_with(&want_missing)) && found.iter().any(|p| p.starts_with(&want_extra)),
         "renumbered field not reported both ways: {found:#?}"
     );
 
@@ -506,9 +419,7 @@ fn comparator_detects_mutations() {
     m["apis"][0]["messages"][&msg_name]["fields"][0]["type"] = Value::from("sint64");
     let found = new_problems(&m);
     assert!(
-        found.iter().any(|p| p.starts_with(&format!(
-            "differs:         {gv} message {msg_name} field #{old}"
-        ))),
+        found.iter().any(|p| p.starts_with(&format!("differs:         {gv} message {msg_name} field #{old}"))),
         "changed type not reported: {found:#?}"
     );
 
@@ -525,14 +436,10 @@ fn comparator_detects_mutations() {
             Some((i, e.clone(), v.clone()))
         })
         .expect("an API with an enum");
-    m["apis"][api_idx]["enums"][&enum_name]
-        .as_object_mut()
-        .unwrap()
-        .remove(&value_name);
+    m["apis"][api_idx]["enums"][&enum_name].as_object_mut().unwrap().remove(&value_name);
     let found = new_problems(&m);
     assert!(
-        found.iter().any(|p| p.starts_with("extra in ours:")
-            && p.contains(&format!("{enum_name} value {value_name}"))),
+        found.iter().any(|p| p.starts_with("extra in ours:") && p.contains(&format!("{enum_name} value {value_name}"))),
         "dropped enum value not reported: {found:#?}"
     );
 
@@ -542,18 +449,12 @@ fn comparator_detects_mutations() {
     m["apis"][1]["methods"][0]["path"] = Value::from("/nope.Nope/Nope");
     let found = new_problems(&m);
     assert!(
-        found
-            .iter()
-            .any(|p| p.starts_with("differs:") && p.contains("v0.Nothing")),
+        found.iter().any(|p| p.starts_with("differs:") && p.contains("v0.Nothing")),
         "changed output type not reported: {found:#?}"
     );
     assert!(
-        found
-            .iter()
-            .any(|p| p.starts_with("missing in ours:") && p.contains("/nope.Nope/Nope"))
-            && found
-                .iter()
-                .any(|p| p.starts_with("extra in ours:") && p.contains(" rpc /")),
+        found.iter().any(|p| p.starts_with("missing in ours:") && p.contains("/nope.Nope/Nope"))
+            && found.iter().any(|p| p.starts_with("extra in ours:") && p.contains(" rpc /")),
         "changed path not reported both ways: {found:#?}"
     );
 
@@ -565,15 +466,10 @@ fn comparator_detects_mutations() {
     m["apis"].as_array_mut().unwrap().push(ghost_api);
     let found = new_problems(&m);
     assert!(
-        found
-            .iter()
-            .any(|p| p == &format!("missing in ours: {gv} message v9.Ghost")),
+        found.iter().any(|p| p == &format!("missing in ours: {gv} message v9.Ghost")),
         "extra upstream message not reported: {found:#?}"
     );
-    assert!(
-        found.iter().any(|p| p.contains("/v9 package")),
-        "extra upstream API not reported: {found:#?}"
-    );
+    assert!(found.iter().any(|p| p.contains("/v9 package")), "extra upstream API not reported: {found:#?}");
 
     // 6. Breaks on our side: a field made repeated, an RPC made streaming, a nested message.
     let mut ours = fds.clone();
@@ -587,32 +483,19 @@ fn comparator_detects_mutations() {
     let svc = file.service[0].name().to_string();
     let rpc = file.service[0].method[0].name().to_string();
     file.service[0].method[0].server_streaming = Some(true);
-    let msg = file
-        .message_type
-        .iter_mut()
-        .find(|m| !m.field.is_empty())
-        .unwrap();
+    let msg = file.message_type.iter_mut().find(|m| !m.field.is_empty()).unwrap();
     let msg_name = format!("{pkg}.{}", msg.name());
     msg.field[0].label = Some(Label::Repeated as i32);
     let number = msg.field[0].number();
-    msg.nested_type.push(DescriptorProto {
-        name: Some("Sneaky".into()),
-        ..Default::default()
-    });
-    let found: Vec<String> = compare(&doc, &ours)
-        .into_iter()
-        .filter(|p| !baseline.contains(p))
-        .collect();
+    msg.nested_type.push(DescriptorProto { name: Some("Sneaky".into()), ..Default::default() });
+    let found: Vec<String> = compare(&doc, &ours).into_iter().filter(|p| !baseline.contains(p)).collect();
     let expect = [
         format!("differs:         {gv} rpc /{pkg}.{svc}/{rpc}:"),
         format!("differs:         {gv} message {msg_name} field #{number}:"),
         format!("extra in ours:   {gv} message {msg_name}.Sneaky"),
     ];
     for e in &expect {
-        assert!(
-            found.iter().any(|p| p.starts_with(e.as_str())),
-            "`{e}` not reported: {found:#?}"
-        );
+        assert!(found.iter().any(|p| p.starts_with(e.as_str())), "`{e}` not reported: {found:#?}");
     }
     assert_eq!(found.len(), expect.len(), "{found:#?}");
 
@@ -621,9 +504,5 @@ fn comparator_detects_mutations() {
     let empty = FileDescriptorSet::default();
     let found = compare(&doc, &empty);
     let upstream = upstream_facts(&doc);
-    assert_eq!(
-        found.len(),
-        upstream.len() - EXPECTED_APIS,
-        "every non-pipe fact should be missing"
-    );
+    assert_eq!(found.len(), upstream.len() - EXPECTED_APIS, "every non-pipe fact should be missing");
 }

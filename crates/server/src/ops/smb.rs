@@ -17,16 +17,16 @@ fn normalise_remote(remote_path: &str) -> csi_proxy_host::Result<String> {
 }
 
 op!(NewSmbGlobalMapping { remote_path: String, local_path: String, username: String, password: Secret } -> (),
-    |s, ctx| {
-        let mapping = SmbMapping {
-            remote_path: normalise_remote(&s.remote_path)?,
-            local_path: s.local_path,
-            username: s.username,
-            password: s.password,
-            require_privacy: ctx.config().require_privacy,
-        };
-        ctx.hosts().smb.new_global_mapping(&mapping)
-    });
+|s, ctx| {
+    let mapping = SmbMapping {
+        remote_path: normalise_remote(&s.remote_path)?,
+        local_path: s.local_path,
+        username: s.username,
+        password: s.password,
+        require_privacy: ctx.config().require_privacy,
+    };
+    ctx.hosts().smb.new_global_mapping(&mapping)
+});
 op!(RemoveSmbGlobalMapping { remote_path: String } -> (),
     |s, ctx| ctx.hosts().smb.remove_global_mapping(&normalise_remote(&s.remote_path)?));
 

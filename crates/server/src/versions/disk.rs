@@ -41,8 +41,9 @@ string_ids!(v1alpha1, v1beta1, v1beta2);
 
 into_op!(v1alpha1::GetDiskNumberByNameRequest => GetDiskNumberByName,
     |r| GetDiskNumberByName { page83: r.disk_name });
-from_output!(v1alpha1::GetDiskNumberByNameResponse, u32,
-    |o| v1alpha1::GetDiskNumberByNameResponse { disk_number: o.to_string() });
+from_output!(v1alpha1::GetDiskNumberByNameResponse, u32, |o| v1alpha1::GetDiskNumberByNameResponse {
+    disk_number: o.to_string()
+});
 
 /// v1beta1 and v1beta2: identifiers as a string map with keys `page83` and `serialNumber`,
 /// both always present; stats under the older name.

@@ -17,9 +17,8 @@ fn portal(address: &str, port: u32) -> Result<TargetPortal> {
     }
     let port = match port {
         0 => DEFAULT_PORT,
-        p => u16::try_from(p).map_err(|_| {
-            Error::invalid(format!("target_portal.target_port {p} is out of range: expected 0-65535"))
-        })?,
+        p => u16::try_from(p)
+            .map_err(|_| Error::invalid(format!("target_portal.target_port {p} is out of range: expected 0-65535")))?,
     };
     Ok(TargetPortal { address: address.to_string(), port })
 }

@@ -88,8 +88,8 @@ where
             }
         };
     }
-    use csi_proxy_wire::*;
     use csi_proxy_wire::Group;
+    use csi_proxy_wire::*;
     pick! {
         Disk, "v1alpha1" => v1alpha1::disk_server::DiskServer<Handler>;
         Disk, "v1beta1" => v1beta1::disk_server::DiskServer<Handler>;

@@ -6,8 +6,9 @@ use csi_proxy_host::types::ServiceInfo;
 use csi_proxy_wire::v1alpha1;
 
 into_op!(v1alpha1::GetBiosSerialNumberRequest => GetBiosSerialNumber, |r| GetBiosSerialNumber {});
-from_output!(v1alpha1::GetBiosSerialNumberResponse, String,
-    |o| v1alpha1::GetBiosSerialNumberResponse { serial_number: o });
+from_output!(v1alpha1::GetBiosSerialNumberResponse, String, |o| v1alpha1::GetBiosSerialNumberResponse {
+    serial_number: o
+});
 into_op!(v1alpha1::StartServiceRequest => StartService, |r| StartService { name: r.name });
 into_op!(v1alpha1::StopServiceRequest => StopService, |r| StopService { name: r.name, force: r.force });
 empty_responses!(v1alpha1::StartServiceResponse, v1alpha1::StopServiceResponse);

@@ -91,8 +91,9 @@ current!(v1beta3, v1, v2alpha1);
 
 into_op!(v2alpha1::GetClosestVolumeIdFromTargetPathRequest => GetClosestVolumeIdFromTargetPath,
     |r| GetClosestVolumeIdFromTargetPath { target_path: r.target_path });
-from_output!(v2alpha1::GetClosestVolumeIdFromTargetPathResponse, String,
-    |o| v2alpha1::GetClosestVolumeIdFromTargetPathResponse { volume_id: o });
+from_output!(v2alpha1::GetClosestVolumeIdFromTargetPathResponse, String, |o| {
+    v2alpha1::GetClosestVolumeIdFromTargetPathResponse { volume_id: o }
+});
 
 /// Each version's RPC list is its predecessor's plus what it added, so the lists are built up.
 macro_rules! volume_service {

@@ -36,32 +36,18 @@ impl TestServer {
         let (tx, rx) = oneshot::channel::<()>();
         let endpoints = Endpoints::UnixDir(dir.clone());
         let task = tokio::spawn(async move {
-            csi_proxy_transport::serve_apis(
-                APIS,
-                &endpoints,
-                |api| ctx.service(api),
-                policy,
-                async {
-                    let _ = rx.await;
-                },
-            )
+            csi_proxy_transport::serve_apis(APIS, &endpoints, |api| ctx.service(api), policy, async {
+                let _ = rx.await;
+            })
             .await
             .expect("serve_apis");
         });
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while APIS.iter().any(|a| !socket(&dir, a).exists()) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "sockets did not appear"
-            );
+            assert!(std::time::Instant::now() < deadline, "sockets did not appear");
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        TestServer {
-            dir,
-            host,
-            stop: Some(tx),
-            task: Some(task),
-        }
+        TestServer { dir, host, stop: Some(tx), task: Some(task) }
     }
 
     pub fn socket(&self, group: Group, version: &str) -> PathBuf {
@@ -93,10 +79,7 @@ impl Drop for TestServer {
 }
 
 pub fn api(group: Group, version: &str) -> Api {
-    *APIS
-        .iter()
-        .find(|a| a.group == group && a.version == version)
-        .expect("known API")
+    *APIS.iter().find(|a| a.group == group && a.version == version).expect("known API")
 }
 
 pub fn socket(dir: &Path, api: &Api) -> PathBuf {
@@ -108,9 +91,7 @@ pub async fn connect(path: PathBuf) -> Channel {
         .connect_with_connector(tower::service_fn(move |_| {
             let path = path.clone();
             async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(path).await?,
-                ))
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
             }
         }))
         .await
@@ -119,16 +100,8 @@ pub async fn connect(path: PathBuf) -> Channel {
 
 /// Asserts a failed call's code and that its message mentions `needle`.
 #[track_caller]
-pub fn assert_status<T: std::fmt::Debug>(
-    r: Result<T, tonic::Status>,
-    code: tonic::Code,
-    needle: &str,
-) {
+pub fn assert_status<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: tonic::Code, needle: &str) {
     let s = r.expect_err("expected the call to fail");
     assert_eq!(s.code(), code, "{s:?}");
-    assert!(
-        s.message().contains(needle),
-        "message {:?} should mention {needle:?}",
-        s.message()
-    );
+    assert!(s.message().contains(needle), "message {:?} should mention {needle:?}", s.message());
 }

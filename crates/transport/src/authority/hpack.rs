@@ -153,12 +153,7 @@ const fn build_canonical() -> Canonical {
         next[l] += 1;
         sym += 1;
     }
-    Canonical {
-        count,
-        first_code,
-        first_index,
-        symbols,
-    }
+    Canonical { count, first_code, first_index, symbols }
 }
 
 static CANONICAL: Canonical = build_canonical();
@@ -234,11 +229,7 @@ fn decode_string(buf: &[u8]) -> Result<(Bytes, usize), HpackError> {
     let (len, n) = decode_int(buf, 7)?;
     let end = n.checked_add(len).ok_or(HpackError::Truncated)?;
     let raw = buf.get(n..end).ok_or(HpackError::Truncated)?;
-    let value = if huffman {
-        Bytes::from(huffman_decode(raw)?)
-    } else {
-        Bytes::copy_from_slice(raw)
-    };
+    let value = if huffman { Bytes::from(huffman_decode(raw)?) } else { Bytes::copy_from_slice(raw) };
     Ok((value, end))
 }
 
@@ -323,11 +314,7 @@ pub(crate) struct DynamicTable {
 
 impl DynamicTable {
     pub(crate) fn new(max_size: usize) -> Self {
-        DynamicTable {
-            entries: VecDeque::new(),
-            size: 0,
-            max_size,
-        }
+        DynamicTable { entries: VecDeque::new(), size: 0, max_size }
     }
 
     #[cfg(test)]
@@ -377,16 +364,9 @@ impl DynamicTable {
             0 => Err(HpackError::BadIndex(0)),
             1..=61 => {
                 let (name, value) = STATIC_TABLE[index - 1];
-                Ok((
-                    Bytes::from_static(name.as_bytes()),
-                    Bytes::from_static(value.as_bytes()),
-                ))
+                Ok((Bytes::from_static(name.as_bytes()), Bytes::from_static(value.as_bytes())))
             }
-            _ => self
-                .entries
-                .get(index - 62)
-                .cloned()
-                .ok_or(HpackError::BadIndex(index)),
+            _ => self.entries.get(index - 62).cloned().ok_or(HpackError::BadIndex(index)),
         }
     }
 }
@@ -428,11 +408,7 @@ fn walk_block(
             let (name, value) = table.entry(index)?;
             pos += n;
             seen_field = true;
-            on_field(&Field {
-                name,
-                value,
-                literal_value: None,
-            });
+            on_field(&Field { name, value, literal_value: None });
             continue;
         }
 
@@ -467,11 +443,7 @@ fn walk_block(
         pos += n;
         seen_field = true;
 
-        let field = Field {
-            name,
-            value,
-            literal_value: Some(value_start..pos),
-        };
+        let field = Field { name, value, literal_value: Some(value_start..pos) };
         let stored = on_field(&field);
         if indexing {
             table.insert(field.name, stored.unwrap_or(field.value));
@@ -517,10 +489,7 @@ pub(crate) struct BlockRewriter {
 
 impl BlockRewriter {
     pub(crate) fn new(header_table_size: usize) -> Self {
-        BlockRewriter {
-            table: DynamicTable::new(header_table_size),
-            limit: header_table_size,
-        }
+        BlockRewriter { table: DynamicTable::new(header_table_size), limit: header_table_size }
     }
 
     #[cfg(test)]
@@ -566,10 +535,7 @@ impl BlockRewriter {
             return Ok(None);
         }
         out.extend_from_slice(&block[copied..]);
-        Ok(Some(Rewritten {
-            block: out,
-            originals,
-        }))
+        Ok(Some(Rewritten { block: out, originals }))
     }
 }
 
@@ -594,10 +560,7 @@ impl HeaderDecoder {
     /// [`DEFAULT_HEADER_TABLE_SIZE`](super::DEFAULT_HEADER_TABLE_SIZE), unless the receiving
     /// side's SETTINGS said otherwise).
     pub fn new(max_table_size: usize) -> Self {
-        HeaderDecoder {
-            table: DynamicTable::new(max_table_size),
-            limit: max_table_size,
-        }
+        HeaderDecoder { table: DynamicTable::new(max_table_size), limit: max_table_size }
     }
 
     /// Decodes one complete header block (the fragments of a HEADERS frame and its
@@ -622,10 +585,7 @@ mod tests {
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
     #[test]
@@ -647,14 +607,8 @@ mod tests {
         assert_eq!(decode_int(&[], 5), Err(HpackError::Truncated));
         assert_eq!(decode_int(&[0x1f, 0x80], 5), Err(HpackError::Truncated));
         // Four continuation octets are accepted (as in h2), a fifth is not.
-        assert_eq!(
-            decode_int(&[0x7f, 0xff, 0xff, 0xff, 0x7f], 7),
-            Ok((127 + (1 << 28) - 1, 5))
-        );
-        assert_eq!(
-            decode_int(&[0x7f, 0xff, 0xff, 0xff, 0xff, 0x01], 7),
-            Err(HpackError::IntegerOverflow)
-        );
+        assert_eq!(decode_int(&[0x7f, 0xff, 0xff, 0xff, 0x7f], 7), Ok((127 + (1 << 28) - 1, 5)));
+        assert_eq!(decode_int(&[0x7f, 0xff, 0xff, 0xff, 0xff, 0x01], 7), Err(HpackError::IntegerOverflow));
     }
 
     #[test]
@@ -663,30 +617,17 @@ mod tests {
             for value in [0usize, 1, 30, 31, 126, 127, 128, 255, 1337, 16_384, 1 << 20] {
                 let mut buf = Vec::new();
                 encode_int(value, prefix, 0, &mut buf);
-                assert_eq!(
-                    decode_int(&buf, prefix),
-                    Ok((value, buf.len())),
-                    "{value}/{prefix}"
-                );
+                assert_eq!(decode_int(&buf, prefix), Ok((value, buf.len())), "{value}/{prefix}");
             }
         }
     }
 
     #[test]
     fn huffman_rfc_c4_examples() {
-        assert_eq!(
-            huffman_decode(&hex("f1e3 c2e5 f23a 6ba0 ab90 f4ff")).unwrap(),
-            b"www.example.com"
-        );
+        assert_eq!(huffman_decode(&hex("f1e3 c2e5 f23a 6ba0 ab90 f4ff")).unwrap(), b"www.example.com");
         assert_eq!(huffman_decode(&hex("a8eb 1064 9cbf")).unwrap(), b"no-cache");
-        assert_eq!(
-            huffman_decode(&hex("25a8 49e9 5ba9 7d7f")).unwrap(),
-            b"custom-key"
-        );
-        assert_eq!(
-            huffman_decode(&hex("25a8 49e9 5bb8 e8b4 bf")).unwrap(),
-            b"custom-value"
-        );
+        assert_eq!(huffman_decode(&hex("25a8 49e9 5ba9 7d7f")).unwrap(), b"custom-key");
+        assert_eq!(huffman_decode(&hex("25a8 49e9 5bb8 e8b4 bf")).unwrap(), b"custom-value");
     }
 
     #[test]
@@ -706,10 +647,7 @@ mod tests {
         // A whole octet of padding is too much.
         assert_eq!(huffman_decode(&[0x07, 0xff]), Err(HpackError::Huffman));
         // Thirty ones is EOS, which must not appear in a string.
-        assert_eq!(
-            huffman_decode(&[0xff, 0xff, 0xff, 0xff]),
-            Err(HpackError::Huffman)
-        );
+        assert_eq!(huffman_decode(&[0xff, 0xff, 0xff, 0xff]), Err(HpackError::Huffman));
     }
 
     #[test]
@@ -741,10 +679,8 @@ mod tests {
     fn rfc_c6_responses_with_huffman_and_eviction() {
         // RFC 7541 C.6: three responses with a 256-octet table, so entries get evicted.
         let mut r = BlockRewriter::new(256);
-        let c61 = hex(
-            "4882 6402 5885 aec3 771a 4b61 96d0 7abe 9410 54d4 44a8 2005 9504 0b81 66e0 82a6
-             2d1b ff6e 919d 29ad 1718 63c7 8f0b 97c8 e9ae 82ae 43d3",
-        );
+        let c61 = hex("4882 6402 5885 aec3 771a 4b61 96d0 7abe 9410 54d4 44a8 2005 9504 0b81 66e0 82a6
+             2d1b ff6e 919d 29ad 1718 63c7 8f0b 97c8 e9ae 82ae 43d3");
         assert!(r.rewrite(&c61).unwrap().is_none());
         let expect_61: Vec<(&[u8], &[u8])> = vec![
             (b"location", b"https://www.example.com"),
@@ -757,22 +693,14 @@ mod tests {
 
         assert!(r.rewrite(&hex("4883 640e ffc1 c0bf")).unwrap().is_none());
         assert_eq!(r.table().size(), 222);
-        assert_eq!(
-            r.table().entries().next().unwrap(),
-            (&b":status"[..], &b"307"[..])
-        );
+        assert_eq!(r.table().entries().next().unwrap(), (&b":status"[..], &b"307"[..]));
 
-        let c63 = hex(
-            "88c1 6196 d07a be94 1054 d444 a820 0595 040b 8166 e084 a62d 1bff c05a 839b d9ab
+        let c63 = hex("88c1 6196 d07a be94 1054 d444 a820 0595 040b 8166 e084 a62d 1bff c05a 839b d9ab
              77ad 94e7 821d d7f2 e6c7 b335 dfdf cd5b 3960 d5af 2708 7f36 72c1 ab27 0fb5 291f
-             9587 3160 65c0 03ed 4ee5 b106 3d50 07",
-        );
+             9587 3160 65c0 03ed 4ee5 b106 3d50 07");
         assert!(r.rewrite(&c63).unwrap().is_none());
         let expect_63: Vec<(&[u8], &[u8])> = vec![
-            (
-                b"set-cookie",
-                b"foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1",
-            ),
+            (b"set-cookie", b"foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"),
             (b"content-encoding", b"gzip"),
             (b"date", b"Mon, 21 Oct 2013 20:13:22 GMT"),
         ];
@@ -781,15 +709,7 @@ mod tests {
     }
 
     fn as_strs(headers: &[(Bytes, Bytes)]) -> Vec<(&str, &str)> {
-        headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    std::str::from_utf8(n).unwrap(),
-                    std::str::from_utf8(v).unwrap(),
-                )
-            })
-            .collect()
+        headers.iter().map(|(n, v)| (std::str::from_utf8(n).unwrap(), std::str::from_utf8(v).unwrap())).collect()
     }
 
     #[test]
@@ -807,12 +727,7 @@ mod tests {
             "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf",
         ];
         let expected: [Vec<(&str, &str)>; 3] = [
-            vec![
-                (":method", "GET"),
-                (":scheme", "http"),
-                (":path", "/"),
-                (":authority", "www.example.com"),
-            ],
+            vec![(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")],
             vec![
                 (":method", "GET"),
                 (":scheme", "http"),
@@ -876,10 +791,7 @@ mod tests {
                 ("date", "Mon, 21 Oct 2013 20:13:22 GMT"),
                 ("location", "https://www.example.com"),
                 ("content-encoding", "gzip"),
-                (
-                    "set-cookie",
-                    "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1",
-                ),
+                ("set-cookie", "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"),
             ],
         ];
         for (block, want) in blocks.iter().zip(&expected) {
@@ -894,10 +806,7 @@ mod tests {
         assert_eq!(d.decode(&[0x80]), Err(HpackError::BadIndex(0)));
         assert_eq!(d.decode(&[0xbe]), Err(HpackError::BadIndex(62)));
         assert_eq!(d.decode(&[0x41, 0x05, b'a']), Err(HpackError::Truncated));
-        assert_eq!(
-            d.decode(&[0x3f, 0xe2, 0x1f]),
-            Err(HpackError::TableSizeTooLarge(4097))
-        );
+        assert_eq!(d.decode(&[0x3f, 0xe2, 0x1f]), Err(HpackError::TableSizeTooLarge(4097)));
         assert_eq!(d.decode(&[0x82, 0x20]), Err(HpackError::TableSizeMisplaced));
         assert_eq!(d.decode(&[0x41, 0x81, 0x00]), Err(HpackError::Huffman));
         assert_eq!(d.decode(&[]), Ok(vec![]));
@@ -907,10 +816,7 @@ mod tests {
         assert_eq!(d.decode(&[0xbe]), Ok(ab));
         assert_eq!(d.decode(&[0x20]), Ok(vec![]));
         assert_eq!(d.decode(&[0xbe]), Err(HpackError::BadIndex(62)));
-        assert_eq!(
-            HpackError::BadIndex(62).to_string(),
-            "invalid table index 62"
-        );
+        assert_eq!(HpackError::BadIndex(62).to_string(), "invalid table index 62");
     }
 
     #[test]
@@ -922,10 +828,7 @@ mod tests {
         // The original block decodes to the original value...
         let mut plain = HeaderDecoder::new(4096);
         let original = plain.decode(&block).unwrap();
-        assert_eq!(
-            original[2],
-            (Bytes::from_static(b":authority"), Bytes::from_static(bad))
-        );
+        assert_eq!(original[2], (Bytes::from_static(b":authority"), Bytes::from_static(bad)));
         // ...and the rewritten one to the placeholder, with everything else the same, also
         // through the dynamic table on the next block.
         let mut r = BlockRewriter::new(4096);
@@ -937,11 +840,7 @@ mod tests {
         assert_eq!(fixed, original);
         assert_eq!(
             as_strs(&d.decode(&[0x83, 0xbf, 0xbe]).unwrap()),
-            vec![
-                (":method", "POST"),
-                (":authority", "xxxxxxxxxxxxxxxxxxxxxxxxxx"),
-                (":path", "/"),
-            ]
+            vec![(":method", "POST"), (":authority", "xxxxxxxxxxxxxxxxxxxxxxxxxx"), (":path", "/"),]
         );
         assert!(r.rewrite(&[0x83, 0xbf, 0xbe]).unwrap().is_none());
     }
@@ -1015,14 +914,8 @@ mod tests {
         let mut r = BlockRewriter::new(4096);
         // 0x3f e1 1f = 4096 is allowed; 4097 is not.
         assert!(r.rewrite(&[0x3f, 0xe1, 0x1f]).unwrap().is_none());
-        assert_eq!(
-            r.rewrite(&[0x3f, 0xe2, 0x1f]).unwrap_err(),
-            HpackError::TableSizeTooLarge(4097)
-        );
-        assert_eq!(
-            r.rewrite(&[0x82, 0x20]).unwrap_err(),
-            HpackError::TableSizeMisplaced
-        );
+        assert_eq!(r.rewrite(&[0x3f, 0xe2, 0x1f]).unwrap_err(), HpackError::TableSizeTooLarge(4097));
+        assert_eq!(r.rewrite(&[0x82, 0x20]).unwrap_err(), HpackError::TableSizeMisplaced);
         assert!(r.rewrite(&[0x20, 0x82]).unwrap().is_none());
     }
 
@@ -1031,10 +924,7 @@ mod tests {
         let mut r = BlockRewriter::new(4096);
         assert_eq!(r.rewrite(&[0x80]).unwrap_err(), HpackError::BadIndex(0));
         assert_eq!(r.rewrite(&[0xbe]).unwrap_err(), HpackError::BadIndex(62));
-        assert_eq!(
-            r.rewrite(&[0x41, 0x05, b'a']).unwrap_err(),
-            HpackError::Truncated
-        );
+        assert_eq!(r.rewrite(&[0x41, 0x05, b'a']).unwrap_err(), HpackError::Truncated);
         assert_eq!(r.rewrite(&[0x40]).unwrap_err(), HpackError::Truncated);
         // Pseudo-random garbage must never panic.
         let mut x = 0x2545_f491_4f6c_dd1du64;

@@ -80,11 +80,7 @@ impl<IO> AuthorityFix<IO> {
     /// Wraps `io` for a server that advertises `SETTINGS_HEADER_TABLE_SIZE = header_table_size`
     /// (the HPACK table copy must use the same limit as the server's decoder).
     pub fn with_header_table_size(io: IO, header_table_size: usize) -> Self {
-        AuthorityFix {
-            io,
-            filter: Filter::new(header_table_size),
-            eof: false,
-        }
+        AuthorityFix { io, filter: Filter::new(header_table_size), eof: false }
     }
 
     /// Number of `:authority` values replaced so far on this connection.
@@ -122,11 +118,7 @@ impl<IO: fmt::Debug> fmt::Debug for AuthorityFix<IO> {
 }
 
 impl<IO: AsyncRead> AsyncRead for AuthorityFix<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let mut this = self.project();
         let filter = this.filter;
         if buf.remaining() == 0 {
@@ -185,11 +177,7 @@ impl<IO: AsyncRead> AsyncRead for AuthorityFix<IO> {
 }
 
 impl<IO: AsyncWrite> AsyncWrite for AuthorityFix<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.project().io.poll_write(cx, buf)
     }
 
@@ -321,10 +309,7 @@ impl Filter {
     }
 
     fn give_up(reason: &str) -> State {
-        tracing::debug!(
-            reason,
-            "authority fix: forwarding the rest of the connection as is"
-        );
+        tracing::debug!(reason, "authority fix: forwarding the rest of the connection as is");
         State::Bypass
     }
 
@@ -358,13 +343,7 @@ impl Filter {
             State::Payload { remaining } => {
                 let n = remaining.min(self.input.len());
                 self.forward(n);
-                let next = if n == remaining {
-                    State::FrameHead
-                } else {
-                    State::Payload {
-                        remaining: remaining - n,
-                    }
-                };
+                let next = if n == remaining { State::FrameHead } else { State::Payload { remaining: remaining - n } };
                 (next, n > 0)
             }
             State::FrameHead => {
@@ -376,19 +355,13 @@ impl Filter {
                         TYPE_HEADERS => self.start_block(head),
                         // Both carry HPACK we would have to track; the server treats either as
                         // a connection error from a client anyway.
-                        TYPE_CONTINUATION | TYPE_PUSH_PROMISE => (
-                            Self::give_up("CONTINUATION or PUSH_PROMISE out of place"),
-                            true,
-                        ),
+                        TYPE_CONTINUATION | TYPE_PUSH_PROMISE => {
+                            (Self::give_up("CONTINUATION or PUSH_PROMISE out of place"), true)
+                        }
                         _ => {
                             self.forward(FRAME_HEADER_LEN);
-                            let next = if head.len == 0 {
-                                State::FrameHead
-                            } else {
-                                State::Payload {
-                                    remaining: head.len,
-                                }
-                            };
+                            let next =
+                                if head.len == 0 { State::FrameHead } else { State::Payload { remaining: head.len } };
                             (next, true)
                         }
                     }
@@ -411,8 +384,7 @@ impl Filter {
         }
         let frame = self.input.split_to(total);
         let Some((priority, fragment)) =
-            split_headers_payload(head.flags, &frame[FRAME_HEADER_LEN..])
-                .map(|(p, f)| (p, BytesMut::from(f)))
+            split_headers_payload(head.flags, &frame[FRAME_HEADER_LEN..]).map(|(p, f)| (p, BytesMut::from(f)))
         else {
             self.output.extend_from_slice(&frame);
             return (Self::give_up("malformed HEADERS padding or priority"), true);
@@ -426,13 +398,7 @@ impl Filter {
                 return (Self::give_up("HEADERS depends on its own stream"), true);
             }
         }
-        let block = PendingBlock {
-            stream: head.stream,
-            flags: head.flags,
-            priority,
-            raw: frame,
-            fragment,
-        };
+        let block = PendingBlock { stream: head.stream, flags: head.flags, priority, raw: frame, fragment };
         if head.flags & FLAG_END_HEADERS != 0 {
             (self.complete_block(block), true)
         } else {
@@ -500,35 +466,21 @@ impl Filter {
     /// Frames `fragment` as HEADERS (+ CONTINUATION) for `block`'s stream. Padding is dropped
     /// (it has no meaning beyond the hop) and END_HEADERS goes on the last frame.
     fn emit_block(&mut self, block: &PendingBlock, fragment: &[u8]) {
-        let prio_len = if block.priority.is_some() {
-            PRIORITY_LEN
-        } else {
-            0
-        };
+        let prio_len = if block.priority.is_some() { PRIORITY_LEN } else { 0 };
         let (first, rest) = fragment.split_at(fragment.len().min(MAX_FRAME_SIZE - prio_len));
         let mut flags = block.flags & !(FLAG_PADDED | FLAG_END_HEADERS);
         if rest.is_empty() {
             flags |= FLAG_END_HEADERS;
         }
         let out = &mut self.output;
-        FrameHead::write(
-            prio_len + first.len(),
-            TYPE_HEADERS,
-            flags,
-            block.stream,
-            out,
-        );
+        FrameHead::write(prio_len + first.len(), TYPE_HEADERS, flags, block.stream, out);
         if let Some(priority) = &block.priority {
             out.put_slice(priority);
         }
         out.put_slice(first);
         let mut chunks = rest.chunks(MAX_FRAME_SIZE).peekable();
         while let Some(chunk) = chunks.next() {
-            let flags = if chunks.peek().is_none() {
-                FLAG_END_HEADERS
-            } else {
-                0
-            };
+            let flags = if chunks.peek().is_none() { FLAG_END_HEADERS } else { 0 };
             FrameHead::write(chunk.len(), TYPE_CONTINUATION, flags, block.stream, out);
             out.put_slice(chunk);
         }
@@ -610,11 +562,7 @@ mod tests {
     }
 
     impl AsyncRead for Trickle {
-        fn poll_read(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &mut ReadBuf<'_>,
-        ) -> Poll<io::Result<()>> {
+        fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
             self.pend = !self.pend;
             if self.pend {
                 cx.waker().wake_by_ref();
@@ -637,11 +585,7 @@ mod tests {
     }
 
     async fn run_trickle(input: &[u8]) -> (Vec<u8>, u64, bool) {
-        let mut fix = AuthorityFix::new(Trickle {
-            data: input.to_vec(),
-            pos: 0,
-            pend: false,
-        });
+        let mut fix = AuthorityFix::new(Trickle { data: input.to_vec(), pos: 0, pend: false });
         let mut out = Vec::new();
         let mut one = [0u8; 1];
         loop {
@@ -662,12 +606,7 @@ mod tests {
         while !rest.is_empty() {
             let h = FrameHead::parse(rest);
             let end = FRAME_HEADER_LEN + h.len;
-            out.push((
-                h.kind,
-                h.flags,
-                h.stream,
-                rest[FRAME_HEADER_LEN..end].to_vec(),
-            ));
+            out.push((h.kind, h.flags, h.stream, rest[FRAME_HEADER_LEN..end].to_vec()));
             rest = &rest[end..];
         }
         out
@@ -686,23 +625,13 @@ mod tests {
         headers_payload.extend([0, 0, 0]); // padding
         let mut input = PREFACE.to_vec();
         input.extend(frame(0x4, 0, 0, &[])); // SETTINGS
-        input.extend(frame(
-            TYPE_HEADERS,
-            FLAG_PADDED | FLAG_PRIORITY,
-            1,
-            &headers_payload,
-        ));
+        input.extend(frame(TYPE_HEADERS, FLAG_PADDED | FLAG_PRIORITY, 1, &headers_payload));
         input.extend(frame(TYPE_CONTINUATION, 0, 1, &b[..3]));
         input.extend(frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, &b[3..]));
         input.extend(frame(0x0, 0, 1, &vec![0xab; 40_000])); // DATA, larger than a read
         input.extend(frame(0x0, 0x1, 1, b"tail"));
         // Stream 3: :method POST, :scheme http, then dynamic indices 63 (:authority) and 62.
-        input.extend(frame(
-            TYPE_HEADERS,
-            FLAG_END_HEADERS | 0x1,
-            3,
-            &[0x83, 0x86, 0xbf, 0xbe],
-        ));
+        input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | 0x1, 3, &[0x83, 0x86, 0xbf, 0xbe]));
         input.extend(frame(0x8, 0, 0, &[0, 0, 1, 0])); // WINDOW_UPDATE
         input
     }
@@ -764,10 +693,7 @@ mod tests {
         assert_eq!(f.len(), 2);
         assert_eq!((f[0].0, f[0].1), (TYPE_HEADERS, 0x1));
         assert_eq!(f[0].3.len(), MAX_FRAME_SIZE);
-        assert_eq!(
-            (f[1].0, f[1].1, f[1].2),
-            (TYPE_CONTINUATION, FLAG_END_HEADERS, 1)
-        );
+        assert_eq!((f[1].0, f[1].1, f[1].2), (TYPE_CONTINUATION, FLAG_END_HEADERS, 1));
         let joined = [f[0].3.clone(), f[1].3.clone()].concat();
         let mut expected = vec![0x41];
         encode_int(value.len(), 7, 0, &mut expected);
@@ -784,12 +710,7 @@ mod tests {
         let mut padded = vec![2u8];
         padded.extend(&block);
         padded.extend([0, 0]);
-        input.extend(frame(
-            TYPE_HEADERS,
-            FLAG_END_HEADERS | FLAG_PADDED,
-            1,
-            &padded,
-        ));
+        input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_PADDED, 1, &padded));
         let (out, rewrites, bypassed) = run_bulk(&input).await;
         assert_eq!(out, input);
         assert_eq!((rewrites, bypassed), (0, false));
@@ -801,21 +722,11 @@ mod tests {
         // Invalid HPACK index 0.
         let mut c = PREFACE.to_vec();
         c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &[0x80]));
-        c.extend(frame(
-            TYPE_HEADERS,
-            FLAG_END_HEADERS,
-            3,
-            &literal(1, BAD, false),
-        ));
+        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &literal(1, BAD, false)));
         cases.push(c);
         // Padding longer than the payload.
         let mut c = PREFACE.to_vec();
-        c.extend(frame(
-            TYPE_HEADERS,
-            FLAG_END_HEADERS | FLAG_PADDED,
-            1,
-            &[9, 0x82],
-        ));
+        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_PADDED, 1, &[9, 0x82]));
         cases.push(c);
         // Header block interrupted by a DATA frame.
         let mut c = PREFACE.to_vec();
@@ -826,18 +737,8 @@ mod tests {
         let mut c = PREFACE.to_vec();
         let mut payload = vec![0, 0, 0, 1, 15];
         payload.extend(literal(1, BAD, false));
-        c.extend(frame(
-            TYPE_HEADERS,
-            FLAG_END_HEADERS | FLAG_PRIORITY,
-            1,
-            &payload,
-        ));
-        c.extend(frame(
-            TYPE_HEADERS,
-            FLAG_END_HEADERS,
-            3,
-            &literal(1, BAD, false),
-        ));
+        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_PRIORITY, 1, &payload));
+        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &literal(1, BAD, false)));
         cases.push(c);
         // Not HTTP/2 at all.
         cases.push(b"GET / HTTP/1.1\r\nHost: \\\\.\\pipe\\x\r\n\r\n".to_vec());
