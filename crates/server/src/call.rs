@@ -43,42 +43,32 @@ impl Context {
         }
         let ctx = self.clone();
         let message = request.into_inner();
-        // The request as logged, rendered only when it will be written (it is one line per call
-        // together with the outcome, written after the work).
-        let mut shown: Option<String> = None;
-        let work = move |shown: &mut Option<String>| -> Result<Resp> {
-            let op = message.into_op()?;
-            if tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG) {
-                *shown = Some(format!("{op:?}"));
-            }
-            Resp::from_output(op.run(&ctx)?)
+        // The work also returns the request as logged, rendered only when it will be written (one
+        // line per call, together with the outcome, after the work).
+        let work = move || -> (Result<Resp>, Option<String>) {
+            let op = match message.into_op() {
+                Ok(op) => op,
+                Err(e) => return (Err(e), None),
+            };
+            let shown = tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG).then(|| format!("{op:?}"));
+            (op.run(&ctx).and_then(Resp::from_output), shown)
         };
         let joined = match tokio::runtime::Handle::current().runtime_flavor() {
             // The daemon: run on this worker thread, while tokio moves its other tasks to a
             // fresh one. This saves the two thread hand-offs of spawn_blocking, which dominate
             // the round trip of cheap calls.
             tokio::runtime::RuntimeFlavor::MultiThread => {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    tokio::task::block_in_place(|| work(&mut shown))
-                }))
-                .map_err(|payload| payload_message(payload.as_ref()))
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tokio::task::block_in_place(work)))
+                    .map_err(|payload| payload_message(payload.as_ref()))
             }
             // block_in_place is not available on a current-thread runtime.
-            _ => tokio::task::spawn_blocking(move || {
-                let mut shown = None;
-                let r = work(&mut shown);
-                (r, shown)
-            })
-            .await
-            .map(|(r, s)| {
-                shown = s;
-                r
-            })
-            .map_err(panic_message),
+            _ => tokio::task::spawn_blocking(work).await.map_err(panic_message),
         };
-        let result = match joined {
-            Ok(r) => r,
-            Err(why) => Err(Error::internal(format!("{service}/{method} failed: the handler panicked ({why})"))),
+        let (result, shown) = match joined {
+            Ok(done) => done,
+            Err(why) => {
+                (Err(Error::internal(format!("{service}/{method} failed: the handler panicked ({why})"))), None)
+            }
         };
         let elapsed = start.elapsed();
         let code = match &result {

@@ -105,66 +105,9 @@ smb_test!(v1beta1_mappings, v1beta1);
 smb_test!(v1beta2_mappings, v1beta2);
 smb_test!(v1_mappings, v1);
 
-/// A process-wide tracing subscriber that keeps every event and span field as text, so a test
-/// can check what the server would have logged.
-mod logs {
-    use std::fmt::Write as _;
-    use std::sync::{Mutex, OnceLock};
-    use tracing::field::{Field, Visit};
-    use tracing::span::{Attributes, Id, Record};
-    use tracing::{Event, Metadata, Subscriber};
-
-    static LOG: Mutex<String> = Mutex::new(String::new());
-
-    struct Line<'a>(&'a mut String);
-    impl Visit for Line<'_> {
-        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-            let _ = write!(self.0, " {}={:?}", field.name(), value);
-        }
-    }
-
-    fn keep(target: &str, record: impl FnOnce(&mut Line<'_>)) {
-        let mut line = format!("{target}:");
-        record(&mut Line(&mut line));
-        line.push('\n');
-        LOG.lock().unwrap_or_else(|p| p.into_inner()).push_str(&line);
-    }
-
-    struct Capture;
-    impl Subscriber for Capture {
-        fn enabled(&self, _: &Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, span: &Attributes<'_>) -> Id {
-            keep(span.metadata().target(), |l| span.record(l));
-            Id::from_u64(1)
-        }
-        fn record(&self, _: &Id, values: &Record<'_>) {
-            keep("record", |l| values.record(l));
-        }
-        fn record_follows_from(&self, _: &Id, _: &Id) {}
-        fn event(&self, event: &Event<'_>) {
-            keep(event.metadata().target(), |l| event.record(l));
-        }
-        fn enter(&self, _: &Id) {}
-        fn exit(&self, _: &Id) {}
-    }
-
-    /// Installs the subscriber (once per test binary).
-    pub fn install() {
-        static ONCE: OnceLock<()> = OnceLock::new();
-        ONCE.get_or_init(|| tracing::subscriber::set_global_default(Capture).expect("global subscriber"));
-    }
-
-    /// Everything logged so far by any test of this binary.
-    pub fn text() -> String {
-        LOG.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
 #[tokio::test]
 async fn passwords_never_reach_the_logs() {
-    logs::install();
+    common::logs::install();
     let s = TestServer::start().await;
     let mut c = v1::smb_client::SmbClient::new(s.channel(Group::Smb, "v1").await);
     let new = |remote: &str, local: &str| v1::NewSmbGlobalMappingRequest {
@@ -177,7 +120,7 @@ async fn passwords_never_reach_the_logs() {
     assert!(c.new_smb_global_mapping(new("logsrv", "")).await.is_err());
     s.host.with(|st| st.tree.insert("/busy".into(), Node::Dir));
     assert!(c.new_smb_global_mapping(new("//logsrv/share", "/busy")).await.is_err());
-    let log = logs::text();
+    let log = common::logs::text();
     assert!(log.contains("NewSmbGlobalMapping"), "nothing was captured:\n{log}");
     assert!(log.contains("logged-user"), "the request itself is logged:\n{log}");
     assert!(!log.contains(PASSWORD), "password logged:\n{log}");

@@ -1,6 +1,8 @@
 //! A real server on real unix sockets, backed by the in-memory host, and clients for it.
 #![allow(dead_code)]
 
+pub mod logs;
+
 use csi_proxy_host::memory::MemoryHost;
 use csi_proxy_host::Hosts;
 use csi_proxy_server::{Config, Context};
