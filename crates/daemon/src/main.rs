@@ -82,7 +82,9 @@ async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'stati
         require_privacy = opts.require_privacy,
         "starting csi-proxy"
     );
-    let hosts = csi_proxy_host::sys::NativeHost::hosts(csi_proxy_host::sys::Config::default());
+    let hosts = csi_proxy_host::sys::NativeHost::hosts(csi_proxy_host::sys::Config {
+        roots: csi_proxy_host::paths::Roots::new(opts.allowed_prefixes()),
+    });
     let config = Config { require_privacy: opts.require_privacy };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

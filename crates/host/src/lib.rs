@@ -9,6 +9,7 @@
 
 pub mod error;
 pub mod memory;
+pub mod paths;
 pub mod sys;
 pub mod types;
 

@@ -7,44 +7,41 @@ use crate::types::*;
 use crate::*;
 
 #[cfg(target_os = "linux")]
-mod linux;
+pub mod linux;
 #[cfg(target_os = "linux")]
 use linux as os;
 
 #[cfg(windows)]
-mod windows;
+pub mod windows;
 #[cfg(windows)]
 use windows as os;
 
 #[cfg(not(any(target_os = "linux", windows)))]
-mod os {
-    pub const NAME: &str = std::env::consts::OS;
-    pub fn bios_serial_number() -> crate::Result<String> {
-        Err(super::unimplemented("System.GetBIOSSerialNumber"))
-    }
-}
+compile_error!("csi-proxy-host has native backends for Linux and Windows only");
 
 /// Name of the OS in error messages.
 pub const OS: &str = os::NAME;
 
-fn unimplemented(operation: &'static str) -> Error {
+pub(crate) fn unimplemented(operation: &'static str) -> Error {
     Error::Unimplemented { operation, os: OS }
 }
 
 /// Settings of the native backend that come from the command line.
 #[derive(Debug, Clone, Default)]
-pub struct Config {}
+pub struct Config {
+    /// Where filesystem paths (and mount targets) must stay: `-working-dir`s and `-kubelet-path`.
+    pub roots: crate::paths::Roots,
+}
 
 /// The native host: every group of this OS.
-#[derive(Debug, Default)]
 pub struct NativeHost {
-    #[allow(dead_code)]
-    config: Config,
+    fs: os::fs::Filesystem,
+    system: os::system::System,
 }
 
 impl NativeHost {
     pub fn new(config: Config) -> Self {
-        NativeHost { config }
+        NativeHost { fs: os::fs::Filesystem::new(config.roots), system: os::system::System::new() }
     }
 
     pub fn hosts(config: Config) -> Hosts {
@@ -113,23 +110,23 @@ impl VolumeHost for NativeHost {
 }
 
 impl FilesystemHost for NativeHost {
-    fn path_exists(&self, _path: &str) -> Result<bool> {
-        Err(unimplemented("Filesystem.PathExists"))
+    fn path_exists(&self, path: &str) -> Result<bool> {
+        self.fs.path_exists(path)
     }
-    fn mkdir(&self, _path: &str) -> Result<()> {
-        Err(unimplemented("Filesystem.Mkdir"))
+    fn mkdir(&self, path: &str) -> Result<()> {
+        self.fs.mkdir(path)
     }
-    fn rmdir(&self, _path: &str, _force: bool) -> Result<()> {
-        Err(unimplemented("Filesystem.Rmdir"))
+    fn rmdir(&self, path: &str, force: bool) -> Result<()> {
+        self.fs.rmdir(path, force)
     }
-    fn rmdir_contents(&self, _path: &str) -> Result<()> {
-        Err(unimplemented("Filesystem.RmdirContents"))
+    fn rmdir_contents(&self, path: &str) -> Result<()> {
+        self.fs.rmdir_contents(path)
     }
-    fn create_symlink(&self, _destination: &str, _link: &str) -> Result<()> {
-        Err(unimplemented("Filesystem.CreateSymlink"))
+    fn create_symlink(&self, destination: &str, link: &str) -> Result<()> {
+        self.fs.create_symlink(destination, link)
     }
-    fn is_symlink(&self, _path: &str) -> Result<bool> {
-        Err(unimplemented("Filesystem.IsSymlink"))
+    fn is_symlink(&self, path: &str) -> Result<bool> {
+        self.fs.is_symlink(path)
     }
 }
 
@@ -171,15 +168,15 @@ impl IscsiHost for NativeHost {
 
 impl SystemHost for NativeHost {
     fn bios_serial_number(&self) -> Result<String> {
-        os::bios_serial_number()
+        self.system.bios_serial_number()
     }
-    fn start_service(&self, _name: &str) -> Result<()> {
-        Err(unimplemented("System.StartService"))
+    fn start_service(&self, name: &str) -> Result<()> {
+        self.system.start_service(name)
     }
-    fn stop_service(&self, _name: &str, _force: bool) -> Result<()> {
-        Err(unimplemented("System.StopService"))
+    fn stop_service(&self, name: &str, force: bool) -> Result<()> {
+        self.system.stop_service(name, force)
     }
-    fn service(&self, _name: &str) -> Result<ServiceInfo> {
-        Err(unimplemented("System.GetService"))
+    fn service(&self, name: &str) -> Result<ServiceInfo> {
+        self.system.service(name)
     }
 }

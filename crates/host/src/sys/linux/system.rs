@@ -1,14 +1,29 @@
-//! Linux host calls.
+//! System group on Linux: DMI for the BIOS serial.
 
 use crate::{Error, Result};
 use std::path::Path;
 
-pub const NAME: &str = "linux";
-
 const DMI_SERIAL: &str = "/sys/class/dmi/id/product_serial";
 
-pub fn bios_serial_number() -> Result<String> {
-    read_serial(Path::new(DMI_SERIAL))
+/// Service control and machine identity.
+pub struct System {}
+
+impl System {
+    pub fn new() -> Self {
+        System {}
+    }
+    pub fn bios_serial_number(&self) -> Result<String> {
+        read_serial(Path::new(DMI_SERIAL))
+    }
+    pub fn start_service(&self, _name: &str) -> Result<()> {
+        Err(crate::sys::unimplemented("System.StartService"))
+    }
+    pub fn stop_service(&self, _name: &str, _force: bool) -> Result<()> {
+        Err(crate::sys::unimplemented("System.StopService"))
+    }
+    pub fn service(&self, _name: &str) -> Result<crate::types::ServiceInfo> {
+        Err(crate::sys::unimplemented("System.GetService"))
+    }
 }
 
 /// The kernel exposes the SMBIOS type-1 serial as one line; firmware without one leaves it

@@ -1,0 +1,105 @@
+//! Path containment shared by every native backend: the allowed roots, the lexical rules a path
+//! must pass before it touches the filesystem, and the component-wise "inside a root" test.
+//!
+//! The lexical rules are pure functions of the string, so both OS rule sets are tested on any
+//! build host. Resolving links is the backends' job: they open the existing part of a path,
+//! ask the OS for the canonical path of what they opened, and test that with [`Roots::contains`]
+//! before acting relative to the open handle.
+
+pub mod unix;
+pub mod windows;
+
+use crate::Error;
+
+/// The roots paths must stay inside: every `-working-dir`, then `-kubelet-path`, as given on the
+/// command line. Backends canonicalise them per call, since a root may be created or
+/// re-linked after the daemon starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roots(Vec<String>);
+
+impl Roots {
+    pub fn new(roots: Vec<String>) -> Self {
+        Roots(roots)
+    }
+
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+
+    /// The refusal for a path whose canonical form is outside every root. `canonical` is shown
+    /// when it differs from what the caller sent, so an operator sees which link led outside.
+    pub fn outside(&self, path: &str, canonical: Option<&str>) -> Error {
+        match canonical {
+            Some(c) if c != path => Error::denied(format!(
+                "path {path} resolves to {c}, which is not within the working directories {:?}",
+                self.0
+            )),
+            _ => Error::denied(format!("path {path} is not within the working directories {:?}", self.0)),
+        }
+    }
+}
+
+/// True when `path` equals `root` or lies below it, comparing whole components (so
+/// `kubelet-evil` is not inside `kubelet`). Both must be canonical component lists.
+pub fn within<S: AsRef<str>, R: AsRef<str>>(path: &[S], root: &[R], fold_case: bool) -> bool {
+    path.len() >= root.len()
+        && root.iter().zip(path).all(|(r, p)| {
+            let (r, p) = (r.as_ref(), p.as_ref());
+            if fold_case {
+                eq_fold(r, p)
+            } else {
+                r == p
+            }
+        })
+}
+
+/// Case-insensitive equality as NTFS compares names: per character, simple upper-casing.
+fn eq_fold(a: &str, b: &str) -> bool {
+    a.chars().map(upper).eq(b.chars().map(upper))
+}
+
+fn upper(c: char) -> char {
+    let mut u = c.to_uppercase();
+    match (u.next(), u.next()) {
+        (Some(one), None) => one,
+        // Characters whose upper case is several characters (ß → SS) compare as themselves,
+        // as NTFS's one-to-one upcase table does.
+        _ => c,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn within_compares_whole_components() {
+        let root = ["var", "lib", "kubelet"];
+        assert!(within(&["var", "lib", "kubelet"], &root, false));
+        assert!(within(&["var", "lib", "kubelet", "pods"], &root, false));
+        assert!(!within(&["var", "lib", "kubelet-evil"], &root, false));
+        assert!(!within(&["var", "lib"], &root, false));
+        assert!(!within(&["var", "lib", "Kubelet"], &root, false));
+        assert!(within(&["VAR", "Lib", "KUBELET", "x"], &root, true));
+        assert!(!within(&["var", "lib", "kubelet\u{0131}"], &root, true));
+    }
+
+    #[test]
+    fn fold_is_one_to_one() {
+        assert!(eq_fold("straße", "STRAßE"));
+        assert!(!eq_fold("straße", "STRASSE"));
+        assert!(eq_fold("ÄÖÜ", "äöü"));
+        // Look-alikes stay different: Cyrillic а is not Latin a.
+        assert!(!eq_fold("kubelet", "kubelet\u{200b}"));
+        assert!(!eq_fold("k\u{0430}", "ka"));
+    }
+
+    #[test]
+    fn outside_names_path_roots_and_resolution() {
+        let roots = Roots::new(vec!["/a".into(), "/var/lib/kubelet".into()]);
+        let e = roots.outside("/var/lib/kubelet/l/x", Some("/etc/x")).to_string();
+        assert!(e.contains("/var/lib/kubelet/l/x") && e.contains("/etc/x") && e.contains("\"/a\""), "{e}");
+        let e = roots.outside("/etc", None).to_string();
+        assert_eq!(e, r#"path /etc is not within the working directories ["/a", "/var/lib/kubelet"]"#);
+    }
+}

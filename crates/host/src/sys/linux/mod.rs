@@ -1,0 +1,6 @@
+//! Linux host calls.
+
+pub mod fs;
+pub mod system;
+
+pub const NAME: &str = "linux";

@@ -1,0 +1,6 @@
+//! Windows host calls.
+
+pub mod fs;
+pub mod system;
+
+pub const NAME: &str = "windows";
