@@ -26,6 +26,16 @@ impl TestServer {
         Self::start_with(host.clone(), Hosts::from_one(host), ConnPolicy::default()).await
     }
 
+    /// The memory host for every group but the filesystem, which is the native backend
+    /// confined to `roots`.
+    pub async fn start_native_fs(roots: Vec<String>) -> Self {
+        let host = Arc::new(MemoryHost::sample());
+        let mut hosts = Hosts::from_one(host.clone());
+        let roots = csi_proxy_host::paths::Roots::new(roots);
+        hosts.filesystem = Arc::new(csi_proxy_host::sys::NativeHost::new(csi_proxy_host::sys::Config { roots }));
+        Self::start_with(host, hosts, ConnPolicy::default()).await
+    }
+
     pub async fn start_with(host: Arc<MemoryHost>, hosts: Hosts, policy: ConnPolicy) -> Self {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
