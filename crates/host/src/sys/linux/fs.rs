@@ -209,7 +209,7 @@ impl Filesystem {
             Walked::Dir => {
                 let mut canonical = walker.names();
                 canonical.push(last.to_string());
-                Located::Entry { dir: walker.top(), name: last.to_string(), canonical }
+                Located::Entry { dir: walker.top()?, name: last.to_string(), canonical }
             }
             Walked::NonDir { name } => {
                 let at = [walker.names(), vec![name]].concat();
@@ -223,7 +223,7 @@ impl Filesystem {
                 rest.push(last.to_string());
                 let mut canonical = walker.names();
                 canonical.extend(rest.iter().cloned());
-                Located::Missing { dir: walker.top(), rest, through_link, canonical }
+                Located::Missing { dir: walker.top()?, rest, through_link, canonical }
             }
         };
         if walker.inside(located.canonical()) {
@@ -236,7 +236,7 @@ impl Filesystem {
                 if let Ok(Target { mut walker, canonical, kind: Kind::Dir }) = self.resolve_target(path) {
                     if walker.stack.len() > 1 {
                         let (_, name) = walker.stack.pop().expect("checked length");
-                        return Ok((Located::Entry { dir: walker.top(), name, canonical }, walker));
+                        return Ok((Located::Entry { dir: walker.top()?, name, canonical }, walker));
                     }
                 }
             }
@@ -271,7 +271,7 @@ impl Filesystem {
     fn open_existing_dir(&self, path: &str) -> Result<(OwnedFd, Vec<String>)> {
         let target = self.resolve_target(path)?;
         match target.kind {
-            Kind::Dir => Ok((target.walker.top(), target.canonical)),
+            Kind::Dir => Ok((target.walker.top()?, target.canonical)),
             Kind::NonDir => Err(Error::precondition(format!("{path} is not a directory"))),
             Kind::Missing => Err(Error::not_found(format!("directory {path} does not exist"))),
         }
@@ -364,9 +364,10 @@ impl<'r> Walker<'r> {
         self.roots.iter().any(|r| paths::within(canonical, r, false))
     }
 
-    fn top(&self) -> OwnedFd {
+    fn top(&self) -> Result<OwnedFd> {
         // Duplicating keeps the walker usable; both descriptors name the same directory.
-        self.stack.last().expect("stack starts with /").0.try_clone().expect("dup of an O_PATH descriptor")
+        let (fd, _) = self.stack.last().expect("stack starts with /");
+        fd.try_clone().map_err(|e| Error::io("duplicating a directory descriptor", e))
     }
 
     /// Records whether the position is inside a root; refuses leaving one once entered.
