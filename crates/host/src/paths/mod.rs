@@ -10,6 +10,7 @@ pub mod unix;
 pub mod windows;
 
 use crate::Error;
+use std::fmt;
 
 /// The roots paths must stay inside: every `-working-dir`, then `-kubelet-path`, as given on the
 /// command line. Backends canonicalise them per call, since a root may be created or
@@ -26,16 +27,28 @@ impl Roots {
         &self.0
     }
 
+    /// The refusal to remove or empty a root itself: it would take every pod's data with it,
+    /// and no driver asks for it.
+    pub fn refuse_removal(&self, path: &str) -> Error {
+        Error::denied(format!("refusing to remove {path}: it is one of the working directories {self}"))
+    }
+
     /// The refusal for a path whose canonical form is outside every root. `canonical` is shown
     /// when it differs from what the caller sent, so an operator sees which link led outside.
     pub fn outside(&self, path: &str, canonical: Option<&str>) -> Error {
         match canonical {
             Some(c) if c != path => Error::denied(format!(
-                "path {path} resolves to {c}, which is not within the working directories {:?}",
-                self.0
+                "path {path} resolves to {c}, which is not within the working directories {self}"
             )),
-            _ => Error::denied(format!("path {path} is not within the working directories {:?}", self.0)),
+            _ => Error::denied(format!("path {path} is not within the working directories {self}")),
         }
+    }
+}
+
+/// `[root1, root2]`, as given (no escaping, so Windows paths read as typed).
+impl fmt::Display for Roots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}]", self.0.join(", "))
     }
 }
 
@@ -98,8 +111,11 @@ mod tests {
     fn outside_names_path_roots_and_resolution() {
         let roots = Roots::new(vec!["/a".into(), "/var/lib/kubelet".into()]);
         let e = roots.outside("/var/lib/kubelet/l/x", Some("/etc/x")).to_string();
-        assert!(e.contains("/var/lib/kubelet/l/x") && e.contains("/etc/x") && e.contains("\"/a\""), "{e}");
+        assert!(e.contains("/var/lib/kubelet/l/x") && e.contains("/etc/x"), "{e}");
         let e = roots.outside("/etc", None).to_string();
-        assert_eq!(e, r#"path /etc is not within the working directories ["/a", "/var/lib/kubelet"]"#);
+        assert_eq!(e, "path /etc is not within the working directories [/a, /var/lib/kubelet]");
+        let win = Roots::new(vec![r"C:\var\lib\kubelet".into()]);
+        assert!(win.outside(r"D:\x", None).to_string().ends_with(r"[C:\var\lib\kubelet]"));
+        assert!(win.refuse_removal(r"C:\var\lib\kubelet").to_string().contains("refusing to remove"));
     }
 }

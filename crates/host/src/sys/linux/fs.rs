@@ -287,13 +287,9 @@ impl Filesystem {
         }
     }
 
-    /// Removing a root (or emptying it) would take every pod's data with it; no driver asks that.
     fn refuse_root(&self, path: &str, canonical: &[String]) -> Result<()> {
         if self.canonical_roots().iter().any(|r| r.as_slice() == canonical) {
-            return Err(Error::denied(format!(
-                "refusing to remove {path}: it is one of the working directories {:?}",
-                self.roots.as_slice()
-            )));
+            return Err(self.roots.refuse_removal(path));
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Windows host calls.
 
 pub mod fs;
+mod nt;
 pub mod system;
 
 pub const NAME: &str = "windows";

@@ -1,0 +1,531 @@
+//! The filesystem group against real directories (under Wine in CI). Each test gets its own
+//! base directory in the temp dir holding the root, a sibling whose name has the root's name as
+//! a prefix (`root-evil`) and an `outside` directory, both with sentinels: attacks must fail AND
+//! leave everything outside the root exactly as it was.
+
+use super::*;
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use windows_sys::Win32::Storage::FileSystem::FILE_WRITE_DATA;
+
+struct Fx {
+    base: PathBuf,
+    root: String,
+    fs: Filesystem,
+}
+
+impl Fx {
+    fn new() -> Fx {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let base =
+            std::env::temp_dir().join(format!("csi-fs-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&base);
+        for d in ["root", "root-evil", "outside"] {
+            std::fs::create_dir_all(base.join(d)).unwrap();
+        }
+        std::fs::write(base.join(r"root-evil\sentinel"), "s").unwrap();
+        std::fs::write(base.join(r"outside\sentinel"), "s").unwrap();
+        let root = base.join("root").to_str().unwrap().to_string();
+        Fx { fs: Filesystem::new(Roots::new(vec![root.clone()])), root, base }
+    }
+
+    /// A path inside the root.
+    fn p(&self, rel: &str) -> String {
+        format!(r"{}\{rel}", self.root)
+    }
+
+    /// A path next to the root.
+    fn b(&self, rel: &str) -> String {
+        format!(r"{}\{rel}", self.base.display())
+    }
+
+    fn real(&self, rel: &str) -> PathBuf {
+        self.base.join("root").join(rel)
+    }
+
+    /// Every entry of the base directory outside the root, with file contents.
+    fn outside(&self) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![self.base.clone()];
+        while let Some(d) = todo.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                let p = e.path();
+                if p == self.base.join("root") {
+                    continue;
+                }
+                let kind = e.file_type().unwrap();
+                let content =
+                    if kind.is_file() { std::fs::read_to_string(&p).unwrap_or_default() } else { String::new() };
+                seen.insert(format!("{} {kind:?} {content}", p.display()));
+                if kind.is_dir() {
+                    todo.push(p);
+                }
+            }
+        }
+        seen
+    }
+
+    fn root_entries(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.base.join("root"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Fx {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+#[track_caller]
+fn err_of<T: Debug>(r: Result<T>) -> Error {
+    match r {
+        Err(e) => e,
+        Ok(v) => panic!("expected an error, got Ok({v:?})"),
+    }
+}
+
+macro_rules! assert_err {
+    ($r:expr, $kind:ident, $needle:expr) => {{
+        match err_of($r) {
+            Error::$kind(m) => assert!(m.contains($needle), "{m:?} should mention {:?}", $needle),
+            other => panic!("expected {}, got {other:?}", stringify!($kind)),
+        }
+    }};
+}
+
+fn write(p: &Path, s: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, s).unwrap();
+}
+
+#[test]
+fn path_exists_answers_for_files_directories_and_missing_names() {
+    let fx = Fx::new();
+    write(&fx.real(r"d\f"), "x");
+    assert!(fx.fs.path_exists(&fx.root).unwrap());
+    assert!(fx.fs.path_exists(&fx.p("d")).unwrap());
+    assert!(fx.fs.path_exists(&fx.p(r"d\f")).unwrap());
+    assert!(fx.fs.path_exists(&fx.p(r"D\F")).unwrap());
+    assert!(fx.fs.path_exists(&fx.p(r"d\\f\\")).unwrap());
+    assert!(!fx.fs.path_exists(&fx.p("nope")).unwrap());
+    assert!(!fx.fs.path_exists(&fx.p(r"nope\deeper\still")).unwrap());
+    assert!(!fx.fs.path_exists(&fx.p(r"d\f\child")).unwrap());
+}
+
+#[test]
+fn mkdir_creates_parents_is_idempotent_and_refuses_files() {
+    let fx = Fx::new();
+    fx.fs.mkdir(&fx.p(r"a\b\c")).unwrap();
+    assert!(fx.real(r"a\b\c").is_dir());
+    fx.fs.mkdir(&fx.p(r"a\b\c")).unwrap();
+    fx.fs.mkdir(&fx.p(r"A\B")).unwrap();
+    fx.fs.mkdir(&fx.root).unwrap();
+    write(&fx.real(r"a\file"), "x");
+    assert_err!(fx.fs.mkdir(&fx.p(r"a\file")), AlreadyExists, r"a\file exists and is not a directory");
+    assert_err!(fx.fs.mkdir(&fx.p(r"a\file\sub\x")), AlreadyExists, r"a\file exists and is not a directory");
+    assert_eq!(std::fs::read_to_string(fx.real(r"a\file")).unwrap(), "x");
+    assert_eq!(fx.root_entries(), ["a"]);
+}
+
+#[test]
+fn rmdir_without_force_is_os_remove() {
+    let fx = Fx::new();
+    std::fs::create_dir_all(fx.real(r"empty")).unwrap();
+    write(&fx.real(r"full\f"), "x");
+    write(&fx.real("file"), "x");
+    write(&fx.real("ro"), "x");
+    let mut perm = std::fs::metadata(fx.real("ro")).unwrap().permissions();
+    perm.set_readonly(true);
+    std::fs::set_permissions(fx.real("ro"), perm).unwrap();
+
+    fx.fs.rmdir(&fx.p("empty"), false).unwrap();
+    fx.fs.rmdir(&fx.p("file"), false).unwrap();
+    fx.fs.rmdir(&fx.p("ro"), false).unwrap();
+    assert_err!(fx.fs.rmdir(&fx.p("full"), false), FailedPrecondition, r"full is not empty");
+    assert!(fx.real(r"full\f").is_file());
+    assert_err!(fx.fs.rmdir(&fx.p("empty"), false), NotFound, r"empty does not exist");
+    assert_err!(fx.fs.rmdir(&fx.p(r"nope\x"), false), NotFound, r"nope\x does not exist");
+    assert_eq!(fx.root_entries(), ["full"]);
+}
+
+#[test]
+fn rmdir_force_removes_trees_and_accepts_missing_paths() {
+    let fx = Fx::new();
+    for f in [r"t\a\b\c\f1", r"t\a\f2", r"t\f3", r"t\e\x\y\z\f4"] {
+        write(&fx.real(f), "x");
+    }
+    std::fs::create_dir_all(fx.real(r"t\empty\sub")).unwrap();
+    let ro = fx.real(r"t\a\ro");
+    write(&ro, "x");
+    let mut perm = std::fs::metadata(&ro).unwrap().permissions();
+    perm.set_readonly(true);
+    std::fs::set_permissions(&ro, perm).unwrap();
+    // Deeper than a recursive walk would like, longer than MAX_PATH.
+    let deep: String = (0..150).map(|i| format!(r"d{i}\")).collect();
+    fx.fs.mkdir(&fx.p(&format!(r"t\{deep}"))).unwrap();
+    write(&fx.real(r"keep\f"), "x");
+
+    fx.fs.rmdir(&fx.p("t"), true).unwrap();
+    assert!(!fx.real("t").exists());
+    fx.fs.rmdir(&fx.p("t"), true).unwrap();
+    fx.fs.rmdir(&fx.p(r"nope\deeper"), true).unwrap();
+    write(&fx.real("single"), "x");
+    fx.fs.rmdir(&fx.p("single"), true).unwrap();
+    assert_eq!(fx.root_entries(), ["keep"]);
+}
+
+#[test]
+fn rmdir_contents_empties_and_keeps_the_directory() {
+    let fx = Fx::new();
+    write(&fx.real(r"d\a\b\f"), "x");
+    write(&fx.real(r"d\g"), "x");
+    write(&fx.real(r"dx\f"), "x");
+    write(&fx.real("file"), "x");
+    fx.fs.rmdir_contents(&fx.p("d")).unwrap();
+    assert!(fx.real("d").is_dir());
+    assert_eq!(std::fs::read_dir(fx.real("d")).unwrap().count(), 0);
+    assert!(fx.real(r"dx\f").is_file(), "a sibling sharing the name prefix is not a child");
+    fx.fs.rmdir_contents(&fx.p("d")).unwrap();
+    assert_err!(fx.fs.rmdir_contents(&fx.p("nope")), NotFound, r"nope does not exist");
+    assert_err!(fx.fs.rmdir_contents(&fx.p(r"nope\x")), NotFound, r"nope\x does not exist");
+    assert_err!(fx.fs.rmdir_contents(&fx.p("file")), NotFound, r"file is not a directory");
+    // The root itself is never emptied (upstream allows it; no driver needs it).
+    let before = fx.root_entries();
+    assert_err!(fx.fs.rmdir_contents(&fx.root), PermissionDenied, "refusing to remove");
+    assert_err!(fx.fs.rmdir(&fx.root, true), PermissionDenied, "refusing to remove");
+    assert_eq!(fx.root_entries(), before);
+}
+
+#[test]
+fn long_paths_beyond_max_path_work() {
+    let fx = Fx::new();
+    let long: String = (0..12).map(|i| format!(r"{}{i}\", "n".repeat(40))).collect();
+    let p = fx.p(&format!(r"{long}leaf"));
+    assert!(p.len() > 500, "{}", p.len());
+    fx.fs.mkdir(&p).unwrap();
+    assert!(fx.fs.path_exists(&p).unwrap());
+    assert!(!fx.fs.is_symlink(&p).unwrap());
+    fx.fs.rmdir(&p, false).unwrap();
+    assert!(!fx.fs.path_exists(&p).unwrap());
+    fx.fs.rmdir(&fx.p(&long[..41]), true).unwrap();
+    assert!(fx.root_entries().is_empty());
+}
+
+#[test]
+fn case_variants_of_the_root_are_the_root() {
+    let fx = Fx::new();
+    let (drive, rest) = fx.root.split_at(1);
+    let shouting = format!("{}{}", drive.to_lowercase(), rest.to_uppercase());
+    assert_ne!(shouting, fx.root);
+    fx.fs.mkdir(&format!(r"{shouting}\New\Sub")).unwrap();
+    assert!(fx.real(r"New\Sub").is_dir());
+    assert!(fx.fs.path_exists(&format!(r"{shouting}\NEW\sub")).unwrap());
+    fx.fs.rmdir(&format!(r"{shouting}\new"), true).unwrap();
+    assert!(fx.root_entries().is_empty());
+    // A root given with forward slashes or a trailing separator is the same root.
+    let fs = Filesystem::new(Roots::new(vec![format!(r"{}\", fx.root.replace('\\', "/"))]));
+    fs.mkdir(&fx.p("x")).unwrap();
+    assert!(fx.real("x").is_dir());
+}
+
+#[test]
+fn is_symlink_is_false_for_plain_entries_and_not_found_for_missing() {
+    let fx = Fx::new();
+    write(&fx.real(r"d\f"), "x");
+    assert!(!fx.fs.is_symlink(&fx.p("d")).unwrap());
+    assert!(!fx.fs.is_symlink(&fx.p(r"d\f")).unwrap());
+    assert!(!fx.fs.is_symlink(&fx.root).unwrap());
+    assert_err!(fx.fs.is_symlink(&fx.p("nope")), NotFound, r"nope does not exist");
+    assert_err!(fx.fs.is_symlink(&fx.p(r"nope\x")), NotFound, r"nope\x does not exist");
+}
+
+#[test]
+fn a_held_directory_cannot_be_renamed_or_removed() {
+    let fx = Fx::new();
+    std::fs::create_dir_all(fx.real(r"a\b")).unwrap();
+    let loc = fx.fs.locate(&fx.p(r"a\b\new")).unwrap();
+    assert_eq!(loc.rest, ["new"]);
+    let moved = fx.base.join("moved");
+    std::fs::rename(fx.real(r"a\b"), &moved).expect_err("renaming the held directory must fail");
+    std::fs::remove_dir(fx.real(r"a\b")).expect_err("removing the held directory must fail");
+    drop(loc);
+    std::fs::rename(fx.real(r"a\b"), &moved).unwrap();
+}
+
+#[test]
+fn a_missing_root_is_a_failed_precondition() {
+    let fx = Fx::new();
+    let gone = fx.b("gone");
+    let fs = Filesystem::new(Roots::new(vec![gone.clone(), fx.root.clone()]));
+    assert_err!(fs.mkdir(&format!(r"{gone}\x")), FailedPrecondition, &gone);
+    assert!(!Path::new(&gone).exists());
+    // The other root still works, and a root that is not a drive path matches nothing.
+    fs.mkdir(&fx.p("ok")).unwrap();
+    let fs = Filesystem::new(Roots::new(vec!["relative".into(), fx.root.clone()]));
+    fs.mkdir(&fx.p("ok2")).unwrap();
+    assert_err!(fs.mkdir("relative\\x"), InvalidArgument, "relative");
+}
+
+/// Every operation on an attacking path, with the other operand (for CreateSymlink) inside.
+fn every_op(fx: &Fx, path: &str) -> Vec<(&'static str, Result<()>)> {
+    let inside = fx.p("in");
+    vec![
+        ("PathExists", fx.fs.path_exists(path).map(drop)),
+        ("Mkdir", fx.fs.mkdir(path)),
+        ("Rmdir", fx.fs.rmdir(path, false)),
+        ("Rmdir force", fx.fs.rmdir(path, true)),
+        ("RmdirContents", fx.fs.rmdir_contents(path)),
+        ("IsSymlink", fx.fs.is_symlink(path).map(drop)),
+        ("CreateSymlink (link)", fx.fs.create_symlink(&inside, path)),
+        ("CreateSymlink (destination)", fx.fs.create_symlink(path, &fx.p("ln"))),
+    ]
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Want {
+    Denied,
+    Invalid,
+}
+
+#[test]
+fn attacks_are_refused_by_every_operation_and_change_nothing() {
+    let fx = Fx::new();
+    // Real look-alike siblings of the root, so that a mistake would find something to act on.
+    let lookalikes = ["root\u{200b}", "\u{200b}root", "ro\u{43e}t", "root\u{ff0f}x"];
+    for l in lookalikes {
+        write(&fx.base.join(l).join("sentinel"), "s");
+    }
+    let root = fx.root.clone();
+    let base = fx.base.display().to_string();
+    let (drive, after_drive) = root.split_at(2);
+    let cases: Vec<(String, Want)> = vec![
+        // Prefix siblings and places above the root.
+        (fx.b("root-evil"), Want::Denied),
+        (fx.b(r"root-evil\sentinel"), Want::Denied),
+        (fx.b(r"root-evil\new\deeper"), Want::Denied),
+        (fx.b("rootx"), Want::Denied),
+        (fx.b("roo"), Want::Denied),
+        (base.clone(), Want::Denied),
+        (fx.b("outside"), Want::Denied),
+        (fx.b(r"outside\sentinel"), Want::Denied),
+        (format!(r"{drive}\Windows\x"), Want::Denied),
+        (fx.b(&format!(r"outside\{}", r"long-name-here\".repeat(30))), Want::Denied),
+        // Look-alikes: zero-width and Cyrillic letters, fullwidth solidus and reverse solidus.
+        (fx.b("root\u{200b}"), Want::Denied),
+        (fx.b("root\u{200b}\\sentinel"), Want::Denied),
+        (fx.b("\u{200b}root\\sentinel"), Want::Denied),
+        (fx.b("ro\u{43e}t\\sentinel"), Want::Denied),
+        (fx.b("root\u{ff0f}x\\sentinel"), Want::Denied),
+        (format!("{root}\u{ff3c}..\u{ff3c}outside"), Want::Denied),
+        (format!("{root}\u{ff0f}..\u{ff0f}outside"), Want::Denied),
+        // Escapes by name.
+        (format!(r"{root}\.."), Want::Invalid),
+        (format!(r"{root}\..\outside"), Want::Invalid),
+        (format!(r"{root}\..\outside\sentinel"), Want::Invalid),
+        (format!(r"{root}\x\..\..\root-evil"), Want::Invalid),
+        (format!(r"{root}\.\x"), Want::Invalid),
+        (format!(r"{root}/../outside"), Want::Invalid),
+        (format!(r"{root}\x/y"), Want::Invalid),
+        // Device names, streams, names Win32 would trim.
+        (format!(r"{root}\CON"), Want::Invalid),
+        (format!(r"{root}\nul.txt"), Want::Invalid),
+        (format!(r"{root}\Com1"), Want::Invalid),
+        (format!("{root}\\lpt\u{b9}"), Want::Invalid),
+        (format!(r"{root}\CONOUT$"), Want::Invalid),
+        (format!(r"{root}\aux .log"), Want::Invalid),
+        (format!(r"{root}\x:evil"), Want::Invalid),
+        (format!(r"{root}\x::$DATA"), Want::Invalid),
+        (format!(r"{root}:evil"), Want::Invalid),
+        (format!(r"{root}\x."), Want::Invalid),
+        (format!(r"{root}\x "), Want::Invalid),
+        (format!(r"{root}-evil."), Want::Invalid),
+        // Other spellings of the root itself.
+        (format!(r"\\?\{root}\x"), Want::Invalid),
+        (format!(r"\\.\{root}\x"), Want::Invalid),
+        (format!(r"\??\{root}\x"), Want::Invalid),
+        (format!(r"\\localhost\{}${after_drive}\x", &drive[..1]), Want::Invalid),
+        (format!(r"{after_drive}\x"), Want::Invalid),
+        (format!(r"{drive}{}\x", &after_drive[1..]), Want::Invalid),
+        (format!(r"{drive}\"), Want::Invalid),
+        ("x".into(), Want::Invalid),
+        (format!("{root}\\x\0y"), Want::Invalid),
+        (format!(r"{root}\{}", "n".repeat(256)), Want::Invalid),
+    ];
+    let before = fx.outside();
+    for (path, want) in &cases {
+        for (op, r) in every_op(&fx, path) {
+            match (want, r) {
+                (Want::Denied, Err(Error::PermissionDenied(m))) => {
+                    // The roots are listed as typed.
+                    assert!(m.contains(path.as_str()) && m.contains(&format!("[{root}]")), "{op} {path:?}: {m}")
+                }
+                (Want::Invalid, Err(Error::InvalidArgument(m))) => assert!(m.contains("path"), "{op} {path:?}: {m}"),
+                (_, other) => panic!("{op} {path:?}: expected {want:?}, got {other:?}"),
+            }
+        }
+        assert_eq!(fx.outside(), before, "{path:?} changed something outside the root");
+        assert!(fx.root_entries().is_empty(), "{path:?} created {:?}", fx.root_entries());
+    }
+    assert!(cases.len() >= 40);
+}
+
+/// Under Wine CreateSymbolicLinkW reports success and creates nothing; on Windows it creates the
+/// link. Either way the operation must tell the truth.
+#[test]
+fn create_symlink_reports_success_only_with_a_link_in_place() {
+    let fx = Fx::new();
+    std::fs::create_dir_all(fx.real("dest")).unwrap();
+    match fx.fs.create_symlink(&fx.p("dest"), &fx.p("link")) {
+        Ok(()) => {
+            assert!(fx.fs.is_symlink(&fx.p("link")).unwrap());
+            assert!(std::fs::symlink_metadata(fx.real("link")).unwrap().file_type().is_symlink());
+        }
+        Err(Error::Internal(m)) => {
+            assert!(m.contains(&fx.p("link")) && m.contains("no link exists"), "{m}");
+            assert!(!fx.fs.path_exists(&fx.p("link")).unwrap());
+        }
+        Err(e) => panic!("unexpected {e:?}"),
+    }
+    // Checks that fire before anything is created hold everywhere.
+    write(&fx.real("file"), "x");
+    assert_err!(fx.fs.create_symlink(&fx.p("dest"), &fx.p("file")), AlreadyExists, r"file already exists");
+    assert_err!(fx.fs.create_symlink(&fx.p("dest"), &fx.p("dest")), AlreadyExists, r"dest already exists");
+    assert_err!(fx.fs.create_symlink(&fx.p("dest"), &fx.p(r"nope\link")), NotFound, r"nope\link");
+}
+
+/// A directory made into a junction (or, with `symlink`, a directory symlink) to `target`.
+fn junction(fx: &Fx, rel: &str, target: &str) {
+    std::fs::create_dir_all(fx.real(rel)).unwrap();
+    let parent = nt::open_path(&format!(r"\\?\{}", fx.root), HOLD, 0).unwrap();
+    let dir = nt::open_at(
+        &parent,
+        rel,
+        FILE_READ_ATTRIBUTES | FILE_WRITE_ATTRIBUTES | FILE_WRITE_DATA,
+        FILE_OPEN,
+        FILE_OPEN_REPARSE_POINT | FILE_DIRECTORY_FILE,
+    )
+    .unwrap();
+    nt::testing::make_junction(&dir, target).expect("FSCTL_SET_REPARSE_POINT (Wine 8: ERROR_NOT_SUPPORTED)");
+}
+
+#[test]
+#[ignore = "needs real Windows: Wine 8 answers FSCTL_SET_REPARSE_POINT with ERROR_NOT_SUPPORTED"]
+fn junction_escapes_are_refused_and_the_junction_is_removed_as_a_link() {
+    let fx = Fx::new();
+    let outside = fx.b("outside");
+    junction(&fx, "j", &outside);
+    let before = fx.outside();
+    let escape = fx.p(r"j\sentinel");
+    for (op, r) in every_op(&fx, &escape) {
+        match r {
+            Err(Error::PermissionDenied(m)) => assert!(m.contains(&escape) && m.contains(&outside), "{op}: {m}"),
+            other => panic!("{op}: {other:?}"),
+        }
+    }
+    assert_err!(fx.fs.mkdir(&fx.p(r"j\new\deeper")), PermissionDenied, &outside);
+    assert_err!(fx.fs.rmdir_contents(&fx.p("j")), PermissionDenied, &outside);
+    assert_err!(fx.fs.mkdir(&fx.p("j")), PermissionDenied, &outside);
+    assert_err!(fx.fs.is_symlink(&fx.p("j")), PermissionDenied, &outside);
+    assert!(fx.fs.path_exists(&fx.p("j")).unwrap());
+    assert_eq!(fx.outside(), before);
+    // Removing the junction removes the junction only, with or without force.
+    fx.fs.rmdir(&fx.p("j"), true).unwrap();
+    assert!(!fx.real("j").exists());
+    junction(&fx, "j", &outside);
+    fx.fs.rmdir(&fx.p("j"), false).unwrap();
+    // A tree holding a junction is removed without descending into it.
+    std::fs::create_dir_all(fx.real("t")).unwrap();
+    junction(&fx, r"t\j", &outside);
+    fx.fs.rmdir(&fx.p("t"), true).unwrap();
+    std::fs::create_dir_all(fx.real("c")).unwrap();
+    junction(&fx, r"c\j", &outside);
+    fx.fs.rmdir_contents(&fx.p("c")).unwrap();
+    assert_eq!(fx.outside(), before);
+}
+
+#[test]
+#[ignore = "needs real Windows: Wine 8 answers FSCTL_SET_REPARSE_POINT with ERROR_NOT_SUPPORTED"]
+fn a_junction_inside_the_roots_is_a_link_and_a_directory() {
+    let fx = Fx::new();
+    std::fs::create_dir_all(fx.real(r"target\sub")).unwrap();
+    junction(&fx, "j", &fx.p("target"));
+    assert!(fx.fs.is_symlink(&fx.p("j")).unwrap());
+    fx.fs.mkdir(&fx.p("j")).unwrap();
+    fx.fs.mkdir(&fx.p(r"j\sub\new")).unwrap();
+    assert!(fx.real(r"target\sub\new").is_dir());
+    assert!(fx.fs.path_exists(&fx.p(r"j\sub")).unwrap());
+    fx.fs.rmdir_contents(&fx.p("j")).unwrap();
+    assert!(fx.real("target").is_dir() && std::fs::read_dir(fx.real("target")).unwrap().count() == 0);
+    std::fs::remove_dir(fx.real("target")).unwrap();
+    assert!(!fx.fs.is_symlink(&fx.p("j")).unwrap(), "a dangling junction is not a link");
+    assert!(fx.fs.path_exists(&fx.p("j")).unwrap());
+}
+
+#[test]
+#[ignore = "needs real Windows: Wine 8 CreateSymbolicLinkW is a stub"]
+fn symlinks_are_created_checked_and_removed_as_links() {
+    let fx = Fx::new();
+    write(&fx.real(r"dir\f"), "x");
+    write(&fx.real("file"), "x");
+    fx.fs.create_symlink(&fx.p("dir"), &fx.p("ldir")).unwrap();
+    fx.fs.create_symlink(&fx.p("dir"), &fx.p("ldir")).unwrap();
+    fx.fs.create_symlink(&fx.p("DIR"), &fx.p("ldir")).unwrap();
+    assert_err!(fx.fs.create_symlink(&fx.p("file"), &fx.p("ldir")), AlreadyExists, "ldir already exists");
+    fx.fs.create_symlink(&fx.p("file"), &fx.p("lfile")).unwrap();
+    assert!(std::fs::metadata(fx.real("ldir")).unwrap().is_dir());
+    assert!(std::fs::metadata(fx.real("lfile")).unwrap().is_file());
+    assert!(fx.fs.is_symlink(&fx.p("ldir")).unwrap());
+    assert!(fx.fs.is_symlink(&fx.p("lfile")).unwrap());
+    // Dangling: exists (not followed), but is not a link to something.
+    fx.fs.create_symlink(&fx.p("missing"), &fx.p("dangling")).unwrap();
+    assert!(fx.fs.path_exists(&fx.p("dangling")).unwrap());
+    assert!(!fx.fs.is_symlink(&fx.p("dangling")).unwrap());
+    // Through a link inside the roots.
+    assert!(fx.fs.path_exists(&fx.p(r"ldir\f")).unwrap());
+    fx.fs.mkdir(&fx.p(r"ldir\new")).unwrap();
+    assert!(fx.real(r"dir\new").is_dir());
+    assert_err!(fx.fs.mkdir(&fx.p("lfile")), AlreadyExists, "not a directory");
+    // Removed as links; targets stay.
+    fx.fs.rmdir(&fx.p("ldir"), false).unwrap();
+    fx.fs.rmdir(&fx.p("lfile"), true).unwrap();
+    assert!(fx.real(r"dir\f").is_file() && fx.real("file").is_file());
+    assert!(!fx.real("ldir").exists() && !fx.real("lfile").exists());
+    // Destinations or links outside the roots are refused before anything is created.
+    assert_err!(fx.fs.create_symlink(&fx.b("outside"), &fx.p("out")), PermissionDenied, "outside");
+    assert_err!(fx.fs.create_symlink(&fx.p("dir"), &fx.b(r"outside\l")), PermissionDenied, "outside");
+    assert!(!fx.real("out").exists() && !fx.base.join(r"outside\l").exists());
+}
+
+#[test]
+#[ignore = "needs real Windows: Wine 8 CreateSymbolicLinkW is a stub"]
+fn symlinks_leading_outside_are_refused() {
+    let fx = Fx::new();
+    let outside = fx.b("outside");
+    // Planted by someone else: links whose targets are outside the roots.
+    std::os::windows::fs::symlink_dir(&outside, fx.real("abs")).unwrap();
+    std::os::windows::fs::symlink_dir(r"..\outside", fx.real("rel")).unwrap();
+    std::os::windows::fs::symlink_dir(fx.b("root-evil"), fx.real("evil")).unwrap();
+    let before = fx.outside();
+    for l in ["abs", "rel", "evil"] {
+        assert_err!(fx.fs.is_symlink(&fx.p(l)), PermissionDenied, &fx.p(l));
+        assert_err!(fx.fs.rmdir_contents(&fx.p(l)), PermissionDenied, &fx.p(l));
+        assert_err!(fx.fs.rmdir(&fx.p(&format!(r"{l}\sentinel")), true), PermissionDenied, "resolves to");
+        assert_err!(fx.fs.mkdir(&fx.p(&format!(r"{l}\new"))), PermissionDenied, "resolves to");
+        assert_err!(fx.fs.mkdir(&fx.p(l)), PermissionDenied, "resolves to");
+        assert!(fx.fs.path_exists(&fx.p(l)).unwrap());
+        fx.fs.rmdir(&fx.p(l), true).unwrap();
+    }
+    assert_eq!(fx.outside(), before);
+    // A relative link inside the roots is resolved against its own directory.
+    std::fs::create_dir_all(fx.real(r"a\b")).unwrap();
+    std::os::windows::fs::symlink_dir(r"..\a\b", fx.real(r"a\up")).unwrap();
+    assert!(fx.fs.is_symlink(&fx.p(r"a\up")).unwrap());
+}
