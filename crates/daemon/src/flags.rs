@@ -8,7 +8,8 @@
 //! * `--` ends the flags; the first argument that is not a flag ends them too — upstream takes no
 //!   positional arguments, so any is an error here rather than being silently ignored;
 //! * `-h`, `-help`, `--help` ask for the usage text;
-//! * a flag given twice keeps its last value, except `-working-dir`, which collects all.
+//! * a flag given twice keeps its last value, except `-working-dir` and `-allowed-service`,
+//!   which collect all.
 //!
 //! Besides upstream's own flags, every flag klog registers is accepted; those that only tune
 //! klog's file rotation or headers are checked for a well-formed value and then ignored.
@@ -55,6 +56,10 @@ pub struct Options {
     pub connection_idle_timeout: Duration,
     /// `-handshake-timeout`: limit on a new connection's HTTP/2 handshake (zero: none).
     pub handshake_timeout: Duration,
+    /// `-allowed-service` (repeatable): the only services StartService/StopService may act on.
+    /// `None` when the flag is absent (any service, as upstream); an empty value adds no name, so
+    /// `-allowed-service=` alone allows none.
+    pub allowed_services: Option<Vec<String>>,
 }
 
 impl Default for Options {
@@ -70,6 +75,7 @@ impl Default for Options {
             pipe_sddl: None,
             connection_idle_timeout: DEFAULT_CONNECTION_IDLE_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            allowed_services: None,
         }
     }
 }
@@ -153,6 +159,7 @@ enum Target {
     PipeSddl,
     ConnectionIdleTimeout,
     HandshakeTimeout,
+    AllowedService,
     /// A klog flag accepted for compatibility only.
     Ignored,
 }
@@ -340,6 +347,14 @@ const FLAGS: &[Spec] = &[
         default: "10s",
         help: "Drop a new connection that has not completed its HTTP/2 handshake within this time (0: no limit)",
     },
+    Spec {
+        name: "allowed-service",
+        kind: Kind::StringList,
+        target: Target::AllowedService,
+        default: "",
+        help: "Service that StartService and StopService may act on; without the flag any host service can be \
+               started or stopped; an empty value allows none (GetService is never restricted)",
+    },
 ];
 
 fn lookup(name: &str) -> Option<&'static Spec> {
@@ -434,6 +449,12 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
         Target::PipeSddl => opts.pipe_sddl = non_empty(value),
         Target::ConnectionIdleTimeout => opts.connection_idle_timeout = duration,
         Target::HandshakeTimeout => opts.handshake_timeout = duration,
+        Target::AllowedService => {
+            let list = opts.allowed_services.get_or_insert_with(Vec::new);
+            if !value.is_empty() {
+                list.push(value);
+            }
+        }
         Target::Ignored => {}
     }
     Ok(())
@@ -579,6 +600,7 @@ mod tests {
         assert_eq!(o.connection_idle_timeout, Duration::from_secs(300));
         assert_eq!(o.handshake_timeout, Duration::from_secs(10));
         assert_eq!(o.allowed_prefixes(), vec![DEFAULT_KUBELET_PATH.to_string()]);
+        assert_eq!(o.allowed_services, None);
     }
 
     #[test]
@@ -624,6 +646,19 @@ mod tests {
         let o = run(&["-working-dir", "a", "-working-dir=b", "--working-dir", "c"]);
         assert_eq!(o.working_dirs, ["a", "b", "c"]);
         assert_eq!(o.allowed_prefixes(), ["a", "b", "c", DEFAULT_KUBELET_PATH]);
+    }
+
+    #[test]
+    fn allowed_services_accumulate() {
+        let o = run(&["-allowed-service", "iscsid", "-allowed-service=MSiSCSI", "--allowed-service", "-odd-name"]);
+        assert_eq!(o.allowed_services, Some(vec!["iscsid".into(), "MSiSCSI".into(), "-odd-name".into()]));
+        assert_eq!(run(&["-allowed-service="]).allowed_services, Some(vec![]), "allows none");
+        assert_eq!(run(&["-allowed-service=", "-allowed-service=a"]).allowed_services, Some(vec!["a".into()]));
+        assert_eq!(run(&["-v=1"]).allowed_services, None);
+        let e = fail(&["-allowed-service"]);
+        assert_eq!(e, FlagError::MissingValue { flag: "allowed-service".into(), hint: "string" });
+        assert!(usage().contains("  -allowed-service string\n"), "{}", usage());
+        assert!(usage().contains("(may be repeated)"));
     }
 
     #[test]

@@ -80,12 +80,19 @@ async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'stati
         version = VERSION,
         working_dirs = ?opts.allowed_prefixes(),
         require_privacy = opts.require_privacy,
+        allowed_services = ?opts.allowed_services,
         "starting csi-proxy"
     );
+    if opts.allowed_services.is_none() {
+        tracing::warn!(
+            "any host service can be started or stopped through the system API (StartService/StopService); \
+             restrict this with -allowed-service NAME (repeatable), or -allowed-service= to allow none"
+        );
+    }
     let hosts = csi_proxy_host::sys::NativeHost::hosts(csi_proxy_host::sys::Config {
         roots: csi_proxy_host::paths::Roots::new(opts.allowed_prefixes()),
     });
-    let config = Config { require_privacy: opts.require_privacy };
+    let config = Config { require_privacy: opts.require_privacy, allowed_services: opts.allowed_services.clone() };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {

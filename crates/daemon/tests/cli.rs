@@ -64,6 +64,7 @@ fn help_lists_every_flag_and_exits_0() {
         "-alsologtostderr",
         "-socket-dir",
         "-pipe-sddl",
+        "-allowed-service",
     ] {
         assert!(text.contains(flag), "--help does not list {flag}");
     }
@@ -119,4 +120,69 @@ fn metrics_count_real_calls_with_upstream_labels() {
     assert!(body.contains(&format!("grpc_server_handling_seconds_count{{{labels}}} 2")), "{body}");
     assert!(body.contains(r#"grpc_server_handling_seconds_bucket{grpc_method="ListDiskLocations""#), "{body}");
     assert!(body.contains("process_resident_memory_bytes"), "{body}");
+}
+
+/// Runs the daemon until its sockets exist, stops it, and returns what it logged.
+fn startup_log(tag: &str, extra: &[&str]) -> String {
+    let dir = tempdir(tag);
+    let mut child = Command::new(BIN).arg("-socket-dir").arg(&dir).args(extra).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dir.join("csi-proxy-system-v1alpha1.sock").exists() {
+        assert!(Instant::now() < deadline, "daemon did not create its sockets");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    reader.join().unwrap()
+}
+
+#[test]
+fn startup_warns_when_any_service_may_be_controlled() {
+    let log = startup_log("warn", &[]);
+    let warning = log.lines().find(|l| l.contains("WARN") && l.contains("any host service can be started or stopped"));
+    let warning = warning.unwrap_or_else(|| panic!("no warning in {log}"));
+    assert!(warning.contains("-allowed-service"), "{warning}");
+
+    let log = startup_log("nowarn", &["-allowed-service", "iscsid", "-allowed-service=multipathd"]);
+    assert!(!log.contains("any host service"), "{log}");
+    assert!(log.contains(r#"allowed_services=Some(["iscsid", "multipathd"])"#), "{log}");
+}
+
+/// The allow-list is enforced by the real daemon before any host work: a service not on it is
+/// PermissionDenied naming it and the list; one on it reaches the Linux backend (systemd, which
+/// answers Unavailable where it is not running, or NotFound for this made-up name).
+#[test]
+fn allowed_service_flag_is_enforced() {
+    let dir = tempdir("allowed");
+    let _d = start(&dir, &["-allowed-service", "csi-proxy-test-allowed"]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let path = dir.join("csi-proxy-system-v1alpha1.sock");
+        let ch = tonic::transport::Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+                }
+            }))
+            .await
+            .unwrap();
+        use csi_proxy_wire::v1alpha1::{system_client::SystemClient, StartServiceRequest, StopServiceRequest};
+        let mut c = SystemClient::new(ch);
+        let s = c.start_service(StartServiceRequest { name: "kubelet".into() }).await.unwrap_err();
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+        assert!(s.message().contains("\"kubelet\"") && s.message().contains("csi-proxy-test-allowed"), "{s:?}");
+        let s = c.stop_service(StopServiceRequest { name: "kubelet".into(), force: true }).await.unwrap_err();
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+
+        let s = c.start_service(StartServiceRequest { name: "csi-proxy-test-allowed".into() }).await.unwrap_err();
+        assert!(matches!(s.code(), tonic::Code::Unavailable | tonic::Code::NotFound), "{s:?}");
+    });
 }

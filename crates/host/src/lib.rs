@@ -10,10 +10,27 @@
 pub mod error;
 pub mod memory;
 pub mod paths;
+pub mod services;
+pub mod smbios;
 pub mod sys;
+pub mod systemd;
 pub mod types;
 
 pub use error::{Error, Result};
+
+/// Names compared as Windows compares them (NTFS's upcase table, the service control manager):
+/// character by character in upper case. A character whose upper case is several characters
+/// (ß → SS) stays itself, so no two names match that Windows tells apart.
+pub fn same_ignoring_case(a: &str, b: &str) -> bool {
+    fn up(c: char) -> char {
+        let mut u = c.to_uppercase();
+        match (u.next(), u.next()) {
+            (Some(one), None) => one,
+            _ => c,
+        }
+    }
+    a.chars().map(up).eq(b.chars().map(up))
+}
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use types::*;
@@ -80,7 +97,9 @@ pub trait IscsiHost: Send + Sync {
 pub trait SystemHost: Send + Sync {
     fn bios_serial_number(&self) -> Result<String>;
     fn start_service(&self, name: &str) -> Result<()>;
-    fn stop_service(&self, name: &str, force: bool) -> Result<()>;
+    /// Without `force`, running dependents make the stop fail. With it they are stopped first;
+    /// each must pass `may_stop` (the server's allow-list), checked before anything is stopped.
+    fn stop_service(&self, name: &str, force: bool, may_stop: &dyn Fn(&str) -> bool) -> Result<()>;
     fn service(&self, name: &str) -> Result<ServiceInfo>;
 }
 

@@ -501,7 +501,7 @@ impl SystemHost for MemoryHost {
             Ok(())
         })
     }
-    fn stop_service(&self, name: &str, force: bool) -> Result<()> {
+    fn stop_service(&self, name: &str, force: bool, may_stop: &dyn Fn(&str) -> bool) -> Result<()> {
         self.with(|s| {
             s.service(name)?;
             // Running dependents, transitively, breadth-first (as upstream collects them).
@@ -522,6 +522,7 @@ impl SystemHost for MemoryHost {
                     "service {name:?} has running dependents {running:?}; use force to stop them too"
                 )));
             }
+            crate::services::refuse_unstoppable(name, &running, may_stop)?;
             // Last found first, the requested service last.
             for d in running.iter().rev() {
                 s.service(d)?.info.status = ServiceStatus::Stopped;

@@ -35,11 +35,15 @@ pub trait CallObserver: Send + Sync {
 pub struct Config {
     /// `RequirePrivacy` of new SMB global mappings (`-require-privacy`).
     pub require_privacy: bool,
+    /// The services StartService and StopService may act on (`-allowed-service`, repeatable);
+    /// `None` allows any service, as upstream. Names compare as the OS compares service names
+    /// (see [`ops::system::service_allowed`]). GetService is never restricted.
+    pub allowed_services: Option<Vec<String>>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { require_privacy: true }
+        Config { require_privacy: true, allowed_services: None }
     }
 }
 

@@ -25,7 +25,7 @@ impl SystemHost for Buggy {
     fn start_service(&self, _: &str) -> csi_proxy_host::Result<()> {
         panic!("simulated bug in StartService")
     }
-    fn stop_service(&self, _: &str, _: bool) -> csi_proxy_host::Result<()> {
+    fn stop_service(&self, _: &str, _: bool, _: &dyn Fn(&str) -> bool) -> csi_proxy_host::Result<()> {
         Ok(())
     }
     fn service(&self, name: &str) -> csi_proxy_host::Result<ServiceInfo> {

@@ -3,9 +3,13 @@
 
 mod common;
 use common::*;
-use csi_proxy_host::memory::SimService;
+use csi_proxy_host::memory::{MemoryHost, SimService};
 use csi_proxy_host::types::{ServiceInfo, ServiceStatus, StartType};
+use csi_proxy_host::Hosts;
+use csi_proxy_server::{Config, Context};
+use csi_proxy_transport::{ConnPolicy, Endpoints};
 use csi_proxy_wire::{v1alpha1, Group};
+use std::sync::Arc;
 use tonic::Code;
 
 async fn client(s: &TestServer) -> v1alpha1::system_client::SystemClient<tonic::transport::Channel> {
@@ -161,4 +165,157 @@ async fn forced_stop_stops_dependents_of_dependents() {
     assert_eq!(status_of(&s, "iscsid"), ServiceStatus::Stopped);
     assert_eq!(status_of(&s, "mid"), ServiceStatus::Stopped);
     assert_eq!(status_of(&s, "leaf"), ServiceStatus::Stopped, "leaf depends on mid, which was stopped");
+}
+
+/// The system API alone, on a socket of its own, with `config`, over a fresh sample memory host.
+struct ConfiguredServer {
+    dir: std::path::PathBuf,
+    host: Arc<MemoryHost>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl ConfiguredServer {
+    async fn start(tag: &str, config: Config) -> Self {
+        let dir = std::env::temp_dir().join(format!("csi-proxy-system-e2e-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let host = Arc::new(MemoryHost::sample());
+        let ctx = Context::new(Hosts::from_one(host.clone()), config);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let endpoints = Endpoints::UnixDir(dir.clone());
+        let apis = [api(Group::System, "v1alpha1")];
+        tokio::spawn(async move {
+            csi_proxy_transport::serve_apis(&apis, &endpoints, |a| ctx.service(a), ConnPolicy::default(), async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("serve_apis");
+        });
+        let sock = socket(&dir, &apis[0]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !sock.exists() {
+            assert!(std::time::Instant::now() < deadline, "socket did not appear");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        ConfiguredServer { dir, host, stop: Some(tx) }
+    }
+
+    async fn client(&self) -> v1alpha1::system_client::SystemClient<tonic::transport::Channel> {
+        v1alpha1::system_client::SystemClient::new(connect(socket(&self.dir, &api(Group::System, "v1alpha1"))).await)
+    }
+
+    fn status(&self, name: &str) -> ServiceStatus {
+        self.host.with(|st| st.services[name].info.status)
+    }
+}
+
+impl Drop for ConfiguredServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// PermissionDenied naming the service and the allowed list.
+#[track_caller]
+fn denied<T: std::fmt::Debug>(r: Result<T, tonic::Status>, name: &str) {
+    assert_status(r, Code::PermissionDenied, &format!("service {name:?} may not be started or stopped"));
+}
+
+fn helper(status: ServiceStatus) -> SimService {
+    SimService {
+        info: ServiceInfo { display_name: "Helper".into(), start_type: StartType::Manual, status },
+        dependents: vec![],
+    }
+}
+
+/// `-allowed-service`: Start/Stop of a listed name work; any other name is PermissionDenied naming
+/// it and the list, and nothing is started or stopped. GetService stays unrestricted.
+#[tokio::test]
+async fn allowed_services_restrict_start_and_stop() {
+    let config = Config { allowed_services: Some(vec!["iscsid".into()]), ..Config::default() };
+    let s = ConfiguredServer::start("allow", config).await;
+    s.host.with(|st| {
+        st.services.insert("stopped-one".into(), helper(ServiceStatus::Stopped));
+        st.services.insert("running-one".into(), helper(ServiceStatus::Running));
+    });
+    let mut c = s.client().await;
+    let start = |n: &str| v1alpha1::StartServiceRequest { name: n.into() };
+    let stop = |n: &str, force: bool| v1alpha1::StopServiceRequest { name: n.into(), force };
+
+    c.start_service(start("iscsid")).await.unwrap();
+    assert_eq!(s.status("iscsid"), ServiceStatus::Running);
+    c.stop_service(stop("iscsid", false)).await.unwrap();
+    assert_eq!(s.status("iscsid"), ServiceStatus::Stopped);
+
+    let e = c.start_service(start("stopped-one")).await.unwrap_err();
+    assert!(e.message().contains("allowed services [iscsid]"), "{e:?}");
+    denied(c.start_service(start("stopped-one")).await, "stopped-one");
+    denied(c.stop_service(stop("running-one", false)).await, "running-one");
+    denied(c.stop_service(stop("running-one", true)).await, "running-one");
+    // Not in the list and not on the host: still PermissionDenied, which reveals nothing.
+    denied(c.start_service(start("nosuch")).await, "nosuch");
+    // Names compare exactly on Linux (systemd unit names are case-sensitive).
+    denied(c.start_service(start("ISCSID")).await, "ISCSID");
+    denied(c.start_service(start("iscsid.service")).await, "iscsid.service");
+    assert_eq!(s.status("stopped-one"), ServiceStatus::Stopped, "nothing started");
+    assert_eq!(s.status("running-one"), ServiceStatus::Running, "nothing stopped");
+    assert_eq!(s.status("iscsid"), ServiceStatus::Stopped);
+
+    // Validation still comes first; GetService is not restricted.
+    assert_status(c.start_service(start("")).await, Code::InvalidArgument, "name is empty");
+    let r = c.get_service(get("running-one")).await.unwrap().into_inner();
+    assert_eq!((r.display_name.as_str(), r.status), ("Helper", 4));
+}
+
+/// StopService with `force` also stops running dependents; under `-allowed-service` each of them
+/// must be allowed too, and a refusal stops nothing at all.
+#[tokio::test]
+async fn forced_stop_takes_down_only_allowed_dependents() {
+    let config = Config { allowed_services: Some(vec!["iscsid".into()]), ..Config::default() };
+    let s = ConfiguredServer::start("force", config).await;
+    s.host.with(|st| {
+        st.services.insert("dependent".into(), helper(ServiceStatus::Running));
+        let iscsid = st.services.get_mut("iscsid").unwrap();
+        iscsid.info.status = ServiceStatus::Running;
+        iscsid.dependents = vec!["dependent".into()];
+    });
+    let mut c = s.client().await;
+    let stop = |force: bool| v1alpha1::StopServiceRequest { name: "iscsid".into(), force };
+    assert_status(c.stop_service(stop(false)).await, Code::FailedPrecondition, "dependent");
+    assert_status(c.stop_service(stop(true)).await, Code::PermissionDenied, "would also stop dependent");
+    assert_eq!((s.status("iscsid"), s.status("dependent")), (ServiceStatus::Running, ServiceStatus::Running));
+    drop(s);
+
+    let config = Config { allowed_services: Some(vec!["iscsid".into(), "dependent".into()]), ..Config::default() };
+    let s = ConfiguredServer::start("force2", config).await;
+    s.host.with(|st| {
+        st.services.insert("dependent".into(), helper(ServiceStatus::Running));
+        let iscsid = st.services.get_mut("iscsid").unwrap();
+        iscsid.info.status = ServiceStatus::Running;
+        iscsid.dependents = vec!["dependent".into()];
+    });
+    let mut c = s.client().await;
+    c.stop_service(stop(true)).await.unwrap();
+    assert_eq!((s.status("iscsid"), s.status("dependent")), (ServiceStatus::Stopped, ServiceStatus::Stopped));
+}
+
+/// An empty list (`-allowed-service=`) allows no service at all; no list allows any.
+#[tokio::test]
+async fn empty_allow_list_allows_none_and_no_list_allows_any() {
+    let s = ConfiguredServer::start("none", Config { allowed_services: Some(vec![]), ..Config::default() }).await;
+    let mut c = s.client().await;
+    assert_status(
+        c.start_service(v1alpha1::StartServiceRequest { name: "iscsid".into() }).await,
+        Code::PermissionDenied,
+        "\"iscsid\"",
+    );
+    assert_eq!(s.status("iscsid"), ServiceStatus::Stopped);
+    drop(s);
+
+    let s = ConfiguredServer::start("any", Config::default()).await;
+    let mut c = s.client().await;
+    c.start_service(v1alpha1::StartServiceRequest { name: "iscsid".into() }).await.unwrap();
+    assert_eq!(s.status("iscsid"), ServiceStatus::Running);
 }

@@ -142,7 +142,7 @@ fn check_name(path: &str, name: &str) -> Result<()> {
         return bad(format!("has a name ending in a dot or space ({name:?}), which Windows would strip"));
     }
     let stem = name.split('.').next().unwrap_or(name).trim_end_matches(' ');
-    if let Some(dev) = DEVICE_NAMES.iter().find(|d| super::eq_fold(d, stem)) {
+    if let Some(dev) = DEVICE_NAMES.iter().find(|d| crate::same_ignoring_case(d, stem)) {
         return bad(format!("contains {name:?}, which Windows maps to the device {dev}"));
     }
     let units = name.encode_utf16().count();

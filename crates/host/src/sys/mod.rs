@@ -173,8 +173,8 @@ impl SystemHost for NativeHost {
     fn start_service(&self, name: &str) -> Result<()> {
         self.system.start_service(name)
     }
-    fn stop_service(&self, name: &str, force: bool) -> Result<()> {
-        self.system.stop_service(name, force)
+    fn stop_service(&self, name: &str, force: bool, may_stop: &dyn Fn(&str) -> bool) -> Result<()> {
+        self.system.stop_service(name, force, may_stop)
     }
     fn service(&self, name: &str) -> Result<ServiceInfo> {
         self.system.service(name)

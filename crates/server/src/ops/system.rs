@@ -1,9 +1,72 @@
 use super::op;
 use crate::call::required;
+use crate::Context;
 use csi_proxy_host::types::ServiceInfo;
+use csi_proxy_host::{Error, Result};
+
+/// Whether `name` is one of `allowed`, compared as the OS compares service names: Windows'
+/// service control manager ignores case (character by character, in upper case), systemd unit
+/// names are exact.
+pub fn service_allowed(name: &str, allowed: &[String]) -> bool {
+    allowed.iter().any(|a| same_service(a, name))
+}
+
+#[cfg(windows)]
+fn same_service(a: &str, b: &str) -> bool {
+    csi_proxy_host::same_ignoring_case(a, b)
+}
+
+#[cfg(not(windows))]
+fn same_service(a: &str, b: &str) -> bool {
+    a == b
+}
+
+/// The name of a service that may be started or stopped under `-allowed-service`.
+fn controllable<'a>(ctx: &Context, name: &'a str) -> Result<&'a str> {
+    let name = required("name", name)?;
+    match &ctx.config().allowed_services {
+        Some(allowed) if !service_allowed(name, allowed) => Err(Error::denied(format!(
+            "service {name:?} may not be started or stopped: it is not among the allowed services [{}] \
+             (-allowed-service)",
+            allowed.join(", ")
+        ))),
+        _ => Ok(name),
+    }
+}
 
 op!(GetBiosSerialNumber {} -> String, |_s, ctx| ctx.hosts().system.bios_serial_number());
-op!(StartService { name: String } -> (), |s, ctx| ctx.hosts().system.start_service(required("name", &s.name)?));
-op!(StopService { name: String, force: bool } -> (),
-    |s, ctx| ctx.hosts().system.stop_service(required("name", &s.name)?, s.force));
+op!(StartService { name: String } -> (), |s, ctx| ctx.hosts().system.start_service(controllable(ctx, &s.name)?));
+op!(
+    /// With `force`, the dependents stopped along with the service must be allowed too.
+    StopService { name: String, force: bool } -> (),
+    |s, ctx| {
+        let name = controllable(ctx, &s.name)?;
+        let allowed = ctx.config().allowed_services.as_deref();
+        ctx.hosts().system.stop_service(name, s.force, &|dep: &str| allowed.is_none_or(|a| service_allowed(dep, a)))
+    }
+);
 op!(GetService { name: String } -> ServiceInfo, |s, ctx| ctx.hosts().system.service(required("name", &s.name)?));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn allowed_services_compare_as_the_os_does() {
+        let allowed = list(&["iscsid", "MSiSCSI"]);
+        assert!(service_allowed("iscsid", &allowed));
+        assert!(service_allowed("MSiSCSI", &allowed));
+        assert!(!service_allowed("kubelet", &allowed));
+        assert!(!service_allowed("", &allowed));
+        assert!(!service_allowed("iscsid ", &allowed));
+        assert!(!service_allowed("iscsi", &allowed), "no prefix matching");
+        assert!(!service_allowed("iscsid", &[]), "an empty list allows nothing");
+        assert_eq!(service_allowed("ISCSID", &allowed), cfg!(windows));
+        assert_eq!(service_allowed("msiscsi", &allowed), cfg!(windows));
+        assert!(!service_allowed("iscsid.service", &allowed), "Linux compares unit names exactly");
+    }
+}

@@ -1,29 +1,98 @@
-//! System group on Linux: DMI for the BIOS serial.
+//! System group on Linux: DMI for the BIOS serial, systemd for services (the logic is in
+//! [`crate::systemd`]; this file only runs the real `systemctl`).
 
+use crate::services::WAIT_TIMEOUT;
+use crate::systemd::{Output, Runner, Systemd};
 use crate::{Error, Result};
+use std::io::Read;
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const DMI_SERIAL: &str = "/sys/class/dmi/id/product_serial";
 
 /// Service control and machine identity.
-pub struct System {}
+pub struct System {
+    systemd: Systemd<Systemctl>,
+}
+
+impl Default for System {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl System {
     pub fn new() -> Self {
-        System {}
+        System { systemd: Systemd::new(Systemctl { timeout: WAIT_TIMEOUT }) }
     }
     pub fn bios_serial_number(&self) -> Result<String> {
         read_serial(Path::new(DMI_SERIAL))
     }
-    pub fn start_service(&self, _name: &str) -> Result<()> {
-        Err(crate::sys::unimplemented("System.StartService"))
+    pub fn start_service(&self, name: &str) -> Result<()> {
+        self.systemd.start_service(name)
     }
-    pub fn stop_service(&self, _name: &str, _force: bool) -> Result<()> {
-        Err(crate::sys::unimplemented("System.StopService"))
+    pub fn stop_service(&self, name: &str, force: bool, may_stop: &dyn Fn(&str) -> bool) -> Result<()> {
+        self.systemd.stop_service(name, force, may_stop)
     }
-    pub fn service(&self, _name: &str) -> Result<crate::types::ServiceInfo> {
-        Err(crate::sys::unimplemented("System.GetService"))
+    pub fn service(&self, name: &str) -> Result<crate::types::ServiceInfo> {
+        self.systemd.service(name)
     }
+}
+
+/// Runs the real program: no shell, no stdin, the C locale (so that messages are the ones
+/// [`crate::systemd`] recognises), killed when it runs longer than `timeout` (a start or stop
+/// job it waits for then goes on inside systemd).
+pub struct Systemctl {
+    pub timeout: Duration,
+}
+
+impl Runner for Systemctl {
+    fn run(&self, program: &str, args: &[String]) -> std::io::Result<Output> {
+        let mut child = Command::new(program)
+            .args(args)
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
+        std::thread::scope(|s| {
+            // Both pipes are drained while the child runs, so that it never blocks on a full one.
+            let stdout = s.spawn(move || read_all(out.as_mut()));
+            let stderr = s.spawn(move || read_all(err.as_mut()));
+            let start = Instant::now();
+            let mut pause = Duration::from_millis(1);
+            let status = loop {
+                if let Some(st) = child.try_wait()? {
+                    break st;
+                }
+                if start.elapsed() >= self.timeout {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("{program} was stopped after {:?}", self.timeout),
+                    ));
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            };
+            Ok(Output {
+                code: status.code(),
+                stdout: stdout.join().unwrap_or_default(),
+                stderr: stderr.join().unwrap_or_default(),
+            })
+        })
+    }
+}
+
+fn read_all(pipe: Option<&mut impl Read>) -> String {
+    let mut buf = Vec::new();
+    if let Some(p) = pipe {
+        let _ = p.read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// The kernel exposes the SMBIOS type-1 serial as one line; firmware without one leaves it
@@ -55,5 +124,57 @@ mod tests {
         assert!(matches!(read_serial(&f), Err(Error::NotFound(m)) if m.contains("no system serial")));
         assert!(matches!(read_serial(&dir.join("missing")), Err(Error::NotFound(_))));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn args(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The real runner: argv passed as is (no shell), output and exit code collected, a missing
+    /// program is NotFound, an overlong run is killed.
+    #[test]
+    fn real_runner() {
+        let r = Systemctl { timeout: Duration::from_secs(10) };
+        let out = r.run("sh", &args(&["-c", "echo out; echo err >&2; exit 3", "x"])).unwrap();
+        assert_eq!((out.code, out.stdout.as_str(), out.stderr.as_str()), (Some(3), "out\n", "err\n"));
+        // A shell metacharacter in an argument stays one literal argument.
+        let out = r.run("printf", &args(&["%s|", "a;b", "$(id)", "c d"])).unwrap();
+        assert_eq!(out.stdout, "a;b|$(id)|c d|");
+        // Large output on both pipes does not block.
+        let out = r.run("sh", &args(&["-c", "head -c 300000 /dev/zero; head -c 300000 /dev/zero >&2"])).unwrap();
+        assert_eq!((out.stdout.len(), out.stderr.len()), (300000, 300000));
+        let e = r.run("csi-proxy-no-such-program", &[]).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        let r = Systemctl { timeout: Duration::from_millis(200) };
+        let t = Instant::now();
+        let e = r.run("sleep", &args(&["5"])).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(t.elapsed() < Duration::from_secs(3));
+    }
+
+    /// The real systemctl on this machine. CI and development containers have no systemd
+    /// (PID 1 is something else): then every call is Unavailable, never a fake success. Where
+    /// systemd runs, a unit that cannot exist is NotFound.
+    #[test]
+    fn real_systemctl() {
+        let sys = System::new();
+        let booted = Path::new("/run/systemd/system").is_dir();
+        let name = "csi-proxy-test-no-such-unit";
+        let results = [
+            sys.service(name).map(drop),
+            sys.start_service(name),
+            sys.stop_service(name, false, &crate::services::any_service),
+            sys.stop_service(name, true, &crate::services::any_service),
+        ];
+        for r in results {
+            match r {
+                Err(Error::Unavailable(m)) if !booted => {
+                    assert!(m.contains("systemd is not running") || m.contains("not installed"), "{m}")
+                }
+                Err(Error::NotFound(m)) if booted => assert!(m.contains(name), "{m}"),
+                other => panic!("booted with systemd: {booted}; got {other:?}"),
+            }
+        }
+        assert!(matches!(sys.service("bad;name"), Err(Error::InvalidArgument(_))));
     }
 }

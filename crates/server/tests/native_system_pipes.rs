@@ -1,0 +1,91 @@
+#![cfg(windows)]
+//! The system API on its real named pipe, served by the native Windows backend (SMBIOS and the
+//! service control manager), with `-allowed-service` in force. Under Wine: the print spooler is a
+//! real demand-start service that can be cycled safely, PlugPlay runs from boot.
+//!
+//! Binds `\\.\pipe\csi-proxy-system-v1alpha1`, like `pipes_e2e`; cargo runs test binaries one at
+//! a time, and this file holds ONE test.
+
+use csi_proxy_server::{Config, Context};
+use csi_proxy_transport::{serve_apis, ConnPolicy, Endpoints};
+use csi_proxy_wire::v1alpha1::{
+    system_client::SystemClient, GetBiosSerialNumberRequest, GetServiceRequest, StartServiceRequest, StopServiceRequest,
+};
+use csi_proxy_wire::{Group, APIS};
+use std::time::{Duration, Instant};
+use tokio::net::windows::named_pipe::{ClientOptions, NamedPipeClient};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+
+const ERROR_FILE_NOT_FOUND: i32 = 2;
+const ERROR_PIPE_BUSY: i32 = 231;
+
+async fn open_pipe(path: &str) -> std::io::Result<NamedPipeClient> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match ClientOptions::new().open(path) {
+            Err(e)
+                if matches!(e.raw_os_error(), Some(ERROR_PIPE_BUSY | ERROR_FILE_NOT_FOUND))
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn channel(path: String) -> Channel {
+    Endpoint::from_static("http://pipe")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(open_pipe(&path).await?)) }
+        }))
+        .await
+        .expect("connect to the system pipe")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_system_api_on_its_pipe() {
+    let api = *APIS.iter().find(|a| a.group == Group::System && a.version == "v1alpha1").unwrap();
+    // Allowed in another case than the SCM's own spelling: SCM names are case-insensitive.
+    let config = Config { allowed_services: Some(vec!["spooler".into()]), ..Config::default() };
+    let ctx = Context::new(csi_proxy_host::sys::NativeHost::hosts(Default::default()), config);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        serve_apis(&[api], &Endpoints::Pipes { sddl: None }, |a| ctx.service(a), ConnPolicy::default(), async {
+            let _ = stop_rx.await;
+        })
+        .await
+    });
+    let mut c = SystemClient::new(channel(api.pipe_path()).await);
+    let get = |n: &str| GetServiceRequest { name: n.into() };
+
+    let r = c.get_service(get("PlugPlay")).await.unwrap().into_inner();
+    assert_eq!((r.display_name.as_str(), r.start_type, r.status), ("Plug and Play Service", 2, 4));
+    let r = c.get_service(get("Spooler")).await.unwrap().into_inner();
+    assert_eq!((r.display_name.as_str(), r.start_type), ("Print Spooler", 3));
+    let e = c.get_service(get("csi-proxy-no-such-service")).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert!(e.message().contains("\"csi-proxy-no-such-service\""), "{e:?}");
+
+    c.start_service(StartServiceRequest { name: "Spooler".into() }).await.unwrap();
+    assert_eq!(c.get_service(get("Spooler")).await.unwrap().into_inner().status, 4, "RUNNING");
+    c.stop_service(StopServiceRequest { name: "SPOOLER".into(), force: false }).await.unwrap();
+    assert_eq!(c.get_service(get("Spooler")).await.unwrap().into_inner().status, 1, "STOPPED");
+
+    // Not on the list: refused before the SCM is asked, PlugPlay keeps running.
+    let e = c.stop_service(StopServiceRequest { name: "PlugPlay".into(), force: true }).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("\"PlugPlay\"") && e.message().contains("spooler"), "{e:?}");
+    assert_eq!(c.get_service(get("PlugPlay")).await.unwrap().into_inner().status, 4);
+
+    // The SMBIOS serial: whatever the firmware table says, as a serial or NotFound.
+    match c.get_bios_serial_number(GetBiosSerialNumberRequest {}).await {
+        Ok(r) => assert!(!r.into_inner().serial_number.trim().is_empty()),
+        Err(e) => assert_eq!(e.code(), Code::NotFound, "{e:?}"),
+    }
+
+    stop_tx.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
