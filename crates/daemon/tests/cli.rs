@@ -186,3 +186,46 @@ fn allowed_service_flag_is_enforced() {
         assert!(matches!(s.code(), tonic::Code::Unavailable | tonic::Code::NotFound), "{s:?}");
     });
 }
+
+/// The real daemon on the native filesystem backend: at `-v=2` every call is logged with its
+/// group, version, method, path and outcome; refusals are logged at the default level.
+#[test]
+fn filesystem_calls_are_contained_and_logged_at_v2() {
+    let dir = tempdir("fslog");
+    let root = tempdir("fslog-root");
+    std::fs::create_dir_all(&root).unwrap();
+    let log = root.with_extension("log");
+    let _ = std::fs::remove_file(&log);
+    let args =
+        ["-v=2", "-logtostderr=false", "-kubelet-path", root.to_str().unwrap(), "-log_file", log.to_str().unwrap()];
+    let d = start(&dir, &args);
+    let made = root.join("pods/p1/volumes");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let path = dir.join("csi-proxy-filesystem-v1.sock");
+        let ch = tonic::transport::Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+                }
+            }))
+            .await
+            .unwrap();
+        use csi_proxy_wire::v1::{filesystem_client::FilesystemClient, MkdirRequest, PathExistsRequest};
+        let mut c = FilesystemClient::new(ch);
+        c.mkdir(MkdirRequest { path: made.to_str().unwrap().into() }).await.unwrap();
+        let s = c.path_exists(PathExistsRequest { path: "/etc/passwd".into() }).await.unwrap_err();
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+        assert!(s.message().contains(root.to_str().unwrap()), "the refusal names the roots: {s:?}");
+    });
+    assert!(made.is_dir());
+    drop(d);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let ok = text.lines().find(|l| l.contains("Mkdir")).unwrap_or_else(|| panic!("no Mkdir line in {text}"));
+    assert!(ok.contains("v1.Filesystem") && ok.contains(made.to_str().unwrap()) && ok.contains("ok"), "{ok}");
+    let refused = text.lines().find(|l| l.contains("PathExists")).unwrap_or_else(|| panic!("no PathExists line"));
+    assert!(refused.contains("/etc/passwd") && refused.contains("PermissionDenied"), "{refused}");
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_file(&log);
+}
