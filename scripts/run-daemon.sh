@@ -7,11 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build -q -p csi-proxy -p csi-proxy-server --example demo_client
 dir=$(mktemp -d /tmp/csi-proxy-demo.XXXXXX)
-./target/debug/csi-proxy -socket-dir "$dir" -v=2 &
+mkdir "$dir/kubelet"
+./target/debug/csi-proxy -socket-dir "$dir" -kubelet-path "$dir/kubelet" -v=2 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ "$(ls "$dir"/*.sock 2>/dev/null | wc -l)" = 23 ] && break; sleep 0.1; done
-echo "== 23 sockets in $dir:"; ls "$dir" | column -c 120
+echo "== 23 sockets in $dir:"; ls "$dir"/*.sock | xargs -n1 basename | column -c 120
 echo "== demo calls:"
-./target/debug/examples/demo_client "$dir"
+./target/debug/examples/demo_client "$dir" "$dir/kubelet"
 if [ "${1:-}" = "--keep" ]; then echo "serving on $dir; Ctrl-C to stop"; wait $pid; fi

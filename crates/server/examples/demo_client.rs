@@ -1,6 +1,6 @@
 //! Calls a running daemon over its unix sockets and prints what it answers.
 //!
-//! `cargo run -p csi-proxy-server --example demo_client -- <socket-dir>`
+//! `cargo run -p csi-proxy-server --example demo_client -- <socket-dir> [<kubelet-path>]`
 
 #[cfg(unix)]
 #[tokio::main(flavor = "current_thread")]
@@ -8,7 +8,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     use csi_proxy_wire::{v1, v1alpha1};
     use tonic::transport::Endpoint;
 
-    let dir = std::path::PathBuf::from(std::env::args().nth(1).ok_or("usage: demo_client <socket-dir>")?);
+    let dir =
+        std::path::PathBuf::from(std::env::args().nth(1).ok_or("usage: demo_client <socket-dir> [<kubelet-path>]")?);
     let channel = |name: &str| {
         let path = dir.join(format!("csi-proxy-{name}.sock"));
         async move {
@@ -43,6 +44,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "disk v1alpha1 PartitionDisk(diskID=\"4294967296\")",
         old.partition_disk(v1alpha1::PartitionDiskRequest { disk_id: "4294967296".into() }).await,
     );
+    if let Some(kubelet) = std::env::args().nth(2) {
+        let mut fs = v1::filesystem_client::FilesystemClient::new(channel("filesystem-v1").await?);
+        let made = format!("{kubelet}/pods/demo/volumes");
+        show(&format!("filesystem v1 Mkdir({made})"), fs.mkdir(v1::MkdirRequest { path: made.clone() }).await);
+        show(&format!("filesystem v1 PathExists({made})"), fs.path_exists(v1::PathExistsRequest { path: made }).await);
+        let escape = format!("{kubelet}-evil/x");
+        show(&format!("filesystem v1 Mkdir({escape})"), fs.mkdir(v1::MkdirRequest { path: escape }).await);
+    }
     Ok(())
 }
 
