@@ -92,16 +92,7 @@ fn metrics_count_real_calls_with_upstream_labels() {
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let path = dir.join("csi-proxy-disk-v1.sock");
-        let ch = tonic::transport::Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-                }
-            }))
-            .await
-            .unwrap();
+        let ch = unix_channel(dir.join("csi-proxy-disk-v1.sock")).await;
         let mut c = csi_proxy_wire::v1::disk_client::DiskClient::new(ch);
         for _ in 0..2 {
             let s = c.list_disk_locations(csi_proxy_wire::v1::ListDiskLocationsRequest {}).await.unwrap_err();
@@ -120,6 +111,18 @@ fn metrics_count_real_calls_with_upstream_labels() {
     assert!(body.contains(&format!("grpc_server_handling_seconds_count{{{labels}}} 2")), "{body}");
     assert!(body.contains(r#"grpc_server_handling_seconds_bucket{grpc_method="ListDiskLocations""#), "{body}");
     assert!(body.contains("process_resident_memory_bytes"), "{body}");
+}
+
+async fn unix_channel(path: PathBuf) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+        .unwrap()
 }
 
 /// Runs the daemon until its sockets exist, stops it, and returns what it logged.
@@ -164,16 +167,7 @@ fn allowed_service_flag_is_enforced() {
     let _d = start(&dir, &["-allowed-service", "csi-proxy-test-allowed"]);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let path = dir.join("csi-proxy-system-v1alpha1.sock");
-        let ch = tonic::transport::Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-                }
-            }))
-            .await
-            .unwrap();
+        let ch = unix_channel(dir.join("csi-proxy-system-v1alpha1.sock")).await;
         use csi_proxy_wire::v1alpha1::{system_client::SystemClient, StartServiceRequest, StopServiceRequest};
         let mut c = SystemClient::new(ch);
         let s = c.start_service(StartServiceRequest { name: "kubelet".into() }).await.unwrap_err();
@@ -202,16 +196,7 @@ fn filesystem_calls_are_contained_and_logged_at_v2() {
     let made = root.join("pods/p1/volumes");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let path = dir.join("csi-proxy-filesystem-v1.sock");
-        let ch = tonic::transport::Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-                }
-            }))
-            .await
-            .unwrap();
+        let ch = unix_channel(dir.join("csi-proxy-filesystem-v1.sock")).await;
         use csi_proxy_wire::v1::{filesystem_client::FilesystemClient, MkdirRequest, PathExistsRequest};
         let mut c = FilesystemClient::new(ch);
         c.mkdir(MkdirRequest { path: made.to_str().unwrap().into() }).await.unwrap();

@@ -6,55 +6,17 @@
 //!
 //! Pipe names are global, so this file serves them once, from its single test.
 
+mod pipes;
+use pipes::*;
+
 use csi_proxy_host::paths::Roots;
 use csi_proxy_host::sys::{Config as HostConfig, NativeHost};
 use csi_proxy_server::{Config, Context};
 use csi_proxy_transport::{serve_apis, ConnPolicy, Endpoints};
 use csi_proxy_wire::{v1, v1alpha1, v1beta1, v1beta2, v2alpha1, Api, Group, APIS};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-use tokio::net::windows::named_pipe::{ClientOptions, NamedPipeClient};
-use tonic::transport::{Channel, Endpoint};
+use std::time::Duration;
 use tonic::Code;
-
-const ERROR_FILE_NOT_FOUND: i32 = 2;
-const ERROR_PIPE_BUSY: i32 = 231;
-
-/// Opens a pipe like go-winio's `DialPipe`: retries while all instances are busy, and while the
-/// server is still starting.
-async fn open_pipe(path: &str) -> std::io::Result<NamedPipeClient> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match ClientOptions::new().open(path) {
-            Err(e)
-                if matches!(e.raw_os_error(), Some(ERROR_PIPE_BUSY | ERROR_FILE_NOT_FOUND))
-                    && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-async fn channel(version: &str) -> Channel {
-    let api = APIS.iter().find(|a| a.group == Group::Filesystem && a.version == version).expect("known API");
-    let path = api.pipe_path();
-    Endpoint::from_static("http://pipe")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(open_pipe(&path).await?)) }
-        }))
-        .await
-        .unwrap_or_else(|e| panic!("connecting to {}: {e}", api.pipe_path()))
-}
-
-#[track_caller]
-fn assert_status<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, needle: &str) {
-    let s = r.expect_err("expected the call to fail");
-    assert_eq!(s.code(), code, "{s:?}");
-    assert!(s.message().contains(needle), "message {:?} should mention {needle:?}", s.message());
-}
 
 /// `<temp>\csi-native-fs-<pid>` holding the root, a prefix sibling `root-evil` and `outside`.
 struct Tree {
@@ -101,7 +63,7 @@ macro_rules! old_shape {
     ($t:expr, $v:ident) => {{
         let t: &Tree = $t;
         let v = stringify!($v);
-        let mut c = $v::filesystem_client::FilesystemClient::new(channel(v).await);
+        let mut c = $v::filesystem_client::FilesystemClient::new(channel(Group::Filesystem, v).await);
         let d = |rel: &str| t.p(&format!(r"{v}\{rel}"));
 
         let mk = |p: String| $v::MkdirRequest { path: p, context: $v::PathContext::Pod as i32 };
@@ -157,7 +119,7 @@ macro_rules! current_shape {
     ($t:expr, $v:ident) => {{
         let t: &Tree = $t;
         let v = stringify!($v);
-        let mut c = $v::filesystem_client::FilesystemClient::new(channel(v).await);
+        let mut c = $v::filesystem_client::FilesystemClient::new(channel(Group::Filesystem, v).await);
         let d = |rel: &str| t.p(&format!(r"{v}\{rel}"));
 
         let mk = |p: String| $v::MkdirRequest { path: p };
@@ -236,7 +198,7 @@ async fn every_filesystem_rpc_of_every_version_on_real_pipes() {
     current_shape!(&t, v2alpha1);
 
     // RmdirContents exists from v2alpha1 on.
-    let mut c = v2alpha1::filesystem_client::FilesystemClient::new(channel("v2alpha1").await);
+    let mut c = v2alpha1::filesystem_client::FilesystemClient::new(channel(Group::Filesystem, "v2alpha1").await);
     for f in [r"rc\a\b\f", r"rc\g"] {
         std::fs::create_dir_all(t.real(f).parent().unwrap()).unwrap();
         std::fs::write(t.real(f), "x").unwrap();

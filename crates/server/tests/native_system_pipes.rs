@@ -6,44 +6,16 @@
 //! Binds `\\.\pipe\csi-proxy-system-v1alpha1`, like `pipes_e2e`; cargo runs test binaries one at
 //! a time, and this file holds ONE test.
 
+mod pipes;
+use pipes::*;
+
 use csi_proxy_server::{Config, Context};
 use csi_proxy_transport::{serve_apis, ConnPolicy, Endpoints};
 use csi_proxy_wire::v1alpha1::{
     system_client::SystemClient, GetBiosSerialNumberRequest, GetServiceRequest, StartServiceRequest, StopServiceRequest,
 };
 use csi_proxy_wire::{Group, APIS};
-use std::time::{Duration, Instant};
-use tokio::net::windows::named_pipe::{ClientOptions, NamedPipeClient};
-use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
-
-const ERROR_FILE_NOT_FOUND: i32 = 2;
-const ERROR_PIPE_BUSY: i32 = 231;
-
-async fn open_pipe(path: &str) -> std::io::Result<NamedPipeClient> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match ClientOptions::new().open(path) {
-            Err(e)
-                if matches!(e.raw_os_error(), Some(ERROR_PIPE_BUSY | ERROR_FILE_NOT_FOUND))
-                    && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-async fn channel(path: String) -> Channel {
-    Endpoint::from_static("http://pipe")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(open_pipe(&path).await?)) }
-        }))
-        .await
-        .expect("connect to the system pipe")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_system_api_on_its_pipe() {
@@ -58,7 +30,7 @@ async fn native_system_api_on_its_pipe() {
         })
         .await
     });
-    let mut c = SystemClient::new(channel(api.pipe_path()).await);
+    let mut c = SystemClient::new(channel(Group::System, "v1alpha1").await);
     let get = |n: &str| GetServiceRequest { name: n.into() };
 
     let r = c.get_service(get("PlugPlay")).await.unwrap().into_inner();

@@ -5,6 +5,9 @@
 //! Pipe names are global on the machine (under Wine: per prefix), so this file holds ONE test that
 //! owns the real names; nothing else may bind them while it runs.
 
+mod pipes;
+use pipes::*;
+
 use csi_proxy_host::memory::MemoryHost;
 use csi_proxy_host::Hosts;
 use csi_proxy_server::{Config, Context};
@@ -12,42 +15,7 @@ use csi_proxy_transport::{serve_apis, ConnPolicy, Endpoints};
 use csi_proxy_wire::{v1, v1alpha1, v1alpha2, v1beta1, v1beta2, v1beta3, v2alpha1, Group, APIS};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::windows::named_pipe::{ClientOptions, NamedPipeClient};
-use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
-
-const ERROR_FILE_NOT_FOUND: i32 = 2;
-const ERROR_PIPE_BUSY: i32 = 231;
-
-/// Opens a pipe like go-winio's `DialPipe`: retries while all instances are busy, and (only while
-/// the server starts) while the pipe does not exist yet.
-async fn open_pipe(path: &str) -> std::io::Result<NamedPipeClient> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match ClientOptions::new().open(path) {
-            Err(e)
-                if matches!(e.raw_os_error(), Some(ERROR_PIPE_BUSY | ERROR_FILE_NOT_FOUND))
-                    && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-async fn channel(group: Group, version: &str) -> Channel {
-    let api = APIS.iter().find(|a| a.group == group && a.version == version).expect("known API");
-    let path = api.pipe_path();
-    // tonic sends `:authority: pipe` from this URI; a valid authority, unlike grpc-go's pipe paths.
-    Endpoint::from_static("http://pipe")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(open_pipe(&path).await?)) }
-        }))
-        .await
-        .unwrap_or_else(|e| panic!("connecting to {}: {e}", api.pipe_path()))
-}
 
 /// One RPC on each of the 23 pipes; returns how many APIs answered.
 async fn call_every_api() -> usize {

@@ -273,14 +273,18 @@ async fn allowed_services_restrict_start_and_stop() {
 /// must be allowed too, and a refusal stops nothing at all.
 #[tokio::test]
 async fn forced_stop_takes_down_only_allowed_dependents() {
+    // iscsid running, with a running service that depends on it.
+    let arrange = |s: &ConfiguredServer| {
+        s.host.with(|st| {
+            st.services.insert("dependent".into(), helper(ServiceStatus::Running));
+            let iscsid = st.services.get_mut("iscsid").unwrap();
+            iscsid.info.status = ServiceStatus::Running;
+            iscsid.dependents = vec!["dependent".into()];
+        })
+    };
     let config = Config { allowed_services: Some(vec!["iscsid".into()]), ..Config::default() };
     let s = ConfiguredServer::start("force", config).await;
-    s.host.with(|st| {
-        st.services.insert("dependent".into(), helper(ServiceStatus::Running));
-        let iscsid = st.services.get_mut("iscsid").unwrap();
-        iscsid.info.status = ServiceStatus::Running;
-        iscsid.dependents = vec!["dependent".into()];
-    });
+    arrange(&s);
     let mut c = s.client().await;
     let stop = |force: bool| v1alpha1::StopServiceRequest { name: "iscsid".into(), force };
     assert_status(c.stop_service(stop(false)).await, Code::FailedPrecondition, "dependent");
@@ -290,12 +294,7 @@ async fn forced_stop_takes_down_only_allowed_dependents() {
 
     let config = Config { allowed_services: Some(vec!["iscsid".into(), "dependent".into()]), ..Config::default() };
     let s = ConfiguredServer::start("force2", config).await;
-    s.host.with(|st| {
-        st.services.insert("dependent".into(), helper(ServiceStatus::Running));
-        let iscsid = st.services.get_mut("iscsid").unwrap();
-        iscsid.info.status = ServiceStatus::Running;
-        iscsid.dependents = vec!["dependent".into()];
-    });
+    arrange(&s);
     let mut c = s.client().await;
     c.stop_service(stop(true)).await.unwrap();
     assert_eq!((s.status("iscsid"), s.status("dependent")), (ServiceStatus::Stopped, ServiceStatus::Stopped));
