@@ -441,3 +441,96 @@ mod tests {
         assert_eq!(verbatim(&[vol]), format!(r"\\?\{vol}\"));
     }
 }
+
+#[cfg(test)]
+mod property {
+    //! Whatever string passes [`parse`] and lies inside a root by name also lies inside it after
+    //! Win32's own normalisation (`/` as `\`, `.` and `..` folded, trailing dots and spaces
+    //! dropped, case ignored): no spelling gets a different meaning once it meets the OS.
+    use super::*;
+    use crate::paths::within;
+    use proptest::prelude::*;
+
+    /// What `GetFullPathNameW` does to a drive path's names, as far as containment goes.
+    fn win32_normalise(path: &str) -> Option<Vec<String>> {
+        let path = path.replace('/', "\\");
+        let (drive, rest) = path.split_at_checked(2)?;
+        let mut out = vec![drive.to_ascii_uppercase()];
+        for name in rest.split('\\') {
+            let name = name.trim_end_matches(['.', ' ']);
+            match name {
+                "" => {}
+                ".." if out.len() > 1 => {
+                    out.pop();
+                }
+                ".." => {}
+                n => out.push(n.to_string()),
+            }
+        }
+        Some(out)
+    }
+
+    const STARTS: &[&str] = &[
+        r"C:\var\lib\kubelet",
+        r"c:\VAR\Lib\KUBELET",
+        r"C:\var\lib",
+        r"C:\var\lib\kubelet-evil",
+        r"C:\",
+        r"D:\var\lib\kubelet",
+        "C:",
+        r"\\?\C:\var\lib\kubelet",
+        "C:/var/lib/kubelet",
+        r"\var\lib\kubelet",
+    ];
+    const SEPARATORS: &[&str] = &["\\", "\\", "\\", "/", "\\\\"];
+    const NAMES: &[&str] = &[
+        "kubelet",
+        "KUBELET",
+        "kubelet-evil",
+        "kubelet.",
+        "kubelet ",
+        "..",
+        ".",
+        "...",
+        "x",
+        "pods",
+        "CON",
+        "nul.txt",
+        "a:b",
+        "::$DATA",
+        "\u{200b}",
+        "\u{ff0f}..",
+        "kube\u{0131}let",
+        "?",
+        "*",
+        "a b",
+        "\u{0}",
+    ];
+
+    #[test]
+    fn accepted_paths_mean_the_same_to_windows() {
+        let root = ["C:", "var", "lib", "kubelet"];
+        let config = ProptestConfig { cases: 4096, failure_persistence: None, ..ProptestConfig::default() };
+        let mut runner = proptest::test_runner::TestRunner::new(config);
+        let (accepted, inside) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        let tail =
+            proptest::collection::vec((proptest::sample::select(SEPARATORS), proptest::sample::select(NAMES)), 0..6);
+        let strategy = (proptest::sample::select(STARTS), tail);
+        runner
+            .run(&strategy, |(start, tail)| {
+                let path: String = std::iter::once(start).chain(tail.iter().flat_map(|(s, n)| [*s, *n])).collect();
+                if let Ok(p) = parse(&path) {
+                    accepted.set(accepted.get() + 1);
+                    let ours = within(&p.parts(), &root, true);
+                    inside.set(inside.get() + ours as u32);
+                    let theirs = win32_normalise(&path).is_some_and(|n| within(&n, &root, true));
+                    prop_assert_eq!(ours, theirs, "{:?} parsed as {:?}", path, p);
+                    prop_assert!(!p.names.iter().any(|n| n == ".." || n == "." || n.contains(':')));
+                }
+                Ok(())
+            })
+            .unwrap();
+        // The generator must reach both sides of the question, or the property says nothing.
+        assert!(accepted.get() > 300 && inside.get() > 100, "accepted {}, inside {}", accepted.get(), inside.get());
+    }
+}
