@@ -113,3 +113,42 @@ pub struct ServiceInfo {
     pub start_type: StartType,
     pub status: ServiceStatus,
 }
+
+/// The filesystem FormatVolume creates on Linux (`-linux-fs-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FsType {
+    #[default]
+    Ext4,
+    Xfs,
+    Btrfs,
+    Ntfs,
+}
+
+impl FsType {
+    pub const ALL: [FsType; 4] = [FsType::Ext4, FsType::Xfs, FsType::Btrfs, FsType::Ntfs];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FsType::Ext4 => "ext4",
+            FsType::Xfs => "xfs",
+            FsType::Btrfs => "btrfs",
+            FsType::Ntfs => "ntfs",
+        }
+    }
+}
+
+impl std::str::FromStr for FsType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        FsType::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown filesystem type {s:?}; expected one of ext4, xfs, btrfs, ntfs"))
+    }
+}
+
+impl fmt::Display for FsType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

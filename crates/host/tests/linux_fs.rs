@@ -28,7 +28,7 @@ impl Fixture {
         fs::write(base.join("outside/dir/file"), "data").unwrap();
         fs::write(base.join("kubelet-evil/file"), "evil").unwrap();
         let roots = Roots::new(vec![s(&base.join("work")), s(&base.join("kubelet"))]);
-        Fixture { base, host: NativeHost::new(Config { roots }) }
+        Fixture { base, host: NativeHost::new(Config { roots, ..Default::default() }) }
     }
 
     fn p(&self, rel: &str) -> String {
@@ -584,7 +584,7 @@ fn root_given_through_a_link() {
     let f = Fixture::new("rootlink");
     fs::create_dir(f.base.join("data")).unwrap();
     f.link(&f.p("data"), "linked-root");
-    let host = NativeHost::new(Config { roots: Roots::new(vec![f.p("linked-root")]) });
+    let host = NativeHost::new(Config { roots: Roots::new(vec![f.p("linked-root")]), ..Default::default() });
     host.mkdir(&f.p("linked-root/pods/x")).unwrap();
     assert!(f.base.join("data/pods/x").is_dir());
     assert!(host.path_exists(&f.p("data/pods/x")).unwrap(), "the canonical spelling is inside too");
@@ -705,7 +705,7 @@ mod property {
             for (dir, name, t) in &links {
                 let _ = symlink(t.replace("@BASE@", &b).replace("@OUT@", &s(&out)), base.join(dir).join(name));
             }
-            let host = NativeHost::new(Config { roots: Roots::new(vec![format!("{b}/r0"), format!("{b}/r1")]) });
+            let host = NativeHost::new(Config { roots: Roots::new(vec![format!("{b}/r0"), format!("{b}/r1")]), ..Default::default() });
             let mut outside_before = BTreeMap::new();
             snapshot(&base.join("o"), &mut outside_before);
             snapshot(&out, &mut outside_before);

@@ -10,6 +10,7 @@
 //! - [`status`]: the one mapping from host errors to gRPC status codes.
 
 pub mod call;
+pub mod locks;
 pub mod ops;
 pub mod status;
 pub mod versions;
@@ -49,6 +50,7 @@ impl Default for Config {
 
 struct Inner {
     hosts: Hosts,
+    locks: locks::Locks,
     config: Config,
     observer: Option<Arc<dyn CallObserver>>,
 }
@@ -59,15 +61,20 @@ pub struct Context(Arc<Inner>);
 
 impl Context {
     pub fn new(hosts: Hosts, config: Config) -> Self {
-        Context(Arc::new(Inner { hosts, config, observer: None }))
+        Context(Arc::new(Inner { hosts, locks: Default::default(), config, observer: None }))
     }
 
     pub fn with_observer(hosts: Hosts, config: Config, observer: Arc<dyn CallObserver>) -> Self {
-        Context(Arc::new(Inner { hosts, config, observer: Some(observer) }))
+        Context(Arc::new(Inner { hosts, locks: Default::default(), config, observer: Some(observer) }))
     }
 
     pub fn hosts(&self) -> &Hosts {
         &self.0.hosts
+    }
+
+    /// Per-disk serialisation of mutating calls.
+    pub fn locks(&self) -> &locks::Locks {
+        &self.0.locks
     }
 
     pub fn config(&self) -> &Config {

@@ -181,7 +181,7 @@ async fn every_filesystem_rpc_of_every_version_on_real_pipes() {
     let t = Tree::new();
     let apis: Vec<Api> = APIS.iter().copied().filter(|a| a.group == Group::Filesystem).collect();
     assert_eq!(apis.len(), 5);
-    let hosts = NativeHost::hosts(HostConfig { roots: Roots::new(vec![t.root.clone()]) });
+    let hosts = NativeHost::hosts(HostConfig { roots: Roots::new(vec![t.root.clone()]), ..Default::default() });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         let ctx = Context::new(hosts, Config::default());

@@ -31,17 +31,24 @@ pub(crate) fn unimplemented(operation: &'static str) -> Error {
 pub struct Config {
     /// Where filesystem paths (and mount targets) must stay: `-working-dir`s and `-kubelet-path`.
     pub roots: crate::paths::Roots,
+    /// `-linux-fs-type`: the filesystem FormatVolume creates on Linux.
+    pub fs_type: FsType,
 }
 
 /// The native host: every group of this OS.
 pub struct NativeHost {
     fs: os::fs::Filesystem,
     system: os::system::System,
+    block: os::block::Block,
 }
 
 impl NativeHost {
     pub fn new(config: Config) -> Self {
-        NativeHost { fs: os::fs::Filesystem::new(config.roots), system: os::system::System::new() }
+        NativeHost {
+            fs: os::fs::Filesystem::new(config.roots.clone()),
+            system: os::system::System::new(),
+            block: os::block::Block::new(config.roots, config.fs_type),
+        }
     }
 
     pub fn hosts(config: Config) -> Hosts {
@@ -51,61 +58,61 @@ impl NativeHost {
 
 impl DiskHost for NativeHost {
     fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>> {
-        Err(unimplemented("Disk.ListDiskLocations"))
+        self.block.list_disk_locations()
     }
-    fn partition_disk(&self, _disk: u32) -> Result<()> {
-        Err(unimplemented("Disk.PartitionDisk"))
+    fn partition_disk(&self, disk: u32) -> Result<()> {
+        self.block.partition_disk(disk)
     }
     fn rescan(&self) -> Result<()> {
-        Err(unimplemented("Disk.Rescan"))
+        self.block.rescan()
     }
     fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
-        Err(unimplemented("Disk.ListDiskIDs"))
+        self.block.list_disk_ids()
     }
-    fn disk_size(&self, _disk: u32) -> Result<u64> {
-        Err(unimplemented("Disk.GetDiskStats"))
+    fn disk_size(&self, disk: u32) -> Result<u64> {
+        self.block.disk_size(disk)
     }
-    fn set_disk_online(&self, _disk: u32, _online: bool) -> Result<()> {
-        Err(unimplemented("Disk.SetDiskState"))
+    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
+        self.block.set_disk_online(disk, online)
     }
-    fn disk_online(&self, _disk: u32) -> Result<bool> {
-        Err(unimplemented("Disk.GetDiskState"))
+    fn disk_online(&self, disk: u32) -> Result<bool> {
+        self.block.disk_online(disk)
     }
 }
 
 impl VolumeHost for NativeHost {
-    fn list_volumes_on_disk(&self, _disk: u32, _partition: u32) -> Result<Vec<String>> {
-        Err(unimplemented("Volume.ListVolumesOnDisk"))
+    fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>> {
+        self.block.list_volumes_on_disk(disk, partition)
     }
-    fn mount_volume(&self, _volume_id: &str, _target_path: &str) -> Result<()> {
-        Err(unimplemented("Volume.MountVolume"))
+    fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
+        self.block.mount_volume(volume_id, target_path)
     }
-    fn unmount_volume(&self, _volume_id: &str, _target_path: &str) -> Result<()> {
-        Err(unimplemented("Volume.UnmountVolume"))
+    fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
+        self.block.unmount_volume(volume_id, target_path)
     }
-    fn is_volume_formatted(&self, _volume_id: &str) -> Result<bool> {
-        Err(unimplemented("Volume.IsVolumeFormatted"))
+    fn is_volume_formatted(&self, volume_id: &str) -> Result<bool> {
+        self.block.is_volume_formatted(volume_id)
     }
-    fn format_volume(&self, _volume_id: &str) -> Result<()> {
-        Err(unimplemented("Volume.FormatVolume"))
+    fn format_volume(&self, volume_id: &str) -> Result<()> {
+        self.block.format_volume(volume_id)
     }
-    fn resize_volume(&self, _volume_id: &str, _size_bytes: u64) -> Result<()> {
-        Err(unimplemented("Volume.ResizeVolume"))
+    fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
+        self.block.resize_volume(volume_id, size_bytes)
     }
-    fn volume_stats(&self, _volume_id: &str) -> Result<VolumeStats> {
-        Err(unimplemented("Volume.GetVolumeStats"))
+    fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
+        self.block.volume_stats(volume_id)
     }
-    fn disk_number_of_volume(&self, _volume_id: &str) -> Result<u32> {
-        Err(unimplemented("Volume.GetDiskNumberFromVolumeID"))
+    fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32> {
+        self.block.disk_number_of_volume(volume_id)
     }
-    fn volume_at_path(&self, _target_path: &str) -> Result<String> {
-        Err(unimplemented("Volume.GetVolumeIDFromTargetPath"))
+    fn volume_at_path(&self, target_path: &str) -> Result<String> {
+        self.block.volume_at_path(target_path)
     }
-    fn closest_volume_to_path(&self, _target_path: &str) -> Result<String> {
-        Err(unimplemented("Volume.GetClosestVolumeIDFromTargetPath"))
+    fn closest_volume_to_path(&self, target_path: &str) -> Result<String> {
+        self.block.closest_volume_to_path(target_path)
     }
-    fn flush_volume(&self, _volume_id: &str) -> Result<()> {
-        Err(unimplemented("Volume.WriteVolumeCache"))
+    fn flush_volume(&self, volume_id: &str) -> Result<()> {
+        self.block.flush_volume(volume_id)
     }
 }
 

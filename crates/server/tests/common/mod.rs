@@ -32,7 +32,8 @@ impl TestServer {
         let host = Arc::new(MemoryHost::sample());
         let mut hosts = Hosts::from_one(host.clone());
         let roots = csi_proxy_host::paths::Roots::new(roots);
-        hosts.filesystem = Arc::new(csi_proxy_host::sys::NativeHost::new(csi_proxy_host::sys::Config { roots }));
+        hosts.filesystem =
+            Arc::new(csi_proxy_host::sys::NativeHost::new(csi_proxy_host::sys::Config { roots, ..Default::default() }));
         Self::start_with(host, hosts, ConnPolicy::default()).await
     }
 

@@ -267,6 +267,15 @@ impl Filesystem {
         Ok(Target { walker, canonical, kind })
     }
 
+    /// An existing directory inside the roots (a final link followed if it leads inside), as an
+    /// `O_PATH` descriptor and its canonical path: for the volume group's mount targets, which
+    /// obey the same containment. Act through the descriptor (e.g. `/proc/self/fd/N`), not the
+    /// path, so the directory checked is the one used.
+    pub fn contained_dir(&self, path: &str) -> Result<(OwnedFd, String)> {
+        let (fd, canonical) = self.open_existing_dir(path)?;
+        Ok((fd, display(&canonical)))
+    }
+
     /// An existing directory at `path`, following a final link if it leads inside the roots.
     fn open_existing_dir(&self, path: &str) -> Result<(OwnedFd, Vec<String>)> {
         let target = self.resolve_target(path)?;

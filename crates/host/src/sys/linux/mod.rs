@@ -1,5 +1,6 @@
 //! Linux host calls.
 
+pub mod block;
 pub mod fs;
 pub mod system;
 

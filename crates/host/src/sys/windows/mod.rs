@@ -1,5 +1,6 @@
 //! Windows host calls.
 
+pub mod block;
 pub mod fs;
 mod nt;
 pub mod system;
