@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs the whole test suite:
 #   1. every Rust test of the workspace on Linux (some need root: sockets in /run, loop devices);
-#   2. the workspace built for Windows and its tests run under Wine (../shared/tools/windows-cross),
+#   2. the block backend's SCSI identity tests inside ../shared/tools/storage-vm (a throwaway VM
+#      with scsi_debug disks), unless SKIP_STORAGE_VM=1;
+#   3. the workspace built for Windows and its tests run under Wine (../shared/tools/windows-cross),
 #      unless SKIP_WINDOWS=1;
-#   3. real grpcio clients against the real Linux daemon binary (tests/grpcio).
+#   4. real grpcio clients against the real Linux daemon binary (tests/grpcio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -17,6 +19,11 @@ echo "== Linux: build"
 cargo build --workspace --all-targets
 echo "== Linux: cargo test"
 cargo test --workspace --no-fail-fast
+
+if [ "${SKIP_STORAGE_VM:-0}" != 1 ]; then
+  echo "== Linux: SCSI identity in the storage VM"
+  scripts/storage-vm-tests.sh
+fi
 
 if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
   wc=../shared/tools/windows-cross

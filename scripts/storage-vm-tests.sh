@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Real SCSI identity tests of the Linux block backend, inside ../shared/tools/storage-vm (a
+# throwaway VM booting Debian's kernel, where scsi_debug gives SCSI disks with
+# host:channel:target:lun, VPD pages 0x80/0x83 and a writable device state; this machine's own
+# kernel has no SCSI). The test binaries are built here, then run in the VM, which sees this
+# machine's / read-only. Needs root. Runs `storage-vm setup` (idempotent: installs qemu and
+# fetches the kernel the first time).
+#
+# Runs: crates/host/tests/scsi_vm.rs (ListDiskLocations, ListDiskIDs, the page83 -> disk number
+# lookup, GetDiskStats, Set/GetDiskState against sysfs, sg_vpd and lsblk), then the library's
+# VM-only unit test (a deleted SCSI disk is back when the SCSI rescan returns).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VM=$(readlink -f ../shared/tools/storage-vm)
+[ -x "$VM" ] || { echo "missing $VM" >&2; exit 1; }
+start=$(date +%s)
+
+"$VM" setup
+
+echo "== storage VM: build the test binaries"
+# The executables, from cargo's JSON messages: "<target name> <path>" per test binary.
+bins=$(cargo test -p csi-proxy-host --lib --test scsi_vm --no-run --message-format=json |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])')
+scsi_vm=$(awk '$1 == "scsi_vm" {print $2}' <<<"$bins")
+lib=$(awk '$1 == "csi_proxy_host" {print $2}' <<<"$bins")
+[ -x "$scsi_vm" ] && [ -x "$lib" ] || { echo "test binaries not found in: $bins" >&2; exit 1; }
+
+echo "== storage VM: scsi_debug (2 hosts x 2 targets x 2 LUNs), run the tests"
+# shellcheck disable=SC2016 # expanded in the VM
+"$VM" run -- sh -c '
+  set -e
+  eval "$(storage-vm-peers scsi-debug add_host=2 num_tgts=2 max_luns=2 dev_size_mb=16)"
+  export SCSI_DEBUG_DEVS
+  echo "scsi_debug disks: $SCSI_DEBUG_DEVS"
+  "$1" --test-threads=2
+  "$2" --exact sys::linux::block::disks::tests::vm_rescan_brings_back_a_deleted_scsi_disk
+' sh "$scsi_vm" "$lib"
+echo "== storage VM: passed in $(($(date +%s) - start)) s"
