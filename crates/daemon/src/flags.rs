@@ -17,6 +17,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use csi_proxy_host::types::FsType;
+
 use crate::logging::LogOptions;
 
 /// Default of `-kubelet-path`.
@@ -60,6 +62,8 @@ pub struct Options {
     /// `None` when the flag is absent (any service, as upstream); an empty value adds no name, so
     /// `-allowed-service=` alone allows none.
     pub allowed_services: Option<Vec<String>>,
+    /// `-linux-fs-type`: the filesystem FormatVolume creates on Linux.
+    pub linux_fs_type: FsType,
 }
 
 impl Default for Options {
@@ -76,6 +80,7 @@ impl Default for Options {
             connection_idle_timeout: DEFAULT_CONNECTION_IDLE_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             allowed_services: None,
+            linux_fs_type: FsType::default(),
         }
     }
 }
@@ -160,6 +165,7 @@ enum Target {
     ConnectionIdleTimeout,
     HandshakeTimeout,
     AllowedService,
+    LinuxFsType,
     /// A klog flag accepted for compatibility only.
     Ignored,
 }
@@ -355,6 +361,14 @@ const FLAGS: &[Spec] = &[
         help: "Service that StartService and StopService may act on; without the flag any host service can be \
                started or stopped; an empty value allows none (GetService is never restricted)",
     },
+    Spec {
+        name: "linux-fs-type",
+        kind: Kind::String,
+        target: Target::LinuxFsType,
+        default: "ext4",
+        help: "Filesystem FormatVolume creates on Linux: ext4, xfs, btrfs or ntfs (ntfs needs ntfs-3g's mkntfs); \
+               ignored on Windows, which formats NTFS",
+    },
 ];
 
 fn lookup(name: &str) -> Option<&'static Spec> {
@@ -454,6 +468,9 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
             if !value.is_empty() {
                 list.push(value);
             }
+        }
+        Target::LinuxFsType => {
+            opts.linux_fs_type = value.parse().map_err(|_| invalid("one of ext4, xfs, btrfs, ntfs"))?;
         }
         Target::Ignored => {}
     }
@@ -601,6 +618,7 @@ mod tests {
         assert_eq!(o.handshake_timeout, Duration::from_secs(10));
         assert_eq!(o.allowed_prefixes(), vec![DEFAULT_KUBELET_PATH.to_string()]);
         assert_eq!(o.allowed_services, None);
+        assert_eq!(o.linux_fs_type, FsType::Ext4);
     }
 
     #[test]
@@ -766,6 +784,23 @@ mod tests {
                 .unwrap_or_else(|e| panic!("default of -{}: {e}", spec.name));
         }
         assert_eq!(opts, Options::default());
+    }
+
+    #[test]
+    fn linux_fs_type() {
+        assert_eq!(run(&["-linux-fs-type=xfs"]).linux_fs_type, FsType::Xfs);
+        assert_eq!(run(&["--linux-fs-type", "btrfs"]).linux_fs_type, FsType::Btrfs);
+        assert_eq!(run(&["-linux-fs-type=ntfs"]).linux_fs_type, FsType::Ntfs);
+        assert_eq!(run(&["-linux-fs-type=xfs", "-linux-fs-type=ext4"]).linux_fs_type, FsType::Ext4);
+        for bad in ["vfat", "EXT4", "", "ext4 "] {
+            let e = fail(&[&format!("-linux-fs-type={bad}")]);
+            assert_eq!(
+                e.to_string(),
+                format!("invalid value {bad:?} for flag -linux-fs-type: expected one of ext4, xfs, btrfs, ntfs")
+            );
+        }
+        assert!(matches!(fail(&["-linux-fs-type"]), FlagError::MissingValue { .. }));
+        assert!(usage().contains("  -linux-fs-type string\n"), "{}", usage());
     }
 
     #[test]

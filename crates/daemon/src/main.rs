@@ -91,7 +91,7 @@ async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'stati
     }
     let hosts = csi_proxy_host::sys::NativeHost::hosts(csi_proxy_host::sys::Config {
         roots: csi_proxy_host::paths::Roots::new(opts.allowed_prefixes()),
-        ..Default::default()
+        fs_type: opts.linux_fs_type,
     });
     let config = Config { require_privacy: opts.require_privacy, allowed_services: opts.allowed_services.clone() };
 

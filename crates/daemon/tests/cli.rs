@@ -95,8 +95,10 @@ fn metrics_count_real_calls_with_upstream_labels() {
         let ch = unix_channel(dir.join("csi-proxy-disk-v1.sock")).await;
         let mut c = csi_proxy_wire::v1::disk_client::DiskClient::new(ch);
         for _ in 0..2 {
-            let s = c.list_disk_locations(csi_proxy_wire::v1::ListDiskLocationsRequest {}).await.unwrap_err();
-            assert_eq!(s.code(), tonic::Code::Unimplemented);
+            // No disk has number 12345 (major 0 is never a block device): NotFound, from the backend.
+            let req = csi_proxy_wire::v1::GetDiskStatsRequest { disk_number: 12345 };
+            let s = c.get_disk_stats(req).await.unwrap_err();
+            assert_eq!(s.code(), tonic::Code::NotFound, "{s:?}");
         }
     });
 
@@ -105,11 +107,11 @@ fn metrics_count_real_calls_with_upstream_labels() {
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
-    let labels = r#"grpc_method="ListDiskLocations",grpc_service="v1.Disk",grpc_type="unary""#;
+    let labels = r#"grpc_method="GetDiskStats",grpc_service="v1.Disk",grpc_type="unary""#;
     assert!(body.contains(&format!("grpc_server_started_total{{{labels}}} 2")), "{body}");
-    assert!(body.contains(&format!("grpc_server_handled_total{{grpc_code=\"Unimplemented\",{labels}}} 2")), "{body}");
+    assert!(body.contains(&format!("grpc_server_handled_total{{grpc_code=\"NotFound\",{labels}}} 2")), "{body}");
     assert!(body.contains(&format!("grpc_server_handling_seconds_count{{{labels}}} 2")), "{body}");
-    assert!(body.contains(r#"grpc_server_handling_seconds_bucket{grpc_method="ListDiskLocations""#), "{body}");
+    assert!(body.contains(r#"grpc_server_handling_seconds_bucket{grpc_method="GetDiskStats""#), "{body}");
     assert!(body.contains("process_resident_memory_bytes"), "{body}");
 }
 

@@ -37,6 +37,14 @@ impl TestServer {
         Self::start_with(host, hosts, ConnPolicy::default()).await
     }
 
+    /// Every group on the native backend, with `roots` as the working directories and `fs_type`
+    /// for FormatVolume (`host` is an unused memory host).
+    pub async fn start_native(roots: Vec<String>, fs_type: csi_proxy_host::types::FsType) -> Self {
+        let roots = csi_proxy_host::paths::Roots::new(roots);
+        let hosts = csi_proxy_host::sys::NativeHost::hosts(csi_proxy_host::sys::Config { roots, fs_type });
+        Self::start_with(Arc::new(MemoryHost::new()), hosts, ConnPolicy::default()).await
+    }
+
     pub async fn start_with(host: Arc<MemoryHost>, hosts: Hosts, policy: ConnPolicy) -> Self {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(

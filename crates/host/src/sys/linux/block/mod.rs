@@ -12,8 +12,14 @@
 //! - `partitions`: GPT tables, telling the kernel (BLKPG), loop devices, volume lookup, rescan;
 //! - `volumes`: superblock probing, mkfs, mount/unmount, stats, resize, target-path lookup.
 
+mod blkpg;
 pub mod disks;
+mod gpt_table;
+mod loopdev;
+mod mountinfo;
 pub mod partitions;
+mod probe;
+mod tools;
 pub mod volumes;
 
 use super::fs::Filesystem;

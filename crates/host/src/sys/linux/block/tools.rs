@@ -1,0 +1,204 @@
+//! The external tools the volume group runs: mkfs, filesystem growers, ntfs-3g.
+//!
+//! Every tool gets an argv vector (never a shell), stdin from /dev/null, a clean environment
+//! with `LC_ALL=C` (messages we match are English) and a fixed `PATH`; it is looked up in that
+//! `PATH` only, so what runs does not depend on the daemon's environment.
+
+use crate::types::FsType;
+use crate::{Error, Result};
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Where tools are looked up, and the `PATH` they run with.
+pub(crate) const SEARCH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The argv that creates a filesystem of `fs` on `dev`.
+///
+/// Options: ext4 as Kubernetes' mount-utils formats it (`-F` so mke2fs never prompts, `-m 0`: no
+/// blocks reserved for root on a data volume); xfs and btrfs without `-f`, so they refuse
+/// existing signatures themselves too; ntfs quick (`-Q`), as upstream's quick format.
+/// The caller has already probed `dev` and found nothing on it.
+pub(crate) fn mkfs_argv(fs: FsType, dev: &Path) -> Vec<OsString> {
+    let opts: &[&str] = match fs {
+        FsType::Ext4 => &["mkfs.ext4", "-q", "-F", "-m", "0"],
+        FsType::Xfs => &["mkfs.xfs", "-q"],
+        FsType::Btrfs => &["mkfs.btrfs", "-q"],
+        FsType::Ntfs => &["mkntfs", "-Q", "-q"],
+    };
+    argv(opts, [dev.as_os_str()])
+}
+
+/// How a filesystem is grown to fill its (grown) partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Grow {
+    /// ext2/3/4: `resize2fs DEV`, mounted (online: needs CAP_SYS_RESOURCE) or not.
+    Ext { dev: PathBuf },
+    /// xfs: `xfs_growfs MOUNT_POINT`; only while mounted.
+    Xfs { mount_point: PathBuf },
+    /// btrfs: `btrfs filesystem resize max MOUNT_POINT`; only while mounted.
+    Btrfs { mount_point: PathBuf },
+    /// ntfs: `ntfsresize -f -P DEV` (to the partition's size; `-f` skips its prompt and the
+    /// check of the dirty flag), then [`ntfsfix_argv`]; only while unmounted.
+    Ntfs { dev: PathBuf },
+}
+
+impl Grow {
+    pub(crate) fn argv(&self) -> Vec<OsString> {
+        match self {
+            Grow::Ext { dev } => argv(&["resize2fs"], [dev.as_os_str()]),
+            Grow::Xfs { mount_point } => argv(&["xfs_growfs"], [mount_point.as_os_str()]),
+            Grow::Btrfs { mount_point } => argv(&["btrfs", "filesystem", "resize", "max"], [mount_point.as_os_str()]),
+            Grow::Ntfs { dev } => argv(&["ntfsresize", "-f", "-P"], [dev.as_os_str()]),
+        }
+    }
+}
+
+/// `e2fsck -f -p DEV`: what resize2fs asks for before an offline resize of a filesystem that
+/// was not checked since it was last mounted.
+pub(crate) fn e2fsck_argv(dev: &Path) -> Vec<OsString> {
+    argv(&["e2fsck", "-f", "-p"], [dev.as_os_str()])
+}
+
+/// `ntfsfix -d DEV`: clears the dirty flag ntfsresize leaves on a volume it resized (asking
+/// Windows for a chkdsk). Linux's ntfs3 driver refuses to mount a dirty volume; ntfs-3g does not.
+pub(crate) fn ntfsfix_argv(dev: &Path) -> Vec<OsString> {
+    argv(&["ntfsfix", "-d"], [dev.as_os_str()])
+}
+
+/// `ntfs-3g DEV TARGET`: the FUSE NTFS driver mounts and stays in the background serving it.
+pub(crate) fn ntfs3g_argv(dev: &Path, target: &Path) -> Vec<OsString> {
+    argv(&["ntfs-3g"], [dev.as_os_str(), target.as_os_str()])
+}
+
+fn argv<'a>(fixed: &[&str], rest: impl IntoIterator<Item = &'a OsStr>) -> Vec<OsString> {
+    fixed.iter().map(OsString::from).chain(rest.into_iter().map(OsStr::to_os_string)).collect()
+}
+
+/// The Debian package that provides a tool, for error messages.
+fn package_of(tool: &str) -> &'static str {
+    match tool {
+        "mkfs.ext4" | "resize2fs" | "e2fsck" => "e2fsprogs",
+        "mkfs.xfs" | "xfs_growfs" => "xfsprogs",
+        "mkfs.btrfs" | "btrfs" => "btrfs-progs",
+        _ => "ntfs-3g",
+    }
+}
+
+/// The full path of `tool` in [`SEARCH_PATH`].
+pub(crate) fn find(tool: &str) -> Option<PathBuf> {
+    SEARCH_PATH.split(':').map(|d| Path::new(d).join(tool)).find(|p| p.is_file())
+}
+
+/// A command for `argv`, set up as described in the module documentation; FailedPrecondition
+/// naming the package when the tool is not installed.
+pub(crate) fn command(argv: &[OsString]) -> Result<Command> {
+    let name = argv[0].to_string_lossy();
+    let program = find(&name).ok_or_else(|| {
+        Error::precondition(format!(
+            "{name} is not installed (looked in {SEARCH_PATH}); install the {} package",
+            package_of(&name)
+        ))
+    })?;
+    let mut cmd = Command::new(program);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .env("PATH", SEARCH_PATH)
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    Ok(cmd)
+}
+
+/// Runs a prepared command to completion; a failure to start it is an Internal error.
+pub(crate) fn output(argv: &[OsString], mut cmd: Command) -> Result<Output> {
+    tracing::debug!(argv = ?argv, "running");
+    cmd.output().map_err(|e| Error::internal(format!("cannot run {}: {e}", show(argv))))
+}
+
+/// Runs `argv`; its output when it exits with 0.
+pub(crate) fn run(argv: &[OsString]) -> Result<Output> {
+    let out = output(argv, command(argv)?)?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(Error::internal(failure(argv, &out)))
+    }
+}
+
+/// "`argv` failed (exit N): what it printed".
+pub(crate) fn failure(argv: &[OsString], out: &Output) -> String {
+    let status = match out.status.code() {
+        Some(code) => format!("exit status {code}"),
+        None => format!("{}", out.status),
+    };
+    let text = [&out.stderr, &out.stdout]
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    // Tools can be chatty; keep the end, where the reason is.
+    let text = match text.char_indices().rev().nth(1500) {
+        Some((i, _)) => format!("…{}", &text[i..]),
+        None => text,
+    };
+    format!("{} failed ({status}): {text}", show(argv))
+}
+
+/// argv as one readable string, for messages only.
+pub(crate) fn show(argv: &[OsString]) -> String {
+    argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strs(v: Vec<OsString>) -> Vec<String> {
+        v.into_iter().map(|s| s.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn argvs() {
+        let dev = Path::new("/dev/loop0p1");
+        assert_eq!(strs(mkfs_argv(FsType::Ext4, dev)), ["mkfs.ext4", "-q", "-F", "-m", "0", "/dev/loop0p1"]);
+        assert_eq!(strs(mkfs_argv(FsType::Xfs, dev)), ["mkfs.xfs", "-q", "/dev/loop0p1"]);
+        assert_eq!(strs(mkfs_argv(FsType::Btrfs, dev)), ["mkfs.btrfs", "-q", "/dev/loop0p1"]);
+        assert_eq!(strs(mkfs_argv(FsType::Ntfs, dev)), ["mkntfs", "-Q", "-q", "/dev/loop0p1"]);
+        // A mount point with spaces or shell syntax stays one argument.
+        let mp = PathBuf::from("/k/a b;$(x)");
+        assert_eq!(strs(Grow::Xfs { mount_point: mp.clone() }.argv()), ["xfs_growfs", "/k/a b;$(x)"]);
+        assert_eq!(
+            strs(Grow::Btrfs { mount_point: mp }.argv()),
+            ["btrfs", "filesystem", "resize", "max", "/k/a b;$(x)"]
+        );
+        assert_eq!(strs(Grow::Ext { dev: dev.into() }.argv()), ["resize2fs", "/dev/loop0p1"]);
+        assert_eq!(strs(Grow::Ntfs { dev: dev.into() }.argv()), ["ntfsresize", "-f", "-P", "/dev/loop0p1"]);
+        assert_eq!(strs(e2fsck_argv(dev)), ["e2fsck", "-f", "-p", "/dev/loop0p1"]);
+        assert_eq!(strs(ntfsfix_argv(dev)), ["ntfsfix", "-d", "/dev/loop0p1"]);
+        assert_eq!(
+            strs(ntfs3g_argv(dev, Path::new("/proc/self/fd/7"))),
+            ["ntfs-3g", "/dev/loop0p1", "/proc/self/fd/7"]
+        );
+    }
+
+    #[test]
+    fn missing_tool_names_its_package() {
+        let e = command(&[OsString::from("mkfs.nope")]).unwrap_err();
+        assert!(matches!(e, Error::FailedPrecondition(_)), "{e:?}");
+        assert!(e.to_string().contains("mkfs.nope is not installed"), "{e}");
+    }
+
+    #[test]
+    fn runs_with_a_clean_environment() {
+        let out = run(&["env".into()]).unwrap();
+        let env = String::from_utf8(out.stdout).unwrap();
+        let mut lines: Vec<&str> = env.lines().collect();
+        lines.sort();
+        assert_eq!(lines, ["LC_ALL=C", &format!("PATH={SEARCH_PATH}")]);
+        let e = run(&["false".into()]).unwrap_err();
+        assert!(e.to_string().starts_with("false failed (exit status 1)"), "{e}");
+    }
+}

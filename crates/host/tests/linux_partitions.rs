@@ -1,0 +1,470 @@
+#![cfg(target_os = "linux")]
+//! Partition tables, the kernel's view of them, volume lookup and growth, on loop disks over
+//! sparse files (root only; CI runs as root). Cross-checked with sysfs, `blkid -p` (test-only
+//! tool) and the `gpt` crate reading the tables back.
+
+mod support;
+
+use csi_proxy_host::paths::Roots;
+use csi_proxy_host::sys::linux::block::{Block, Disk, Volume};
+use csi_proxy_host::types::FsType;
+use csi_proxy_host::Error;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::RwLock;
+use support::{is_root, run, LoopDisk};
+
+const MIB: u64 = 1 << 20;
+const LINUX_FS: &str = "0fc63daf-8483-4772-8e79-3d69d8477de4";
+
+/// Rescan touches every disk: it runs alone, the other tests share.
+static RESCAN: RwLock<()> = RwLock::new(());
+
+macro_rules! need_root {
+    () => {
+        if !is_root() {
+            eprintln!("skipped: needs root for loop devices");
+            return;
+        }
+    };
+}
+
+fn block() -> Block {
+    Block::new(Roots::new(Vec::new()), FsType::Ext4)
+}
+
+fn disk_of(l: &LoopDisk) -> Disk {
+    let (major, minor) = l.devnum();
+    Disk { number: l.number(), name: l.name.clone(), major, minor }
+}
+
+fn read_at(dev: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    File::open(dev).unwrap().read_exact_at(&mut buf, offset).unwrap();
+    buf
+}
+
+fn write_at(dev: &Path, offset: u64, data: &[u8]) {
+    let f = OpenOptions::new().write(true).open(dev).unwrap();
+    f.write_all_at(data, offset).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// The first and last MiB of a disk: both copies of a GPT, and LBA 0.
+fn table_bytes(l: &LoopDisk) -> Vec<u8> {
+    let size = std::fs::metadata(&l.file).unwrap().len();
+    let mut b = read_at(&l.dev, 0, MIB as usize);
+    b.extend(read_at(&l.dev, size - MIB, MIB as usize));
+    b
+}
+
+/// A sysfs attribute of a block device, as a number.
+fn sysfs_num(name: &str, attr: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/block/{name}/{attr}")).unwrap().trim().parse().unwrap()
+}
+
+/// The kernel's partitions of a disk: (name, start bytes, size bytes).
+fn kernel_partitions(l: &LoopDisk) -> Vec<(String, u64, u64)> {
+    let mut parts: Vec<_> = std::fs::read_dir(format!("/sys/class/block/{}", l.name))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let is_part = Path::new(&format!("/sys/class/block/{}/{name}/partition", l.name)).exists();
+            is_part.then(|| (name.clone(), sysfs_num(&name, "start") * 512, sysfs_num(&name, "size") * 512))
+        })
+        .collect();
+    parts.sort();
+    parts
+}
+
+fn blkid(dev: &Path, tag: &str) -> String {
+    run(&["blkid", "-p", "-o", "value", "-s", tag, dev.to_str().unwrap()]).trim().to_string()
+}
+
+fn guid_of(id: &str) -> &str {
+    id.strip_prefix(r"\\?\Volume{").unwrap().strip_suffix(r"}\").unwrap()
+}
+
+/// Both GPT headers valid, the backup in the last block, as the `gpt` crate reads them.
+fn gpt_of(l: &LoopDisk) -> gpt::GptDisk<File> {
+    let lbs = gpt::disk::LogicalBlockSize::try_from(sysfs_num(&l.name, "queue/logical_block_size")).unwrap();
+    let d = gpt::GptConfig::new().only_valid_headers(true).logical_block_size(lbs).open(&l.dev).unwrap();
+    let total = sysfs_num(&l.name, "size") * 512 / lbs.as_u64();
+    assert_eq!(d.primary_header().unwrap().backup_lba, total - 1, "backup header at the end of {}", l.name);
+    assert_eq!(d.backup_header().unwrap().current_lba, total - 1);
+    d
+}
+
+fn only_volume(b: &Block, l: &LoopDisk) -> Volume {
+    let v = b.volumes_of(&disk_of(l)).unwrap();
+    assert_eq!(v.len(), 1, "{v:?}");
+    v.into_iter().next().unwrap()
+}
+
+/// Checks one partitioned disk against sysfs, blkid and the GPT; returns its volume.
+fn check_partitioned(b: &Block, l: &LoopDisk) -> Volume {
+    let v = only_volume(b, l);
+    let sector = sysfs_num(&l.name, "queue/logical_block_size");
+    assert_eq!(v.index, 1);
+    assert_eq!(v.disk, l.number());
+    assert_eq!(v.node, PathBuf::from(format!("/dev/{}", v.name)));
+    assert!(v.node.exists(), "{}", v.node.display());
+    assert_eq!(kernel_partitions(l), vec![(v.name.clone(), v.start, v.size)], "sysfs agrees with the GPT");
+    assert_eq!(v.start, MIB, "first partition at 1 MiB");
+    assert_eq!((v.start + v.size) % MIB, 0, "ends on a MiB boundary");
+    let disk_size = sysfs_num(&l.name, "size") * 512;
+    assert!(v.start + v.size + MIB >= disk_size - 33 * sector, "fills the disk: {v:?} on {disk_size}");
+    assert_eq!(blkid(&v.node, "PART_ENTRY_UUID"), guid_of(&v.id));
+    assert_eq!(blkid(&v.node, "PART_ENTRY_TYPE"), LINUX_FS);
+    assert_eq!(blkid(&l.dev, "PTTYPE"), "gpt");
+    let g = gpt_of(l);
+    let p = &g.partitions()[&1];
+    assert_eq!(p.part_guid.hyphenated().to_string(), guid_of(&v.id));
+    assert_eq!((p.first_lba * sector, (p.last_lba + 1 - p.first_lba) * sector), (v.start, v.size));
+    v
+}
+
+#[test]
+fn a_blank_disk_gets_one_aligned_gpt_partition_the_kernel_knows() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    for sector in [512, 4096] {
+        let l = LoopDisk::with_sector(&format!("part-new-{sector}"), 64 * MIB, sector);
+        let b = block();
+        assert_eq!(b.list_volumes_on_disk(l.number(), 0).unwrap(), Vec::<String>::new());
+        b.partition_disk(l.number()).unwrap();
+        let v = check_partitioned(&b, &l);
+        assert_eq!(v.name, format!("{}p1", l.name));
+        assert_eq!(b.list_volumes_on_disk(l.number(), 0).unwrap(), vec![v.id.clone()]);
+        assert_eq!(b.list_volumes_on_disk(l.number(), 1).unwrap(), vec![v.id.clone()]);
+        match b.list_volumes_on_disk(l.number(), 2) {
+            Err(Error::NotFound(msg)) => {
+                assert!(msg.contains(&l.number().to_string()) && msg.contains("partition 2"), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(b.volume(&v.id).unwrap(), v);
+        assert_eq!(b.disk_number_of_volume(&v.id).unwrap(), l.number());
+        // Upper case hex finds the same volume (Windows compares IDs without case).
+        let upper = format!(r"\\?\Volume{{{}}}\", guid_of(&v.id).to_uppercase());
+        assert_eq!(b.volume(&upper).unwrap(), v);
+    }
+}
+
+#[test]
+fn partitioning_twice_changes_nothing() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    let l = LoopDisk::new("part-twice", 64 * MIB);
+    let b = block();
+    b.partition_disk(l.number()).unwrap();
+    let (bytes, kernel, volumes) = (table_bytes(&l), kernel_partitions(&l), b.volumes_of(&disk_of(&l)).unwrap());
+    b.partition_disk(l.number()).unwrap();
+    assert!(table_bytes(&l) == bytes, "the second PartitionDisk wrote to the disk");
+    assert_eq!(kernel_partitions(&l), kernel);
+    assert_eq!(b.volumes_of(&disk_of(&l)).unwrap(), volumes);
+}
+
+#[test]
+fn a_table_the_kernel_was_not_told_about_is_synced_not_rewritten() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    let l = LoopDisk::new("part-untold", 64 * MIB);
+    // A GPT with two partitions written behind the kernel's back (by the gpt crate).
+    {
+        let mut d = gpt::GptConfig::new()
+            .writable(true)
+            .logical_block_size(gpt::disk::LogicalBlockSize::Lb512)
+            .create(&l.dev)
+            .unwrap();
+        d.add_partition_at("a", 1, 2048, 20480, gpt::partition_types::LINUX_FS, 0).unwrap();
+        d.add_partition_at("b", 2, 22528, 20480, gpt::partition_types::BASIC, 0).unwrap();
+        d.write().unwrap();
+        gpt::mbr::ProtectiveMBR::with_lb_size(131071)
+            .overwrite_lba0(&mut OpenOptions::new().write(true).open(&l.dev).unwrap())
+            .unwrap();
+    }
+    let b = block();
+    let before = b.volumes_of(&disk_of(&l)).unwrap();
+    assert_eq!(before.len(), 2);
+    assert!(before.iter().all(|v| v.name.is_empty() && v.node.as_os_str().is_empty()), "{before:?}");
+    let bytes = table_bytes(&l);
+    b.partition_disk(l.number()).unwrap();
+    assert!(table_bytes(&l) == bytes, "an existing table is not rewritten");
+    let after = b.volumes_of(&disk_of(&l)).unwrap();
+    assert_eq!(
+        kernel_partitions(&l),
+        after.iter().map(|v| (v.name.clone(), v.start, v.size)).collect::<Vec<_>>(),
+        "the kernel now has both"
+    );
+    assert_eq!(
+        after.iter().map(|v| (v.index, v.start, v.size)).collect::<Vec<_>>(),
+        [(1, MIB, 10 * MIB), (2, 11 * MIB, 10 * MIB)]
+    );
+    assert!(after.iter().all(|v| v.node.exists()));
+    assert_eq!(b.list_volumes_on_disk(l.number(), 2).unwrap(), vec![after[1].id.clone()]);
+
+    // Partition 2 removed from the table behind the kernel's back: a refresh removes it there too.
+    {
+        let mut d = gpt::GptConfig::new()
+            .writable(true)
+            .logical_block_size(gpt::disk::LogicalBlockSize::Lb512)
+            .open(&l.dev)
+            .unwrap();
+        d.remove_partition(2).unwrap();
+        d.write().unwrap();
+    }
+    b.refresh(&disk_of(&l)).unwrap();
+    assert_eq!(kernel_partitions(&l), vec![(after[0].name.clone(), MIB, 10 * MIB)]);
+    assert!(!after[1].node.exists());
+    assert!(matches!(b.volume(&after[1].id), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn a_damaged_primary_gpt_is_repaired_from_the_backup() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    let l = LoopDisk::new("part-repair", 64 * MIB);
+    let b = block();
+    b.partition_disk(l.number()).unwrap();
+    let v = check_partitioned(&b, &l);
+    let mut header = read_at(&l.dev, 512, 512);
+    header[40] ^= 0xff; // first usable LBA: the CRC no longer matches
+    write_at(&l.dev, 512, &header);
+    assert_eq!(blkid(&l.dev, "PTTYPE"), "gpt", "blkid still finds the backup");
+    assert_eq!(b.volume(&v.id).unwrap(), v, "the backup copy serves lookups");
+    b.partition_disk(l.number()).unwrap();
+    assert_eq!(check_partitioned(&b, &l), v, "both copies valid again, the partition the same");
+}
+
+#[test]
+fn an_empty_gpt_gets_its_partition() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    let l = LoopDisk::with_sector("part-empty-gpt", 64 * MIB, 4096);
+    {
+        let d = gpt::GptConfig::new()
+            .writable(true)
+            .logical_block_size(gpt::disk::LogicalBlockSize::Lb4096)
+            .create(&l.dev)
+            .unwrap();
+        d.write().unwrap();
+        gpt::mbr::ProtectiveMBR::with_lb_size(16383)
+            .overwrite_lba0(&mut OpenOptions::new().write(true).open(&l.dev).unwrap())
+            .unwrap();
+    }
+    let b = block();
+    let disk_guid = *gpt_of(&l).guid();
+    assert_eq!(b.list_volumes_on_disk(l.number(), 0).unwrap(), Vec::<String>::new());
+    b.partition_disk(l.number()).unwrap();
+    check_partitioned(&b, &l);
+    assert_eq!(*gpt_of(&l).guid(), disk_guid, "the table was completed, not replaced");
+}
+
+#[test]
+fn an_mbr_disk_is_left_alone_and_has_no_volumes() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    let l = LoopDisk::new("part-mbr", 64 * MIB);
+    let mut mbr = [0u8; 512];
+    mbr[446 + 4] = 0x83;
+    mbr[446 + 8..446 + 12].copy_from_slice(&2048u32.to_le_bytes());
+    mbr[446 + 12..446 + 16].copy_from_slice(&16384u32.to_le_bytes());
+    mbr[510] = 0x55;
+    mbr[511] = 0xAA;
+    write_at(&l.dev, 0, &mbr);
+    let b = block();
+    let bytes = table_bytes(&l);
+    b.partition_disk(l.number()).unwrap();
+    assert!(table_bytes(&l) == bytes, "an MBR disk is already partitioned");
+    assert_eq!(blkid(&l.dev, "PTTYPE"), "dos");
+    assert_eq!(b.list_volumes_on_disk(l.number(), 0).unwrap(), Vec::<String>::new());
+    match b.list_volumes_on_disk(l.number(), 1) {
+        Err(Error::NotFound(msg)) => assert!(msg.contains("MBR"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_whole_disk_filesystem_is_never_overwritten() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    // A real ext4, and the magics of xfs, btrfs and ntfs at their offsets.
+    type Magic = Option<(u64, &'static [u8])>;
+    let cases: [(&str, Magic); 4] = [
+        ("ext4", None),
+        ("xfs", Some((0, b"XFSB"))),
+        ("btrfs", Some((65600, b"_BHRfS_M"))),
+        ("ntfs", Some((3, b"NTFS    "))),
+    ];
+    for (fs, magic) in cases {
+        let l = LoopDisk::new(&format!("part-fs-{fs}"), 64 * MIB);
+        match magic {
+            None => {
+                run(&["mkfs.ext4", "-q", "-F", l.dev.to_str().unwrap()]);
+            }
+            Some((at, bytes)) => write_at(&l.dev, at, bytes),
+        }
+        let b = block();
+        let bytes = table_bytes(&l);
+        match b.partition_disk(l.number()) {
+            Err(Error::FailedPrecondition(msg)) => {
+                assert!(msg.contains(fs) && msg.contains(&l.number().to_string()) && msg.contains(&l.name), "{msg}")
+            }
+            other => panic!("{fs}: {other:?}"),
+        }
+        assert!(table_bytes(&l) == bytes, "{fs}: the disk changed");
+        assert!(kernel_partitions(&l).is_empty());
+    }
+}
+
+#[test]
+fn volume_ids_are_checked_and_looked_up() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    let b = block();
+    for bad in ["", "loop0p1", r"\\?\Volume{1234}\", r"\\?\Volume{0fc63daf-8483-4772-8e79-3d69d8477de4}"] {
+        match b.disk_number_of_volume(bad) {
+            Err(Error::InvalidArgument(msg)) => {
+                assert!(msg.contains(&format!("{bad:?}")) && msg.contains(r"\\?\Volume{"), "{msg}")
+            }
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    let unknown = r"\\?\Volume{01234567-89ab-4cde-8f01-23456789abcd}\";
+    match b.volume(unknown) {
+        Err(Error::NotFound(msg)) => assert!(msg.contains(unknown), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(b.list_volumes_on_disk(u32::MAX, 0), Err(Error::NotFound(_))));
+}
+
+/// Grows `l`'s backing file, makes the kernel see it, grows the partition.
+fn grow_disk_and_partition(b: &Block, l: &LoopDisk, to: u64, refresh: impl Fn()) -> (Volume, Volume) {
+    let v = b.volumes_of(&disk_of(l)).unwrap().remove(0);
+    l.grow_file(to);
+    refresh();
+    assert_eq!(sysfs_num(&l.name, "size") * 512, to, "the kernel sees the new size");
+    let seen = b.volume(&v.id).unwrap();
+    assert_eq!((seen.index, seen.start, seen.size), (v.index, v.start, v.size), "the partition is unchanged");
+    assert!(seen.node.exists(), "the kernel has the partition: {seen:?}");
+    let v = seen;
+    // An explicit size first, then all the space.
+    let bigger = b.grow_partition(&v, v.size + 8 * MIB).unwrap();
+    assert_eq!(bigger.size, v.size + 8 * MIB);
+    assert_eq!(sysfs_num(&bigger.name, "size") * 512, bigger.size);
+    let all = b.grow_partition(&bigger, 0).unwrap();
+    assert_eq!((all.id.as_str(), all.index, all.start), (v.id.as_str(), v.index, v.start));
+    assert_eq!(kernel_partitions(l), vec![(all.name.clone(), all.start, all.size)], "the kernel resized it");
+    (v, all)
+}
+
+#[test]
+fn growing_after_the_disk_grew() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    for sector in [512, 4096] {
+        let l = LoopDisk::with_sector(&format!("part-grow-{sector}"), 64 * MIB, sector);
+        let b = block();
+        b.partition_disk(l.number()).unwrap();
+        let (before, after) = grow_disk_and_partition(&b, &l, 160 * MIB, || b.refresh(&disk_of(&l)).unwrap());
+        assert_eq!(after.size, 160 * MIB - 2 * MIB, "1 MiB before it, and the end aligned down: {after:?}");
+        assert!(after.size > before.size);
+        check_partitioned(&b, &l);
+        // At the target already: nothing written.
+        let bytes = table_bytes(&l);
+        assert_eq!(b.grow_partition(&after, 0).unwrap(), after);
+        assert_eq!(b.grow_partition(&after, after.size).unwrap(), after);
+        assert!(table_bytes(&l) == bytes);
+        // Shrinking and over-growing are refused, naming the sizes, and change nothing.
+        match b.grow_partition(&after, after.size - MIB) {
+            Err(Error::FailedPrecondition(msg)) => {
+                assert!(msg.contains(&after.size.to_string()) && msg.contains(&(after.size - MIB).to_string()), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+        match b.grow_partition(&after, 1 << 40) {
+            Err(Error::FailedPrecondition(msg)) => assert!(msg.contains(&(1u64 << 40).to_string()), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(table_bytes(&l) == bytes);
+        assert_eq!(kernel_partitions(&l), vec![(after.name.clone(), after.start, after.size)]);
+    }
+}
+
+/// Unmounts on drop (before the loop disk it is on is detached).
+struct Mounted(PathBuf);
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::empty());
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_mounted_partition_grows_in_place() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    let l = LoopDisk::new("part-grow-mounted", 64 * MIB);
+    let b = block();
+    b.partition_disk(l.number()).unwrap();
+    let v = only_volume(&b, &l);
+    run(&["mkfs.ext4", "-q", "-F", v.node.to_str().unwrap()]);
+    let dir = std::env::temp_dir().join(format!("csi-proxy-part-mnt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    rustix::mount::mount(&v.node, &dir, "ext4", rustix::mount::MountFlags::empty(), None).unwrap();
+    let _m = Mounted(dir.clone());
+    std::fs::write(dir.join("file"), "data").unwrap();
+    // Mounted: the exclusive open fails, yet partitioning again is still the no-op it should be.
+    b.partition_disk(l.number()).unwrap();
+    let (_, after) = grow_disk_and_partition(&b, &l, 128 * MIB, || b.refresh(&disk_of(&l)).unwrap());
+    assert_eq!(after.size, 126 * MIB);
+    assert_eq!(std::fs::read_to_string(dir.join("file")).unwrap(), "data");
+    // resize2fs offline is the volume group's business; the block device is already bigger.
+    assert_eq!(sysfs_num(&after.name, "size") * 512, 126 * MIB);
+}
+
+#[test]
+fn rescan_shows_a_grown_loop_disk() {
+    need_root!();
+    let _alone = RESCAN.write().unwrap_or_else(|e| e.into_inner());
+    let l = LoopDisk::new("part-rescan", 64 * MIB);
+    let b = block();
+    b.partition_disk(l.number()).unwrap();
+    // Drop the kernel's partition behind our back: Rescan brings it back from the table.
+    run(&["partx", "-d", "--nr", "1", l.dev.to_str().unwrap()]);
+    assert!(kernel_partitions(&l).is_empty());
+    let (_, after) = grow_disk_and_partition(&b, &l, 96 * MIB, || b.rescan().unwrap());
+    assert_eq!(after.size, 94 * MIB);
+}
+
+#[test]
+fn disks_are_partitioned_in_parallel() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    let disks: Vec<LoopDisk> = (0..4).map(|i| LoopDisk::new(&format!("part-par-{i}"), 64 * MIB)).collect();
+    let b = block();
+    std::thread::scope(|s| {
+        for l in &disks {
+            let b = &b;
+            s.spawn(move || b.partition_disk(l.number()).unwrap());
+        }
+    });
+    let mut ids: Vec<String> = disks.iter().map(|l| check_partitioned(&b, l).id).collect();
+    for (l, id) in disks.iter().zip(&ids) {
+        assert_eq!(b.disk_number_of_volume(id).unwrap(), l.number());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "every partition has its own GUID");
+}
+
+#[test]
+fn cross_check_tools_exist() {
+    // The tests above lean on these test-only tools; say so clearly when one is missing.
+    for tool in ["losetup", "blkid", "mkfs.ext4", "partx"] {
+        assert!(Command::new(tool).arg("--version").output().is_ok(), "{tool} is needed by these tests");
+    }
+}

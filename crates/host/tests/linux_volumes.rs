@@ -1,0 +1,394 @@
+#![cfg(target_os = "linux")]
+//! The volume group's filesystem calls on real loop disks (root only; CI runs as root): probe,
+//! format, mount, stats, resize, target-path lookups and flushes, for every `-linux-fs-type`,
+//! with mountinfo checked after every refusal. Disks are partitioned by the backend itself.
+//!
+//! Mount targets live below a root named `kube let`, so the kernel's mountinfo escapes (`\040`)
+//! are on the path of every lookup. Mounts and loop devices are removed even when a test fails
+//! (the fixture's Drop).
+
+mod support;
+
+use csi_proxy_host::paths::Roots;
+use csi_proxy_host::sys::linux::block::Block;
+use csi_proxy_host::types::FsType;
+use csi_proxy_host::Error;
+use std::fs;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use support::{is_root, run, LoopDisk};
+
+const MIB: u64 = 1 << 20;
+
+/// A scratch tree: `kube let` is the only root; `outside` is not in it.
+struct Env {
+    base: PathBuf,
+    block: Block,
+}
+
+impl Env {
+    fn new(tag: &str, fs_type: FsType) -> Env {
+        let base = std::env::temp_dir().join(format!("csi-proxy-vol-{tag}-{}", std::process::id()));
+        cleanup(&base);
+        fs::create_dir_all(base.join("kube let/pods")).unwrap();
+        fs::create_dir_all(base.join("outside/m")).unwrap();
+        let roots = Roots::new(vec![s(&base.join("kube let"))]);
+        Env { base, block: Block::new(roots, fs_type) }
+    }
+
+    /// A path below the root.
+    fn path(&self, rel: &str) -> String {
+        s(&self.base.join("kube let").join(rel))
+    }
+
+    /// A new (empty) directory below the root.
+    fn dir(&self, rel: &str) -> String {
+        let p = self.path(rel);
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        cleanup(&self.base);
+    }
+}
+
+/// Unmounts whatever is mounted below `base` (deepest first), then removes the tree — unless
+/// something is still mounted there, whose files must not be deleted.
+fn cleanup(base: &Path) {
+    let mut below: Vec<PathBuf> = mounts().into_iter().map(|m| m.0).filter(|p| p.starts_with(base)).collect();
+    below.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for p in &below {
+        let _ = rustix::mount::unmount(p, rustix::mount::UnmountFlags::DETACH);
+    }
+    if mounts().iter().any(|m| m.0.starts_with(base)) {
+        eprintln!("leaving {} in place: still mounted", base.display());
+        return;
+    }
+    let _ = fs::remove_dir_all(base);
+}
+
+/// One partitioned loop disk in an [`Env`]. Fields drop in order: mounts go before the disk.
+struct Case {
+    env: Env,
+    disk: LoopDisk,
+    id: String,
+}
+
+impl Case {
+    fn new(tag: &str, fs_type: FsType, size: u64) -> Case {
+        let env = Env::new(tag, fs_type);
+        let disk = LoopDisk::new(tag, size);
+        env.block.partition_disk(disk.number()).unwrap();
+        let ids = env.block.list_volumes_on_disk(disk.number(), 0).unwrap();
+        assert_eq!(ids.len(), 1, "{ids:?}");
+        Case { id: ids[0].clone(), env, disk }
+    }
+
+    fn node(&self) -> PathBuf {
+        self.env.block.volume(&self.id).unwrap().node
+    }
+
+    fn size(&self) -> u64 {
+        self.env.block.volume(&self.id).unwrap().size
+    }
+
+    /// The disk's backing file grows; the loop device is told (LOOP_SET_CAPACITY, test tool).
+    fn grow_disk(&self, size: u64) {
+        self.disk.grow_file(size);
+        run(&["losetup", "-c", &s(&self.disk.dev)]);
+    }
+}
+
+fn s(p: &Path) -> String {
+    p.to_str().unwrap().to_string()
+}
+
+/// (mount point, fstype, source) of every mount, from mountinfo: the test's own small reader.
+fn mounts() -> Vec<(PathBuf, String, String)> {
+    fn unescape(f: &str) -> PathBuf {
+        let b = f.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+                out.push(u8::from_str_radix(&f[i + 1..i + 4], 8).unwrap());
+                i += 4;
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        PathBuf::from(std::ffi::OsString::from_vec(out))
+    }
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let dash = f.iter().position(|x| *x == "-").unwrap();
+            (unescape(f[4]), f[dash + 1].to_string(), f[dash + 2].to_string())
+        })
+        .collect()
+}
+
+/// The mounts below `base` (other tests mount elsewhere meanwhile).
+fn mounts_below(base: &Path) -> Vec<(PathBuf, String, String)> {
+    mounts().into_iter().filter(|m| m.0.starts_with(base)).collect()
+}
+
+/// The filesystem types mounted at `path`, bottom first.
+fn mounted_at(path: &str) -> Vec<String> {
+    mounts().into_iter().filter(|m| m.0 == Path::new(path)).map(|m| m.1).collect()
+}
+
+fn blkid_type(node: &Path) -> String {
+    run(&["blkid", "-p", "-o", "value", "-s", "TYPE", &s(node)]).trim().to_string()
+}
+
+fn has_cap_sys_resource() -> bool {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:")).unwrap().trim();
+    u64::from_str_radix(hex, 16).unwrap() & (1 << 24) != 0
+}
+
+fn tools_present(fs_type: FsType) {
+    let needed: &[&str] = match fs_type {
+        FsType::Ext4 => &["mkfs.ext4", "resize2fs"],
+        FsType::Xfs => &["mkfs.xfs", "xfs_growfs"],
+        FsType::Btrfs => &["mkfs.btrfs", "btrfs"],
+        FsType::Ntfs => &["mkntfs", "ntfs-3g", "ntfsresize"],
+    };
+    for tool in needed {
+        let found = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"].iter().any(|d| Path::new(d).join(tool).exists());
+        assert!(found, "{tool} is missing: apt-get install xfsprogs btrfs-progs ntfs-3g (as .ci/run does)");
+    }
+}
+
+fn precondition(e: Error, needles: &[&str]) {
+    assert!(matches!(e, Error::FailedPrecondition(_)), "{e:?}");
+    for n in needles {
+        assert!(e.to_string().contains(n), "{n:?} not in: {e}");
+    }
+}
+
+/// Format, mount, use, look up, grow, flush, unmount and remount one volume of `fs_type`.
+fn lifecycle(fs_type: FsType) {
+    if !is_root() {
+        eprintln!("skipped: needs root for loop devices and mounts");
+        return;
+    }
+    tools_present(fs_type);
+    let c = Case::new(&format!("life-{fs_type}"), fs_type, 512 * MIB);
+    let (b, id) = (&c.env.block, c.id.as_str());
+
+    assert!(!b.is_volume_formatted(id).unwrap());
+    b.format_volume(id).unwrap();
+    assert!(b.is_volume_formatted(id).unwrap());
+    assert_eq!(blkid_type(&c.node()), fs_type.name());
+
+    let target = c.env.dir("pods/p1/volumes/vol mnt");
+    b.mount_volume(id, &target).unwrap();
+    let kernel_type = match fs_type {
+        FsType::Ntfs => vec!["ntfs3", "fuseblk"],
+        other => vec![other.name()],
+    };
+    let at = mounted_at(&target);
+    assert!(at.len() == 1 && kernel_type.contains(&at[0].as_str()), "{at:?}");
+    b.mount_volume(id, &target).unwrap();
+    assert_eq!(mounted_at(&target).len(), 1, "mounting again changes nothing");
+
+    fs::write(Path::new(&target).join("file"), b"kept").unwrap();
+    fs::create_dir_all(Path::new(&target).join("sub/deeper")).unwrap();
+    b.flush_volume(id).unwrap();
+    let before = b.volume_stats(id).unwrap();
+    assert!(before.total_bytes > 300 * MIB && before.total_bytes <= 512 * MIB, "{before:?}");
+    assert!(before.used_bytes > 0 && before.used_bytes < before.total_bytes, "{before:?}");
+
+    assert_eq!(b.volume_at_path(&target).unwrap(), id);
+    assert_eq!(b.closest_volume_to_path(&format!("{target}/sub/deeper")).unwrap(), id);
+    assert_eq!(b.closest_volume_to_path(&format!("{target}/file")).unwrap(), id);
+    let e = b.volume_at_path(&format!("{target}/sub")).unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)) && e.to_string().contains("not a mounted folder"), "{e:?}");
+
+    // Never formatted over, mounted or not (the data is checked after the remount below).
+    precondition(b.format_volume(id).unwrap_err(), &[id, fs_type.name()]);
+
+    // Grow the disk, then the volume: online where the filesystem allows it.
+    c.grow_disk(768 * MIB);
+    let size = c.size();
+    match fs_type {
+        FsType::Xfs | FsType::Btrfs => b.resize_volume(id, 0).unwrap(),
+        FsType::Ext4 if has_cap_sys_resource() => b.resize_volume(id, 0).unwrap(),
+        FsType::Ext4 | FsType::Ntfs => {
+            // An explicit growth the mounted filesystem can't follow is refused up front.
+            let why = if fs_type == FsType::Ext4 { "CAP_SYS_RESOURCE" } else { "unmounted" };
+            precondition(b.resize_volume(id, size + 200 * MIB).unwrap_err(), &[id, why, "nothing was changed"]);
+            assert_eq!(c.size(), size, "the partition is as it was");
+            b.unmount_volume(id, &target).unwrap();
+            b.resize_volume(id, 0).unwrap();
+            b.mount_volume(id, &target).unwrap();
+        }
+    }
+    let after = b.volume_stats(id).unwrap();
+    assert!(c.size() > size + 200 * MIB, "partition {size} -> {}", c.size());
+    assert!(after.total_bytes > before.total_bytes + 200 * MIB, "{before:?} -> {after:?}");
+
+    // At the target size: success and nothing changes, mounted, whatever the filesystem.
+    let size = c.size();
+    b.resize_volume(id, 0).unwrap();
+    b.resize_volume(id, size).unwrap();
+    b.resize_volume(id, size + 50 * MIB).unwrap(); // within upstream's 100 MiB: a no-op
+    b.resize_volume(id, size - 50 * MIB).unwrap();
+    assert_eq!(c.size(), size);
+    precondition(b.resize_volume(id, size - 200 * MIB).unwrap_err(), &[id, "shrinking"]);
+    assert_eq!(b.volume_stats(id).unwrap().total_bytes, after.total_bytes);
+
+    b.unmount_volume(id, &target).unwrap();
+    assert_eq!(mounted_at(&target), Vec::<String>::new());
+    b.unmount_volume(id, &target).unwrap();
+    precondition(b.volume_stats(id).unwrap_err(), &[id, "not mounted"]);
+    b.flush_volume(id).unwrap();
+    let e = b.volume_at_path(&target).unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)) && e.to_string().contains("not a mounted folder"), "{e:?}");
+    // Unmounted, resize at the target size is a success too.
+    b.resize_volume(id, 0).unwrap();
+
+    b.mount_volume(id, &target).unwrap();
+    assert_eq!(fs::read(Path::new(&target).join("file")).unwrap(), b"kept");
+    assert_eq!(b.volume_stats(id).unwrap().total_bytes, after.total_bytes);
+    b.unmount_volume(id, &target).unwrap();
+    assert_eq!(mounted_at(&target), Vec::<String>::new());
+}
+
+#[test]
+fn ext4_lifecycle() {
+    lifecycle(FsType::Ext4);
+}
+
+#[test]
+fn xfs_lifecycle() {
+    lifecycle(FsType::Xfs);
+}
+
+#[test]
+fn btrfs_lifecycle() {
+    lifecycle(FsType::Btrfs);
+}
+
+#[test]
+fn ntfs_lifecycle() {
+    lifecycle(FsType::Ntfs);
+}
+
+#[test]
+fn refusals_change_nothing() {
+    if !is_root() {
+        eprintln!("skipped: needs root for loop devices and mounts");
+        return;
+    }
+    let c = Case::new("refuse", FsType::Ext4, 128 * MIB);
+    let (b, id, env) = (&c.env.block, c.id.as_str(), &c.env);
+    let target = env.dir("pods/p/a");
+
+    // Unformatted: nothing to mount.
+    precondition(b.mount_volume(id, &target).unwrap_err(), &[id, "no filesystem"]);
+    assert!(mounted_at(&target).is_empty());
+    b.format_volume(id).unwrap();
+
+    // Targets outside the root, spelled directly, with `..`, through a link inside the root.
+    let outside = s(&env.base.join("outside/m"));
+    std::os::unix::fs::symlink(&outside, env.path("pods/out")).unwrap();
+    let before = mounts_below(&env.base);
+    for bad in [outside.clone(), env.path("../outside/m"), env.path("pods/out"), "relative/dir".into()] {
+        let e = b.mount_volume(id, &bad).unwrap_err();
+        assert!(matches!(e, Error::PermissionDenied(_) | Error::InvalidArgument(_)), "{bad}: {e:?}");
+        assert_eq!(mounts_below(&env.base), before, "{bad}: nothing mounted");
+        let e = b.volume_at_path(&bad).unwrap_err();
+        assert!(matches!(e, Error::PermissionDenied(_) | Error::InvalidArgument(_)), "{bad}: {e:?}");
+        let e = b.closest_volume_to_path(&bad).unwrap_err();
+        assert!(matches!(e, Error::PermissionDenied(_) | Error::InvalidArgument(_)), "{bad}: {e:?}");
+    }
+    let e = b.mount_volume(id, &env.path("pods/missing")).unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)), "{e:?}");
+
+    // A non-empty directory is not mounted over (as upstream).
+    let full = env.dir("pods/p/full");
+    fs::write(Path::new(&full).join("x"), b"x").unwrap();
+    precondition(b.mount_volume(id, &full).unwrap_err(), &["not empty"]);
+    assert!(mounted_at(&full).is_empty());
+
+    // Something else mounted at the target: named, and left alone by UnmountVolume.
+    let other = env.dir("pods/p/tmp");
+    rustix::mount::mount("csi-test-tmpfs", other.as_str(), "tmpfs", rustix::mount::MountFlags::empty(), None).unwrap();
+    precondition(b.mount_volume(id, &other).unwrap_err(), &["tmpfs", "already mounted there"]);
+    precondition(b.unmount_volume(id, &other).unwrap_err(), &["tmpfs", "left alone"]);
+    assert_eq!(mounted_at(&other), ["tmpfs"]);
+    let e = b.volume_at_path(&other).unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)) && e.to_string().contains("tmpfs"), "{e:?}");
+
+    // Mounted at one place: another is refused, naming the first; a link to it is the same place.
+    b.mount_volume(id, &target).unwrap();
+    let second = env.dir("pods/p/b");
+    precondition(b.mount_volume(id, &second).unwrap_err(), &[id, target.as_str()]);
+    assert!(mounted_at(&second).is_empty());
+    std::os::unix::fs::symlink(&target, env.path("pods/link-to-a")).unwrap();
+    b.mount_volume(id, &env.path("pods/link-to-a")).unwrap();
+    assert_eq!(mounted_at(&target).len(), 1);
+    assert_eq!(b.volume_at_path(&env.path("pods/link-to-a")).unwrap(), id);
+
+    // Busy: a file open in it keeps it mounted, with a clear error.
+    let open = fs::File::create(Path::new(&target).join("open")).unwrap();
+    precondition(b.unmount_volume(id, &target).unwrap_err(), &[id, "busy"]);
+    assert_eq!(mounted_at(&target).len(), 1);
+    drop(open);
+
+    // Unknown and malformed IDs.
+    let unknown = r"\\?\Volume{00000000-0000-4000-8000-000000000001}\";
+    assert!(matches!(b.mount_volume(unknown, &second).unwrap_err(), Error::NotFound(_)));
+    assert!(matches!(b.unmount_volume(unknown, &target).unwrap_err(), Error::NotFound(_)));
+    assert!(matches!(b.volume_stats("not-a-volume-id").unwrap_err(), Error::InvalidArgument(_)));
+    assert!(matches!(b.format_volume("not-a-volume-id").unwrap_err(), Error::InvalidArgument(_)));
+    assert_eq!(mounted_at(&target).len(), 1);
+
+    // Unmount through the link; then a missing target and an unmounted one are successes.
+    b.unmount_volume(id, &env.path("pods/link-to-a")).unwrap();
+    assert!(mounted_at(&target).is_empty());
+    b.unmount_volume(id, &env.path("pods/never-made")).unwrap();
+    b.unmount_volume(id, &target).unwrap();
+}
+
+/// Eight disks formatted and mounted at once; a volume's target is not another's to unmount.
+#[test]
+fn eight_volumes_at_once() {
+    if !is_root() {
+        eprintln!("skipped: needs root for loop devices and mounts");
+        return;
+    }
+    let cases: Vec<Case> = (0..8).map(|i| Case::new(&format!("eight{i}"), FsType::Ext4, 64 * MIB)).collect();
+    let targets: Vec<String> = cases.iter().map(|c| c.env.dir("pods/p/vol")).collect();
+    std::thread::scope(|scope| {
+        for (c, t) in cases.iter().zip(&targets) {
+            scope.spawn(move || {
+                c.env.block.format_volume(&c.id).unwrap();
+                c.env.block.mount_volume(&c.id, t).unwrap();
+                fs::write(Path::new(t).join("who"), &c.id).unwrap();
+            });
+        }
+    });
+    for (c, t) in cases.iter().zip(&targets) {
+        assert_eq!(c.env.block.volume_at_path(t).unwrap(), c.id);
+        assert_eq!(fs::read_to_string(Path::new(t).join("who")).unwrap(), c.id);
+    }
+    let (a, b) = (&cases[0], &cases[1]);
+    precondition(a.env.block.unmount_volume(&b.id, &targets[0]).unwrap_err(), &[&b.id, "left alone"]);
+    assert_eq!(mounted_at(&targets[0]).len(), 1);
+    std::thread::scope(|scope| {
+        for (c, t) in cases.iter().zip(&targets) {
+            scope.spawn(move || c.env.block.unmount_volume(&c.id, t).unwrap());
+        }
+    });
+    assert!(targets.iter().all(|t| mounted_at(t).is_empty()));
+}
