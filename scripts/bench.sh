@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Unary round-trip benchmark (crates/server/benches/rtt.rs): p50/p99/max and calls/s of one cheap
-# RPC through the whole stack, for 1 client, 16 callers on one connection and 16 connections.
+# Benchmarks (not tests); figures are printed, never asserted.
+# 1. Unary round trips (crates/server/benches/rtt.rs): p50/p99/max and calls/s of one cheap
+#    RPC through the whole stack, for 1 client, 16 callers on one connection and 16 connections.
 #   - over a unix socket (this machine), always;
 #   - over a named pipe under Wine, when ../shared/tools/windows-cross exists (skip: NO_WINE=1).
-# Both tables are printed again together at the end.
+# 2. The Linux disk and volume groups (crates/server/benches/block.rs): per-RPC latency with eight
+#    loop disks partitioned, formatted and mounted (needs root; skipped otherwise).
+# The tables are printed again together at the end.
 #
 #   scripts/bench.sh
 #   RTT_CALLS=50000 scripts/bench.sh           more calls on Linux (default 20000 per scenario)
@@ -30,6 +33,9 @@ else
   echo "== named pipe (Wine): skipped ($why)" >&2
 fi
 
+echo "== disk and volume groups on loop disks (Linux, root)" >&2
+cargo bench -q -p csi-proxy-server --bench block | tee "$out/block"
+
 files=("$out"/linux)
 [[ -f $out/wine ]] && files+=("$out"/wine)
 echo
@@ -37,3 +43,5 @@ echo "== Summary"
 grep -h '^rtt:' "${files[@]}"
 grep -h -m1 '^transport' "${files[0]}"
 grep -h -Ev '^(rtt:|transport)' "${files[@]}"
+echo
+cat "$out/block"
