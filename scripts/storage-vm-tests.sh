@@ -7,8 +7,10 @@
 # fetches the kernel the first time).
 #
 # Runs: crates/host/tests/scsi_vm.rs (ListDiskLocations, ListDiskIDs, the page83 -> disk number
-# lookup, GetDiskStats, Set/GetDiskState against sysfs, sg_vpd and lsblk), then the library's
-# VM-only unit test (a deleted SCSI disk is back when the SCSI rescan returns).
+# lookup, GetDiskStats, Set/GetDiskState against sysfs, sg_vpd and lsblk), the library's VM-only
+# unit test (a deleted SCSI disk is back when the SCSI rescan returns), and
+# crates/host/tests/linux_volumes.rs again on Debian's kernel, which has what this machine's lacks
+# (online ext4 growth with CAP_SYS_RESOURCE, the ntfs3 driver, partition-table parsers and udev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VM=$(readlink -f ../shared/tools/storage-vm)
@@ -19,7 +21,7 @@ start=$(date +%s)
 
 echo "== storage VM: build the test binaries"
 # The executables, from cargo's JSON messages: "<target name> <path>" per test binary.
-bins=$(cargo test -p csi-proxy-host --lib --test scsi_vm --no-run --message-format=json |
+bins=$(cargo test -p csi-proxy-host --lib --test scsi_vm --test linux_volumes --no-run --message-format=json |
   python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -28,7 +30,8 @@ for line in sys.stdin:
         print(m["target"]["name"], m["executable"])')
 scsi_vm=$(awk '$1 == "scsi_vm" {print $2}' <<<"$bins")
 lib=$(awk '$1 == "csi_proxy_host" {print $2}' <<<"$bins")
-[ -x "$scsi_vm" ] && [ -x "$lib" ] || { echo "test binaries not found in: $bins" >&2; exit 1; }
+volumes=$(awk '$1 == "linux_volumes" {print $2}' <<<"$bins")
+[ -x "$scsi_vm" ] && [ -x "$lib" ] && [ -x "$volumes" ] || { echo "test binaries not found in: $bins" >&2; exit 1; }
 
 echo "== storage VM: scsi_debug (2 hosts x 2 targets x 2 LUNs), run the tests"
 # shellcheck disable=SC2016 # expanded in the VM
@@ -39,5 +42,7 @@ echo "== storage VM: scsi_debug (2 hosts x 2 targets x 2 LUNs), run the tests"
   echo "scsi_debug disks: $SCSI_DEBUG_DEVS"
   "$1" --test-threads=2
   "$2" --exact sys::linux::block::disks::tests::vm_rescan_brings_back_a_deleted_scsi_disk
-' sh "$scsi_vm" "$lib"
+  modprobe -a loop ext4 xfs btrfs ntfs3 fuse
+  "$3" --test-threads=2
+' sh "$scsi_vm" "$lib" "$volumes"
 echo "== storage VM: passed in $(($(date +%s) - start)) s"
