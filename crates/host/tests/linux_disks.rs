@@ -8,7 +8,7 @@ use csi_proxy_host::sys::{Config, NativeHost};
 use csi_proxy_host::types::{DiskIds, DiskLocation};
 use csi_proxy_host::{DiskHost, Error};
 use std::collections::BTreeMap;
-use support::{is_root, run, LoopDisk};
+use support::{is_root, LoopDisk};
 
 const MIB: u64 = 1 << 20;
 
@@ -16,21 +16,8 @@ fn host() -> NativeHost {
     NativeHost::new(Config::default())
 }
 
-/// `lsblk -P` rows as maps (the same columns as `-J`, without a JSON parser).
 fn lsblk() -> Vec<BTreeMap<String, String>> {
-    let out = run(&["lsblk", "-P", "-b", "-o", "NAME,MAJ:MIN,SIZE,HCTL,SERIAL,WWN,TYPE"]);
-    out.lines()
-        .map(|line| {
-            let mut row = BTreeMap::new();
-            let mut rest = line.trim();
-            while let Some((key, after)) = rest.split_once("=\"") {
-                let (value, after) = after.split_once('"').unwrap();
-                row.insert(key.trim().to_string(), value.to_string());
-                rest = after;
-            }
-            row
-        })
-        .collect()
+    support::lsblk(&["-o", "NAME,MAJ:MIN,SIZE,HCTL,SERIAL,WWN,TYPE"])
 }
 
 fn number_of(maj_min: &str) -> u32 {

@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
-use support::run;
 
 /// Held by tests that take a disk offline and by those that do I/O on every disk.
 static DEVICE_IO: Mutex<()> = Mutex::new(());
@@ -71,19 +70,7 @@ fn scsi_debug_disks() -> Option<Vec<Expected>> {
 }
 
 fn lsblk() -> Vec<BTreeMap<String, String>> {
-    let out = run(&["lsblk", "-P", "-b", "-d", "-o", "NAME,MAJ:MIN,SIZE,HCTL,SERIAL,WWN,STATE,TYPE"]);
-    out.lines()
-        .map(|line| {
-            let mut row = BTreeMap::new();
-            let mut rest = line.trim();
-            while let Some((key, after)) = rest.split_once("=\"") {
-                let (value, after) = after.split_once('"').unwrap();
-                row.insert(key.trim().to_string(), value.to_string());
-                rest = after;
-            }
-            row
-        })
-        .collect()
+    support::lsblk(&["-d", "-o", "NAME,MAJ:MIN,SIZE,HCTL,SERIAL,WWN,STATE,TYPE"])
 }
 
 fn host() -> NativeHost {

@@ -78,3 +78,22 @@ pub fn run(argv: &[&str]) -> String {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// `lsblk -P` rows (`KEY="value"` pairs) as maps, for cross-checks; `args` choose the columns.
+pub fn lsblk(args: &[&str]) -> Vec<std::collections::BTreeMap<String, String>> {
+    let mut argv = vec!["lsblk", "-P", "-b"];
+    argv.extend_from_slice(args);
+    run(&argv)
+        .lines()
+        .map(|line| {
+            let mut row = std::collections::BTreeMap::new();
+            let mut rest = line.trim();
+            while let Some((key, after)) = rest.split_once("=\"") {
+                let (value, after) = after.split_once('"').unwrap();
+                row.insert(key.trim().to_string(), value.to_string());
+                rest = after;
+            }
+            row
+        })
+        .collect()
+}
