@@ -49,6 +49,9 @@ impl Error {
     pub fn denied(msg: impl fmt::Display) -> Self {
         Error::PermissionDenied(msg.to_string())
     }
+    pub fn unavailable(msg: impl fmt::Display) -> Self {
+        Error::Unavailable(msg.to_string())
+    }
     pub fn internal(msg: impl fmt::Display) -> Self {
         Error::Internal(msg.to_string())
     }

@@ -14,8 +14,7 @@ use std::sync::{Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWrit
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Key {
     Disk(u32),
-    /// A volume the backend could not place on a disk (its lookup failed for a reason other than
-    /// "no such volume"): serialised on its ID alone.
+    /// A volume on a backend that cannot place volumes on disks: serialised on its ID alone.
     Volume(String),
 }
 
@@ -68,14 +67,26 @@ impl Locks {
     }
 
     /// The lock for work on a volume: its disk's, so that volume calls also wait for a
-    /// PartitionDisk or SetDiskState of the same disk.
+    /// PartitionDisk or SetDiskState of the same disk. The volume is looked up again once the
+    /// lock is held: a volume that moved meanwhile (a disk detached and another attached) is
+    /// looked up and locked anew.
     pub fn lock_volume(&self, hosts: &Hosts, volume_id: &str) -> Result<Guard<'_>> {
-        let key = match hosts.volume.disk_number_of_volume(volume_id) {
-            Ok(disk) => Key::Disk(disk),
-            Err(e @ (Error::NotFound(_) | Error::InvalidArgument(_))) => return Err(e),
-            Err(_) => Key::Volume(volume_id.to_string()),
+        let disk_of = || match hosts.volume.disk_number_of_volume(volume_id) {
+            Ok(disk) => Ok(Key::Disk(disk)),
+            // A backend that can't place volumes on disks serialises on the volume alone.
+            Err(Error::Unimplemented { .. }) => Ok(Key::Volume(volume_id.to_string())),
+            Err(e) => Err(e),
         };
-        Ok(self.lock(key))
+        let mut key = disk_of()?;
+        for _ in 0..3 {
+            let guard = self.lock(key.clone());
+            let now = disk_of()?;
+            if now == key {
+                return Ok(guard);
+            }
+            key = now;
+        }
+        Err(Error::unavailable(format!("volume {volume_id} keeps moving between disks; retry the call")))
     }
 
     /// Keys held right now (for tests and diagnostics).
@@ -135,5 +146,59 @@ mod tests {
         assert!(!t.is_finished(), "a disk lock waits for the rescan");
         drop(all);
         t.join().unwrap();
+    }
+
+    /// Answers disk 1 on the first lookup and disk 2 afterwards: a volume that moved.
+    struct Moving(AtomicUsize);
+
+    impl csi_proxy_host::VolumeHost for Moving {
+        fn disk_number_of_volume(&self, id: &str) -> Result<u32> {
+            match id {
+                "gone" => Err(Error::not_found("volume gone")),
+                _ => Ok(if self.0.fetch_add(1, Ordering::SeqCst) == 0 { 1 } else { 2 }),
+            }
+        }
+        fn list_volumes_on_disk(&self, _: u32, _: u32) -> Result<Vec<String>> {
+            unreachable!()
+        }
+        fn mount_volume(&self, _: &str, _: &str) -> Result<()> {
+            unreachable!()
+        }
+        fn unmount_volume(&self, _: &str, _: &str) -> Result<()> {
+            unreachable!()
+        }
+        fn is_volume_formatted(&self, _: &str) -> Result<bool> {
+            unreachable!()
+        }
+        fn format_volume(&self, _: &str) -> Result<()> {
+            unreachable!()
+        }
+        fn resize_volume(&self, _: &str, _: u64) -> Result<()> {
+            unreachable!()
+        }
+        fn volume_stats(&self, _: &str) -> Result<csi_proxy_host::types::VolumeStats> {
+            unreachable!()
+        }
+        fn volume_at_path(&self, _: &str) -> Result<String> {
+            unreachable!()
+        }
+        fn closest_volume_to_path(&self, _: &str) -> Result<String> {
+            unreachable!()
+        }
+        fn flush_volume(&self, _: &str) -> Result<()> {
+            unreachable!()
+        }
+    }
+
+    #[test]
+    fn a_volume_that_moves_is_locked_on_its_new_disk() {
+        let mut hosts = Hosts::from_one(Arc::new(csi_proxy_host::memory::MemoryHost::sample()));
+        hosts.volume = Arc::new(Moving(AtomicUsize::new(0)));
+        let locks = Locks::default();
+        let g = locks.lock_volume(&hosts, "v").unwrap();
+        assert_eq!(locks.held(), vec![Key::Disk(2)]);
+        drop(g);
+        assert!(matches!(locks.lock_volume(&hosts, "gone"), Err(Error::NotFound(_))));
+        assert!(locks.held().is_empty());
     }
 }
