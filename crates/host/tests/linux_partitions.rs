@@ -320,6 +320,201 @@ fn a_whole_disk_filesystem_is_never_overwritten() {
     }
 }
 
+/// The backup half of a GPT (entry array and header, the last 33 blocks) of a `size`-byte disk
+/// of 512-byte blocks with one partition at 1 MiB: what a disk that had a GPT keeps at its end
+/// when a filesystem is then made on the whole of it.
+fn backup_gpt(size: u64) -> Vec<u8> {
+    let mut dev = std::io::Cursor::new(vec![0u8; size as usize]);
+    let mut d = gpt::GptConfig::new()
+        .writable(true)
+        .logical_block_size(gpt::disk::LogicalBlockSize::Lb512)
+        .create_from_device(&mut dev, None)
+        .unwrap();
+    d.add_partition_at("old", 1, 2048, 20480, gpt::partition_types::LINUX_FS, 0).unwrap();
+    d.write().unwrap();
+    let img = dev.into_inner();
+    img[img.len() - 33 * 512..].to_vec()
+}
+
+fn write_protective_mbr(l: &LoopDisk) {
+    let blocks = sysfs_num(&l.name, "size") - 1;
+    gpt::mbr::ProtectiveMBR::with_lb_size(blocks as u32)
+        .overwrite_lba0(&mut OpenOptions::new().write(true).open(&l.dev).unwrap())
+        .unwrap();
+}
+
+#[test]
+fn a_whole_disk_filesystem_over_an_old_gpt_backup_is_never_overwritten() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    // (a protective MBR in LBA 0 too, the filesystem mounted: the exclusive open fails)
+    for (protective, mounted) in [(false, false), (true, false), (true, true)] {
+        let l = LoopDisk::new(&format!("part-stale-backup-{protective}-{mounted}"), 64 * MIB);
+        run(&["mkfs.ext4", "-q", "-F", l.dev.to_str().unwrap(), "60M"]);
+        let backup = backup_gpt(64 * MIB);
+        write_at(&l.dev, 64 * MIB - backup.len() as u64, &backup);
+        if protective {
+            write_protective_mbr(&l); // the ext4 leaves its first 1 KiB alone
+        }
+        let dir = std::env::temp_dir().join(format!("csi-proxy-part-stale-{}-{mounted}", std::process::id()));
+        let _m = mounted.then(|| {
+            std::fs::create_dir_all(&dir).unwrap();
+            rustix::mount::mount(&l.dev, &dir, "ext4", rustix::mount::MountFlags::RDONLY, None).unwrap();
+            Mounted(dir.clone())
+        });
+        let b = block();
+        let superblock = read_at(&l.dev, 0, 68 * 1024);
+        let bytes = table_bytes(&l);
+        let case = format!("protective MBR {protective}, mounted {mounted}");
+        match b.partition_disk(l.number()) {
+            Err(Error::FailedPrecondition(msg)) => assert!(
+                msg.contains("ext4") && msg.contains(&l.number().to_string()) && msg.contains(&l.name),
+                "{case}: {msg}"
+            ),
+            other => panic!("{case}: {other:?}"),
+        }
+        // Nor does a refresh tell the kernel about the old partition, nor is it a volume.
+        b.refresh(&disk_of(&l)).unwrap();
+        assert!(kernel_partitions(&l).is_empty(), "{case}");
+        assert_eq!(b.volumes_of(&disk_of(&l)).unwrap(), Vec::<Volume>::new(), "{case}");
+        assert!(read_at(&l.dev, 0, 68 * 1024) == superblock, "{case}: the superblock changed");
+        assert!(table_bytes(&l) == bytes, "{case}: the disk changed");
+    }
+}
+
+#[test]
+fn a_damaged_primary_gpt_is_not_rewritten_while_the_disk_is_in_use() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    let l = LoopDisk::new("part-repair-busy", 64 * MIB);
+    let b = block();
+    b.partition_disk(l.number()).unwrap();
+    let v = only_volume(&b, &l);
+    run(&["mkfs.ext4", "-q", "-F", v.node.to_str().unwrap()]);
+    let dir = std::env::temp_dir().join(format!("csi-proxy-part-repair-busy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    rustix::mount::mount(&v.node, &dir, "ext4", rustix::mount::MountFlags::empty(), None).unwrap();
+    let m = Mounted(dir);
+    let mut header = read_at(&l.dev, 512, 512);
+    header[40] ^= 0xff;
+    write_at(&l.dev, 512, &header);
+    let bytes = table_bytes(&l);
+    for result in [b.partition_disk(l.number()), b.grow_partition(&v, 0).map(drop)] {
+        match result {
+            Err(Error::FailedPrecondition(msg)) => {
+                assert!(msg.contains("in use") && msg.contains("primary GPT") && msg.contains(&l.name), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(table_bytes(&l) == bytes, "nothing written while in use");
+    assert_eq!(b.volume(&v.id).unwrap(), v, "the backup copy still serves lookups");
+    drop(m);
+    b.partition_disk(l.number()).unwrap();
+    assert_eq!(check_partitioned(&b, &l), v, "repaired once the disk is free");
+}
+
+#[test]
+fn an_mbr_or_boot_sector_over_a_stale_gpt_keeps_the_kernels_partitions() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    for lba0 in ["mbr", "boot sector"] {
+        let l = LoopDisk::new(&format!("part-stale-gpt-{}", lba0.len()), 64 * MIB);
+        // A valid GPT (both copies) with two partitions, then LBA 0 overwritten alone: a DOS
+        // label made by a tool that leaves the GPT behind, or a boot sector.
+        let stale: Vec<String> = {
+            let mut d = gpt::GptConfig::new()
+                .writable(true)
+                .logical_block_size(gpt::disk::LogicalBlockSize::Lb512)
+                .create(&l.dev)
+                .unwrap();
+            d.add_partition_at("a", 1, 4096, 20480, gpt::partition_types::LINUX_FS, 0).unwrap();
+            d.add_partition_at("b", 2, 24576, 20480, gpt::partition_types::LINUX_FS, 0).unwrap();
+            let ids =
+                d.partitions().values().map(|p| format!(r"\\?\Volume{{{}}}\", p.part_guid.hyphenated())).collect();
+            d.write().unwrap();
+            ids
+        };
+        let mut mbr = [0u8; 512];
+        mbr[446 + 4] = 0x83;
+        mbr[446 + 8..446 + 12].copy_from_slice(&2048u32.to_le_bytes());
+        mbr[446 + 12..446 + 16].copy_from_slice(&16384u32.to_le_bytes());
+        mbr[510] = 0x55;
+        mbr[511] = 0xAA;
+        if lba0 == "boot sector" {
+            mbr[446] = 0x12; // no boot flag: no partition table
+        }
+        write_at(&l.dev, 0, &mbr);
+        // The kernel told about the MBR's partition (by partx, as this kernel has no MBR parser).
+        if lba0 == "mbr" {
+            run(&["partx", "-a", "-t", "dos", l.dev.to_str().unwrap()]);
+        }
+        let kernel = kernel_partitions(&l);
+        if lba0 == "mbr" {
+            assert_eq!(kernel, vec![(format!("{}p1", l.name), MIB, 8 * MIB)], "the kernel has the MBR's partition");
+        } else {
+            assert!(kernel.is_empty(), "{kernel:?}");
+        }
+        let bytes = table_bytes(&l);
+        let b = block();
+        // What Rescan does to each disk.
+        b.refresh(&disk_of(&l)).unwrap();
+        match (lba0, b.partition_disk(l.number())) {
+            ("mbr", Ok(())) => {}
+            ("boot sector", Err(Error::FailedPrecondition(msg))) => {
+                assert!(msg.contains(&l.name) && msg.contains("boot sector"), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(kernel_partitions(&l), kernel, "{lba0}: the kernel's partitions are left alone");
+        assert!(table_bytes(&l) == bytes, "{lba0}: the disk changed");
+        assert_eq!(b.volumes_of(&disk_of(&l)).unwrap(), Vec::<Volume>::new(), "{lba0}");
+        assert_eq!(b.list_volumes_on_disk(l.number(), 0).unwrap(), Vec::<String>::new());
+        assert_eq!(stale.len(), 2);
+        for id in &stale {
+            assert!(matches!(b.volume(id), Err(Error::NotFound(_))), "{lba0}: {id}");
+        }
+    }
+}
+
+#[test]
+fn a_cloned_disks_volume_is_refused_whatever_the_listing_order() {
+    need_root!();
+    let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
+    let b = block();
+    for order in [&[0, 1][..], &[1, 0], &[0, 1, 0], &[1, 0, 1]] {
+        let a = LoopDisk::new("part-clone-a", 64 * MIB);
+        b.partition_disk(a.number()).unwrap();
+        let v = check_partitioned(&b, &a);
+        assert_eq!(b.volume(&v.id).unwrap(), v);
+        // A byte copy of the tables of A on another disk of its size.
+        let c = LoopDisk::new("part-clone-c", 64 * MIB);
+        write_at(&c.dev, 0, &read_at(&a.dev, 0, MIB as usize));
+        write_at(&c.dev, 63 * MIB, &read_at(&a.dev, 63 * MIB, MIB as usize));
+        let pair = [&a, &c];
+        for &i in order {
+            assert_eq!(b.volumes_of(&disk_of(pair[i])).unwrap().len(), 1);
+        }
+        for _ in 0..2 {
+            for result in [b.volume(&v.id).map(|v| v.disk), b.disk_number_of_volume(&v.id)] {
+                match result {
+                    Err(Error::FailedPrecondition(msg)) => assert!(
+                        msg.contains(&format!("disk {} ", a.number()))
+                            && msg.contains(&format!("disk {} ", c.number())),
+                        "{order:?}: {msg}"
+                    ),
+                    other => panic!("{order:?}: {other:?}"),
+                }
+            }
+        }
+        // The clone wiped: the ID is A's again.
+        write_at(&c.dev, 0, &vec![0u8; MIB as usize]);
+        write_at(&c.dev, 63 * MIB, &vec![0u8; MIB as usize]);
+        assert_eq!(b.volume(&v.id).unwrap(), v, "{order:?}");
+        assert_eq!(b.disk_number_of_volume(&v.id).unwrap(), a.number());
+    }
+}
+
 #[test]
 fn volume_ids_are_checked_and_looked_up() {
     need_root!();

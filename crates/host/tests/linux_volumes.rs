@@ -314,6 +314,16 @@ fn refusals_change_nothing() {
     let e = b.mount_volume(id, &env.path("pods/missing")).unwrap_err();
     assert!(matches!(e, Error::NotFound(_)), "{e:?}");
 
+    // The root itself, named directly or through a link inside it: refused, naming it.
+    let root = s(&env.base.join("kube let"));
+    std::os::unix::fs::symlink("..", env.path("pods/up")).unwrap();
+    for at_root in [root.clone(), format!("{root}/"), env.path("pods/up")] {
+        let e = b.mount_volume(id, &at_root).unwrap_err();
+        assert!(matches!(e, Error::PermissionDenied(_)), "{at_root}: {e:?}");
+        assert!(e.to_string().contains(&root) && e.to_string().contains("working directories"), "{e}");
+        assert_eq!(mounts_below(&env.base), before, "{at_root}: nothing mounted");
+    }
+
     // A non-empty directory is not mounted over (as upstream).
     let full = env.dir("pods/p/full");
     fs::write(Path::new(&full).join("x"), b"x").unwrap();
@@ -391,4 +401,179 @@ fn eight_volumes_at_once() {
         }
     });
     assert!(targets.iter().all(|t| mounted_at(t).is_empty()));
+}
+
+/// Makes a block device node `path` for `(major, minor)`.
+fn mknod(path: &Path, (major, minor): (u32, u32)) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::BlockDevice,
+        rustix::fs::Mode::from_bits_truncate(0o600),
+        rustix::fs::makedev(major, minor),
+    )
+    .unwrap();
+}
+
+fn rdev(path: &Path) -> (u32, u32) {
+    let st = rustix::fs::stat(path).unwrap();
+    (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev))
+}
+
+/// A `/dev` copy whose node for one volume's partition has another partition's numbers (as a
+/// static `/dev` can hold after partitions came and went): nothing reaches either partition
+/// through it. With the right numbers, the same copy works, the tools going through the
+/// checked descriptor.
+#[test]
+fn stale_device_nodes_are_refused() {
+    if !is_root() {
+        eprintln!("skipped: needs root for loop devices and mounts");
+        return;
+    }
+    let a = Case::new("stale-a", FsType::Ext4, 64 * MIB);
+    let other = Case::new("stale-b", FsType::Ext4, 64 * MIB);
+    let va = a.env.block.volume(&a.id).unwrap();
+    let (mine, theirs) = (rdev(&va.node), rdev(&other.node()));
+    let copy = a.env.base.join("dev copy");
+    fs::create_dir_all(&copy).unwrap();
+    mknod(&copy.join(&a.disk.name), a.disk.devnum());
+    let node = copy.join(&va.name);
+    mknod(&node, theirs);
+    let roots = Roots::new(vec![s(&a.env.base.join("kube let"))]);
+    let stale = Block::with_roots(Path::new("/sys"), &copy, roots, FsType::Ext4);
+    let target = a.env.dir("pods/stale");
+    let (id, t) = (a.id.as_str(), target.as_str());
+    let needles = [s(&node), format!("{}:{}", theirs.0, theirs.1), format!("{}:{}", mine.0, mine.1)];
+    // Each call waits for udev to fix the node first (5 s): all at once.
+    let errors: Vec<Error> = std::thread::scope(|scope| {
+        let calls: Vec<Box<dyn FnOnce() -> csi_proxy_host::Result<()> + Send + '_>> = vec![
+            Box::new(|| stale.format_volume(id)),
+            Box::new(|| stale.is_volume_formatted(id).map(drop)),
+            Box::new(|| stale.mount_volume(id, t)),
+            Box::new(|| stale.resize_volume(id, 0)),
+            Box::new(|| stale.flush_volume(id)),
+        ];
+        let running: Vec<_> = calls.into_iter().map(|call| scope.spawn(call)).collect();
+        running.into_iter().map(|h| h.join().unwrap().unwrap_err()).collect()
+    });
+    for e in errors {
+        precondition(e, &[id, &needles[0], &needles[1], &needles[2], "stale"]);
+    }
+    assert!(mounted_at(&target).is_empty());
+    assert!(!other.env.block.is_volume_formatted(&other.id).unwrap(), "the other partition is untouched");
+    assert!(!a.env.block.is_volume_formatted(id).unwrap());
+
+    // The node fixed: formatted, mounted and unmounted through the copy.
+    fs::remove_file(&node).unwrap();
+    mknod(&node, mine);
+    stale.format_volume(id).unwrap();
+    assert_eq!(blkid_type(&va.node), "ext4");
+    assert!(!other.env.block.is_volume_formatted(&other.id).unwrap(), "the other partition is untouched");
+    stale.mount_volume(id, t).unwrap();
+    assert_eq!(mounted_at(t), ["ext4"]);
+    assert_eq!(a.env.block.volume_at_path(t).unwrap(), id);
+    stale.unmount_volume(id, t).unwrap();
+    assert!(mounted_at(t).is_empty());
+}
+
+/// Offline growth of a filesystem this namespace does not see mounted, but another does: the
+/// device is held, so resize2fs is never run on it.
+#[test]
+fn offline_growth_refuses_a_volume_mounted_elsewhere() {
+    if !is_root() {
+        eprintln!("skipped: needs root for loop devices and mounts");
+        return;
+    }
+    let Some(unshare) = ["/usr/bin/unshare", "/bin/unshare"].into_iter().find(|p| Path::new(p).exists()) else {
+        eprintln!("skipped: unshare is not installed");
+        return;
+    };
+    let c = Case::new("elsewhere", FsType::Ext4, 128 * MIB);
+    let (b, id) = (&c.env.block, c.id.as_str());
+    b.format_volume(id).unwrap();
+    let hidden = c.env.dir("pods/hidden");
+    // Mounted in a private mount namespace, which lives as long as the process in it.
+    let mut other = std::process::Command::new(unshare)
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount \"$0\" \"$1\" && echo mounted && exec sleep 60",
+        ])
+        .arg(c.node())
+        .arg(&hidden)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(other.stdout.take().unwrap()), &mut line).unwrap();
+    let result = std::panic::catch_unwind(|| {
+        assert_eq!(line.trim(), "mounted");
+        assert!(mounted_at(&hidden).is_empty(), "not visible here");
+        c.grow_disk(256 * MIB);
+        let size = c.size();
+        // Explicitly: refused before the partition changes.
+        precondition(
+            b.resize_volume(id, size + 100 * MIB + MIB).unwrap_err(),
+            &[id, "in use elsewhere", "nothing was changed"],
+        );
+        assert_eq!(c.size(), size);
+        // Everything free: the partition grows, the filesystem is refused.
+        precondition(b.resize_volume(id, 0).unwrap_err(), &[id, "in use elsewhere"]);
+        assert!(c.size() > size);
+        precondition(b.format_volume(id).unwrap_err(), &[id, "ext4"]);
+    });
+    other.kill().unwrap();
+    other.wait().unwrap();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+    // Unmounted everywhere now (the namespace went with its last process): it grows.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match b.resize_volume(id, 0) {
+            Ok(()) => break,
+            Err(e) if e.to_string().contains("in use elsewhere") && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let target = c.env.dir("pods/seen");
+    b.mount_volume(id, &target).unwrap();
+    assert!(b.volume_stats(id).unwrap().total_bytes > 200 * MIB);
+    b.unmount_volume(id, &target).unwrap();
+}
+
+/// NTFS that was dirty before a resize is refused, not resized and quietly cleaned by ntfsfix.
+#[test]
+fn dirty_ntfs_is_not_grown() {
+    if !is_root() {
+        eprintln!("skipped: needs root for loop devices and mounts");
+        return;
+    }
+    tools_present(FsType::Ntfs);
+    let c = Case::new("ntfs-dirty", FsType::Ntfs, 256 * MIB);
+    let (b, id) = (&c.env.block, c.id.as_str());
+    b.format_volume(id).unwrap();
+    // ntfsresize (shrinking here) leaves the volume marked dirty.
+    run(&["ntfsresize", "-f", "-P", "-s", "128M", &s(&c.node())]);
+    precondition(b.resize_volume(id, 0).unwrap_err(), &[id, "dirty"]);
+    c.grow_disk(384 * MIB);
+    let size = c.size();
+    precondition(b.resize_volume(id, size + 120 * MIB).unwrap_err(), &[id, "dirty", "nothing was changed"]);
+    assert_eq!(c.size(), size);
+    // Checked and cleaned by the operator: grown over everything.
+    run(&["ntfsfix", "-d", &s(&c.node())]);
+    b.resize_volume(id, 0).unwrap();
+    assert!(c.size() > size + 100 * MIB);
+    let target = c.env.dir("pods/nt");
+    b.mount_volume(id, &target).unwrap();
+    assert!(b.volume_stats(id).unwrap().total_bytes > 300 * MIB);
+    b.unmount_volume(id, &target).unwrap();
+    // Clean after the growth: ntfsresize's own dirty mark was cleared (its --info refuses a
+    // dirty volume).
+    run(&["ntfsresize", "--info", "-P", &s(&c.node())]);
 }

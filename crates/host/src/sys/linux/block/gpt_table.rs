@@ -281,10 +281,23 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    /// Reads the GPT of a disk of `total_lbas` blocks of `lbs` bytes: `None` when neither header
-    /// is valid. Only the primary copy is read when it is valid (plus the backup header's sector).
+    /// Reads the GPT of a disk of `total_lbas` blocks of `lbs` bytes, trusting what the kernel's
+    /// GPT parser trusts: a GPT is only read behind a protective MBR in LBA 0 (then the primary
+    /// copy, or the backup when the primary is invalid). The one exception is a blank LBA 0 in
+    /// front of a valid primary copy: a table whose protective MBR was not written yet (the new
+    /// table is written before LBA 0), which PartitionDisk completes. `None` otherwise: no GPT,
+    /// neither copy valid, or LBA 0 holding anything else (a real MBR, a boot sector, a
+    /// filesystem) — a stale GPT there must neither be shown, nor told to the kernel over the
+    /// partitions its MBR parser found, nor "repaired" over what now uses the disk. Only the
+    /// primary copy is read when it is valid (plus the backup header's sector).
     pub fn read(dev: &impl BlockIo, lbs: u64, total_lbas: u64) -> io::Result<Option<Table>> {
         if total_lbas < 3 {
+            return Ok(None);
+        }
+        let mut lba0 = [0u8; 512];
+        dev.read_at(0, &mut lba0)?;
+        let protective = classify_mbr(&lba0) == Mbr::Protective;
+        if !protective && lba0.iter().any(|&b| b != 0) {
             return Ok(None);
         }
         let read_header = |lba: u64| -> io::Result<Option<(Header, Vec<u8>)>> {
@@ -310,6 +323,9 @@ impl Table {
                 false
             };
             return Ok(Some(Table { lbs, total_lbas, header, primary_ok: true, backup_ok, array }));
+        }
+        if !protective {
+            return Ok(None); // a blank LBA 0 vouches for a valid primary copy only
         }
         Ok(read_header(total_lbas - 1)?.map(|(header, array)| Table {
             lbs,
@@ -477,7 +493,7 @@ pub(crate) enum Mbr {
     None,
     /// A boot signature and four empty records: an initialised MBR with no partitions.
     Empty,
-    /// A protective (or hybrid) MBR: a record of type 0xEE.
+    /// A protective (or hybrid) MBR: a record of type 0xEE starting at LBA 1 (the kernel's test).
     Protective,
     /// A real MBR partition table.
     Partitioned,
@@ -495,7 +511,7 @@ pub(crate) fn classify_mbr(sector: &[u8]) -> Mbr {
     if records.iter().any(|r| r[0] != 0 && r[0] != 0x80) {
         return Mbr::Unknown;
     }
-    if records.iter().any(|r| r[4] == 0xEE) {
+    if records.iter().any(|r| r[4] == 0xEE && le32(r, 8) == 1) {
         Mbr::Protective
     } else if records.iter().any(|r| r[4] != 0 && le32(r, 12) != 0) {
         Mbr::Partitioned
@@ -652,9 +668,17 @@ mod tests {
         assert_eq!(d.backup_header().unwrap().current_lba, 16383);
     }
 
+    /// Writes a protective MBR (the `gpt` crate's) into LBA 0 of an image of `lbas` blocks.
+    fn protect(img: &mut [u8], lbas: u32) {
+        gpt::mbr::ProtectiveMBR::with_lb_size(lbas - 1)
+            .overwrite_lba0(&mut std::io::Cursor::new(&mut img[..512]))
+            .unwrap();
+    }
+
     #[test]
     fn a_bad_primary_falls_back_to_the_backup_and_a_write_repairs_it() {
-        let img = crate_image(4 << 20, gpt::disk::LogicalBlockSize::Lb512, &[(1, 2048, 4095)]);
+        let mut img = crate_image(4 << 20, gpt::disk::LogicalBlockSize::Lb512, &[(1, 2048, 4095)]);
+        protect(&mut img, 8192);
         let dev = Mem(RefCell::new(img));
         dev.0.borrow_mut()[512 + 100] ^= 0xff; // outside the CRC'd 92 bytes: still valid
         assert!(Table::read(&dev, 512, 8192).unwrap().unwrap().primary_ok);
@@ -664,6 +688,50 @@ mod tests {
         assert_eq!(t.entries().len(), 1);
         t.write(&dev, &[]).unwrap();
         assert!(Table::read(&dev, 512, 8192).unwrap().unwrap().healthy());
+    }
+
+    #[test]
+    fn lba0_decides_whether_a_gpt_is_read_at_all() {
+        let good = crate_image(4 << 20, gpt::disk::LogicalBlockSize::Lb512, &[(1, 2048, 4095)]);
+        let read = |img: &[u8]| Table::read(&Mem(RefCell::new(img.to_vec())), 512, 8192).unwrap();
+        let mut bad_primary = good.clone();
+        bad_primary[512 + 40] ^= 0xff;
+        // Blank LBA 0: the primary copy is read; a backup copy alone is not (the kernel reads
+        // neither; a blank LBA 0 before a valid primary is our own interrupted write).
+        assert!(read(&good).unwrap().healthy());
+        assert!(read(&bad_primary).is_none(), "a backup copy without a protective MBR");
+        // A protective MBR: either copy.
+        let (mut good_p, mut bad_p) = (good.clone(), bad_primary.clone());
+        protect(&mut good_p, 8192);
+        protect(&mut bad_p, 8192);
+        assert!(read(&good_p).unwrap().healthy());
+        let t = read(&bad_p).unwrap();
+        assert!(!t.primary_ok && t.backup_ok && t.entries().len() == 1);
+        // Anything else in LBA 0 hides even a valid GPT: a real MBR, an MBR without partitions,
+        // a boot sector, a filesystem's first bytes, a 0xEE record not starting at LBA 1.
+        let mut mbr = [0u8; 512];
+        mbr[446 + 4] = 0x83;
+        mbr[446 + 8..446 + 12].copy_from_slice(&2048u32.to_le_bytes());
+        mbr[446 + 12..446 + 16].copy_from_slice(&16384u32.to_le_bytes());
+        mbr[510..].copy_from_slice(&[0x55, 0xAA]);
+        let mut empty = [0u8; 512];
+        empty[510..].copy_from_slice(&[0x55, 0xAA]);
+        let mut boot = mbr;
+        boot[446] = 0x12;
+        let mut xfs = [0u8; 512];
+        xfs[..4].copy_from_slice(b"XFSB");
+        let mut ee_elsewhere = [0u8; 512];
+        ee_elsewhere[446 + 4] = 0xEE;
+        ee_elsewhere[446 + 8..446 + 12].copy_from_slice(&2u32.to_le_bytes());
+        ee_elsewhere[446 + 12..446 + 16].copy_from_slice(&8191u32.to_le_bytes());
+        ee_elsewhere[510..].copy_from_slice(&[0x55, 0xAA]);
+        for (what, lba0) in [("mbr", mbr), ("empty", empty), ("boot", boot), ("xfs", xfs), ("ee", ee_elsewhere)] {
+            for img in [&good, &bad_primary] {
+                let mut img = img.clone();
+                img[..512].copy_from_slice(&lba0);
+                assert!(read(&img).is_none(), "{what}");
+            }
+        }
     }
 
     #[test]
@@ -722,6 +790,8 @@ mod tests {
         s[446 + 12] = 1;
         assert_eq!(classify_mbr(&s), Mbr::Partitioned);
         s[446 + 16 + 4] = 0xEE;
+        assert_eq!(classify_mbr(&s), Mbr::Partitioned, "0xEE not starting at LBA 1: not protective");
+        s[446 + 16 + 8] = 1;
         assert_eq!(classify_mbr(&s), Mbr::Protective);
         s[446] = 0x12;
         assert_eq!(classify_mbr(&s), Mbr::Unknown);

@@ -110,6 +110,21 @@ pub(crate) fn by_id(mounts: &[Mount], id: u64) -> Option<&Mount> {
     mounts.iter().find(|m| m.id == id)
 }
 
+/// Whether a mount is served by a FUSE daemon (`fuse`, `fuseblk`, `fuse.<subtype>`): a lookup
+/// below it waits for that daemon, for ever if it hangs.
+pub(crate) fn is_fuse(m: &Mount) -> bool {
+    m.fstype == "fuse" || m.fstype == "fuseblk" || m.fstype.starts_with("fuse.")
+}
+
+/// A mount's source as a device node path: absolute, below `dev`, and without `.` or `..`
+/// components (so it can't climb out of `dev`); `None` otherwise.
+pub(crate) fn device_source<'a>(source: &'a Path, dev: &Path) -> Option<&'a Path> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = source.as_os_str().as_bytes();
+    let dotted = bytes.split(|&b| b == b'/').any(|c| c == b"." || c == b"..");
+    (source.is_absolute() && !dotted && source.starts_with(dev) && source != dev).then_some(source)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +189,23 @@ mod tests {
         assert_eq!(holding(&m, Path::new("/tmpx")).unwrap().id, 22, "component-wise, not by prefix");
         assert_eq!(by_id(&m, 45).unwrap().mount_point, Path::new("/tmp/kubelet/btr"));
         assert!(by_id(&m, 99).is_none());
+    }
+
+    #[test]
+    fn fuse_mounts_and_device_sources() {
+        let m = parse(SAMPLE.as_bytes()).unwrap();
+        assert!(is_fuse(&m[4]), "fuseblk");
+        assert!(!is_fuse(&m[3]) && !is_fuse(&m[0]));
+        let line = b"60 27 0:50 / /m rw - fuse.sshfs u@h:/x rw\n61 27 0:51 / /n rw - fuse /dev/fuse rw\n";
+        assert!(parse(line).unwrap().iter().all(is_fuse));
+        let dev = Path::new("/dev");
+        assert_eq!(device_source(Path::new("/dev/loop1p1"), dev), Some(Path::new("/dev/loop1p1")));
+        assert_eq!(device_source(Path::new("/dev/mapper/vg-lv"), dev), Some(Path::new("/dev/mapper/vg-lv")));
+        for bad in
+            ["/dev/../etc/x", "/dev/a/../../x", "/dev/./loop0", "/dev/..", "/dev", "/devx/loop0", "dev/loop0", "/tmp/x"]
+        {
+            assert_eq!(device_source(Path::new(bad), dev), None, "{bad}");
+        }
     }
 
     #[test]

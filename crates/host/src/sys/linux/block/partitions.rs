@@ -7,7 +7,15 @@
 //!   with partitions) is left as it is (upstream's rule); a GPT with no partition but Microsoft
 //!   reserved ones gets one in its largest free space (upstream creates one there too). A disk
 //!   with no table but a filesystem or other signature on the whole device is refused with
-//!   FailedPrecondition: upstream would initialise it and lose the data.
+//!   FailedPrecondition: upstream would initialise it and lose the data. A disk in use (the
+//!   exclusive open fails) is never given a new table, nor a primary GPT rewritten.
+//! - **Which GPT is trusted**: the kernel's rule (see `Table::read`): only behind a protective MBR
+//!   in LBA 0, or a blank LBA 0 before a valid primary copy (our own interrupted write). A disk
+//!   whose LBA 0 is a real MBR or another boot sector has no GPT here, however valid a stale one
+//!   behind it: its partitions are the kernel's MBR partitions and are never touched. A GPT whose
+//!   primary copy is invalid is not trusted either when the head of the disk holds a filesystem
+//!   or another signature (a whole-disk filesystem over an old GPT keeps the backup copy at the
+//!   end): PartitionDisk refuses, naming what is there, instead of rewriting LBA 1–33 over it.
 //! - **Telling the kernel**: like `partx -u`, partition by partition with BLKPG (see `blkpg`):
 //!   what the GPT has and the kernel lacks is added, what changed size is resized, what the GPT
 //!   no longer has is removed. Disks without a GPT are not touched (a kernel with an MBR parser
@@ -15,9 +23,11 @@
 //! - **Volume ID**: `\\?\Volume{<GPT partition GUID, lower case>}\`, upstream's shape. The GUID is
 //!   in the table, so the ID survives reboots and rescans and is found by reading the tables of
 //!   the disks. Partitions of MBR disks are not volumes here. An ID found on two disks (a cloned
-//!   disk) is refused rather than guessed.
+//!   disk) is refused rather than guessed, whichever disk was listed last.
 //! - **Rescan**: SCSI scans, LOOP_SET_CAPACITY on loop disks, then every disk's GPT re-read
-//!   from the medium (after BLKFLSBUF) and the kernel told; it writes no disk.
+//!   from the medium (after BLKFLSBUF) and the kernel told; it writes no disk. A failing step
+//!   (a SCSI scan in a container with a read-only /sys, one disk) does not stop the others; the
+//!   error names every failure.
 //! - **Growing**: the backup table moves to the new end of the disk, the partition grows in
 //!   place (its slot, GUID, name and attributes kept), the kernel resizes it (BLKPG works while
 //!   it is mounted). Never shrinks.
@@ -100,9 +110,34 @@ enum Access {
 }
 
 impl OpenDisk {
-    fn table(&self) -> Result<Option<Table>> {
+    /// The GPT as the kernel would read it (see `Table::read`).
+    fn raw_table(&self) -> Result<Option<Table>> {
         Table::read(&self.file, self.lbs, self.size / self.lbs)
             .map_err(|e| Error::io(format!("reading the partition table of {}", self.path.display()), e))
+    }
+
+    /// What the head of the disk holds besides a partition table: a filesystem, swap, LUKS, …
+    fn head_signature(&self) -> Result<Option<&'static str>> {
+        let head = self.read(0, probe::PROBE_LEN)?;
+        Ok(probe::identify(&head).filter(|kind| *kind != "gpt" && *kind != "dos"))
+    }
+
+    /// The GPT to work with: [`Self::raw_table`], except a table read from its backup copy alone
+    /// while the head of the disk holds a signature: a leftover of what the disk held before
+    /// that signature was made on the whole disk, not a table of it.
+    fn table(&self) -> Result<Option<Table>> {
+        let table = self.raw_table()?;
+        if table.as_ref().is_some_and(|t| !t.primary_ok) {
+            if let Some(kind) = self.head_signature()? {
+                tracing::debug!(
+                    "{}: ignoring the backup GPT at its end: the primary is invalid and the disk starts with {}",
+                    self.path.display(),
+                    probe::describe(kind)
+                );
+                return Ok(None);
+            }
+        }
+        Ok(table)
     }
 
     fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
@@ -128,15 +163,31 @@ impl OpenDisk {
     }
 }
 
+/// Where a volume GUID was last seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    On(u32),
+    /// On more than one disk (a cloned disk): no hint, every lookup reads every disk (and
+    /// refuses while the GUID is on several), until a lookup finds it on one disk only.
+    Several,
+}
+
 /// Which disk each volume GUID was last seen on. A lookup tries that disk first instead of
 /// reading the table of every disk: a disk nobody holds open has its page cache dropped at its
 /// last close, so each table read is I/O. Only a hint: the disk's table is read to confirm it.
-static LAST_SEEN: Mutex<BTreeMap<Guid, u32>> = Mutex::new(BTreeMap::new());
+static LAST_SEEN: Mutex<BTreeMap<Guid, Seen>> = Mutex::new(BTreeMap::new());
 
+/// Notes the GUIDs of `disk`'s table. A GUID already seen on another disk loses its hint for
+/// good (`Seen::Several`): the order in which disks are listed must not pick one of two clones.
 fn remember(disk: u32, entries: &[Entry]) {
     let mut seen = LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner());
     for e in entries {
-        seen.insert(e.guid, disk);
+        let hint = match seen.get(&e.guid) {
+            Some(Seen::On(other)) if *other != disk => Seen::Several,
+            Some(Seen::Several) => Seen::Several,
+            _ => Seen::On(disk),
+        };
+        seen.insert(e.guid, hint);
     }
 }
 
@@ -385,6 +436,13 @@ impl Block {
             Error::precondition(format!("{label} has {}-byte sectors; GPT tables are made for 512 and 4096", od.lbs))
         })?;
         let gpt_err = |e: gpt::GptError| Error::internal(format!("writing a GPT to {}: {e}", od.path.display()));
+        // LBA 0 blank first (what is there is replaced by the protective MBR anyway): a GPT is
+        // trusted behind a blank LBA 0, not behind another MBR, so a crash after the GPT write
+        // leaves a table the next PartitionDisk completes.
+        if od.read(0, 512)?.iter().any(|&b| b != 0) {
+            od.write(0, &[0u8; 512])?;
+            od.sync()?;
+        }
         let mut table = gpt::GptConfig::new()
             .writable(true)
             .logical_block_size(lbs)
@@ -400,6 +458,7 @@ impl Block {
         // The GPT first, then LBA 0: a crash in between leaves a valid GPT whose MBR the next
         // PartitionDisk adds.
         table.write().map_err(gpt_err)?;
+        od.sync()?;
         self.write_protective_mbr(od)?;
         od.sync()?;
         od.table()?.ok_or_else(|| Error::internal(format!("{label}: the GPT just written does not read back")))
@@ -419,6 +478,9 @@ impl Block {
     /// blank.
     fn complete_table(&self, disk: &Disk, od: &OpenDisk, table: &mut Table, exclusive: bool) -> Result<()> {
         let label = Self::disk_label(disk);
+        if !exclusive && !table.primary_ok {
+            return Err(Self::busy_primary(&label));
+        }
         let before = extents(table);
         let mut changed = false;
         if table.entries().iter().all(|e| e.type_guid == MICROSOFT_RESERVED) {
@@ -447,14 +509,26 @@ impl Block {
     /// What PartitionDisk has to do with a disk, read without writing: `Some(table)` for a GPT,
     /// `None` for a blank disk; Ok(Err(())) for an MBR table (nothing to do); refusals as errors.
     fn inspect(&self, disk: &Disk, od: &OpenDisk) -> Result<std::result::Result<Option<Table>, ()>> {
-        if let Some(table) = od.table()? {
+        let label = Self::disk_label(disk);
+        if let Some(table) = od.raw_table()? {
+            // Only the backup copy is valid: completing the table would write LBA 1–33. Not
+            // over a filesystem (or anything else) made on the whole disk since that table.
+            if !table.primary_ok {
+                if let Some(kind) = od.head_signature()? {
+                    return Err(Error::precondition(format!(
+                        "{label} ({}) holds {} at its start and a GPT only in its backup copy at its end (the \
+                         primary copy is invalid); refusing to rewrite the table over it (that would destroy it)",
+                        od.path.display(),
+                        probe::describe(kind)
+                    )));
+                }
+            }
             return Ok(Ok(Some(table)));
         }
         let head = od.read(0, probe::PROBE_LEN)?;
         let refuse = |what: String| {
             Err(Error::precondition(format!(
-                "{} has no partition table but {what}; refusing to partition it (that would destroy it)",
-                Self::disk_label(disk)
+                "{label} has no partition table but {what}; refusing to partition it (that would destroy it)"
             )))
         };
         // Signatures first: a filesystem's boot sector can look like an MBR.
@@ -464,10 +538,22 @@ impl Block {
             }
             (_, Mbr::Partitioned) => Ok(Err(())),
             (_, Mbr::Protective) => refuse("a protective MBR whose GPT is unreadable (both headers bad)".into()),
-            (Some("gpt"), _) => refuse("a GPT signature whose headers are unreadable".into()),
             (_, Mbr::Unknown) => refuse("a boot sector that is not a partition table".into()),
+            (Some("gpt"), _) => refuse(
+                "a GPT signature that is no table the kernel reads (no protective MBR in LBA 0, or no valid \
+                 primary header behind a blank one)"
+                    .into(),
+            ),
             _ => Ok(Ok(None)),
         }
+    }
+
+    /// The refusal to rewrite a primary GPT of a disk in use.
+    fn busy_primary(label: &str) -> Error {
+        Error::precondition(format!(
+            "{label} is in use (mounted, or held by another device) and its primary GPT is invalid; refusing to \
+             rewrite it from the backup copy while the disk is in use"
+        ))
     }
 
     /// PartitionDisk on one disk; see the module documentation. The disk is opened for writing
@@ -482,15 +568,20 @@ impl Block {
             Ok(table) => table,
         };
         self.check_writable(disk)?;
+        let in_use = |e: String| {
+            Error::precondition(format!(
+                "{label} is in use (mounted, or held by another device); refusing to write a partition table: {e}"
+            ))
+        };
         let (od, exclusive) = match self.open_disk(disk, Access::Exclusive) {
             Ok(od) => (od, true),
-            Err(Error::FailedPrecondition(_)) if table.is_some() => (self.open_disk(disk, Access::Write)?, false),
-            Err(Error::FailedPrecondition(e)) => {
-                return Err(Error::precondition(format!(
-                    "{label} is in use (mounted, or held by another device); refusing to write a partition \
-                     table: {e}"
-                )))
-            }
+            // In use: only a table with a valid primary copy may be completed (a backup copy
+            // rewritten, a protective MBR added); nothing is created or rewritten at its start.
+            Err(Error::FailedPrecondition(e)) => match &table {
+                Some(t) if t.primary_ok => (self.open_disk(disk, Access::Write)?, false),
+                Some(_) => return Err(Self::busy_primary(&label)),
+                None => return Err(in_use(e)),
+            },
             Err(e) => return Err(e),
         };
         // Again on the descriptor that writes: the disk may have changed in between.
@@ -499,6 +590,9 @@ impl Block {
             Ok(Some(mut table)) => {
                 self.complete_table(disk, &od, &mut table, exclusive)?;
                 table
+            }
+            Ok(None) if !exclusive => {
+                return Err(in_use(format!("its partition table is gone since {} was opened", od.path.display())))
             }
             Ok(None) => self.create_table(disk, &od)?,
         };
@@ -526,28 +620,37 @@ impl Block {
         }
     }
 
-    /// SCSI host scans and capacity re-reads, then every disk refreshed. One disk failing does
-    /// not stop the others; the error names every disk that failed. A disk this process may not
+    /// SCSI host scans and capacity re-reads, then every disk refreshed. A failing step does not
+    /// stop the others (SCSI scans failing, say in a container with a read-only /sys, still leave
+    /// the loop and GPT refresh to do); the error names every failure. A disk this process may not
     /// open at all (EPERM/EACCES: a device cgroup, a sandbox) is skipped and logged: it is not
     /// ours to serve, and it must not make every Rescan fail.
     pub fn rescan(&self) -> Result<()> {
-        self.rescan_scsi()?;
         let mut failed = Vec::new();
-        for disk in self.disks()? {
-            match self.refresh(&disk) {
-                Ok(()) => {}
-                Err(Error::PermissionDenied(e)) => tracing::debug!("rescan: skipping {}: {e}", disk.name),
-                Err(e) => {
-                    tracing::warn!("rescan: {e}");
-                    failed.push(e);
+        if let Err(e) = self.rescan_scsi() {
+            tracing::warn!("rescan: {e}");
+            failed.push(e);
+        }
+        match self.disks() {
+            Ok(disks) => {
+                for disk in disks {
+                    match self.refresh(&disk) {
+                        Ok(()) => {}
+                        Err(Error::PermissionDenied(e)) => tracing::debug!("rescan: skipping {}: {e}", disk.name),
+                        Err(e) => {
+                            tracing::warn!("rescan: {e}");
+                            failed.push(e);
+                        }
+                    }
                 }
             }
+            Err(e) => failed.push(e),
         }
         match failed.len() {
             0 => Ok(()),
             1 => Err(failed.pop().unwrap()),
             n => Err(Error::internal(format!(
-                "rescan failed on {n} disks: {}",
+                "rescan failed ({n} errors): {}",
                 failed.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")
             ))),
         }
@@ -615,6 +718,16 @@ impl Block {
                 found.push(self.volume_of(&disk, &od, &entry, &kernel));
             }
         }
+        // Every disk was read: what was found is the hint now (clearing `Several` once only one
+        // disk has the GUID).
+        {
+            let mut seen = LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner());
+            match &found[..] {
+                [] => seen.remove(&guid),
+                [v] => seen.insert(guid, Seen::On(v.disk)),
+                _ => seen.insert(guid, Seen::Several),
+            };
+        }
         match found.len() {
             0 => Err(Error::not_found(format!("volume {volume_id} not found: no disk has a GPT partition {guid}"))),
             1 => Ok(found.pop().unwrap()),
@@ -627,7 +740,7 @@ impl Block {
 
     /// The volume from the table of the disk it was last seen on, if it is still there.
     fn volume_where_last_seen(&self, guid: &Guid) -> Option<Volume> {
-        let number = *LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner()).get(guid)?;
+        let Seen::On(number) = *LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner()).get(guid)? else { return None };
         let found = (|| {
             let disk = self.disk(number).ok()?;
             let od = self.open_disk(&disk, Access::Read).ok()?;
@@ -668,8 +781,20 @@ impl Block {
         let (mut table, mut entry, mut last) = plan(&od)?;
         if last != entry.last_lba || !table.healthy() {
             self.check_writable(&disk)?;
-            od = self.open_disk(&disk, Access::Write)?;
+            // A primary copy is rewritten from the backup only when nobody holds the disk.
+            let exclusive = !table.primary_ok;
+            od = match self.open_disk(&disk, if exclusive { Access::Exclusive } else { Access::Write }) {
+                Err(Error::FailedPrecondition(_)) if exclusive => return Err(Self::busy_primary(&label)),
+                other => other?,
+            };
             (table, entry, last) = plan(&od)?;
+            if !table.primary_ok && !exclusive {
+                return Err(Error::precondition(format!(
+                    "{label}: its primary GPT turned invalid while volume {} was being grown; refusing to \
+                     rewrite it on a disk that may be in use",
+                    volume.id
+                )));
+            }
             let before = extents(&table);
             table.set_last_lba(entry.number, last);
             table.write(&od.file, &before).map_err(|e| {
@@ -782,6 +907,45 @@ mod tests {
         // A partition already past the last aligned boundary is not shrunk by "all the room".
         let t = table(131072, 2048, 131_038);
         assert_eq!(growth_target(&t, &t.entries()[0], 2048, 0), Ok(131_038));
+    }
+
+    #[test]
+    fn rescan_goes_on_after_a_failed_scsi_scan_and_names_every_failure() {
+        use crate::paths::Roots;
+        use crate::types::FsType;
+        let root = std::env::temp_dir().join(format!("csi-proxy-rescan-sysfs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        // A SCSI host whose scan attribute cannot be written (a directory here; a read-only /sys
+        // in a container).
+        std::fs::create_dir_all(root.join("sys/class/scsi_host/host0/scan")).unwrap();
+        // A virtio disk without its device node: its refresh fails, which shows it was tried.
+        std::fs::create_dir_all(root.join("sys/class/block/vda")).unwrap();
+        std::fs::write(root.join("sys/class/block/vda/dev"), "252:0\n").unwrap();
+        std::fs::write(root.join("sys/class/block/vda/size"), "2048\n").unwrap();
+        std::fs::create_dir_all(root.join("dev")).unwrap();
+        let b = Block::with_roots(&root.join("sys"), &root.join("dev"), Roots::default(), FsType::Ext4);
+        let err = b.rescan().unwrap_err().to_string();
+        let node = root.join("dev/vda").display().to_string();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(err.contains("SCSI rescan failed") && err.contains("host0/scan"), "{err}");
+        assert!(err.contains(&node) && err.contains("2 errors"), "{err}");
+    }
+
+    #[test]
+    fn a_guid_seen_on_two_disks_loses_its_hint_whatever_the_order() {
+        let entry =
+            |g: u8| Entry { number: 1, type_guid: LINUX_FS, guid: Guid([g; 16]), first_lba: 2048, last_lba: 4095 };
+        let hint = |g: u8| LAST_SEEN.lock().unwrap().get(&Guid([g; 16])).copied();
+        // GUIDs of their own (the map is the process's): 0xa1.., 0xa2.., 0xa3..
+        remember(1, &[entry(0xa1)]);
+        remember(1, &[entry(0xa1)]);
+        assert_eq!(hint(0xa1), Some(Seen::On(1)));
+        for (g, order) in [(0xa2, [1, 2, 1]), (0xa3, [2, 1, 2])] {
+            for disk in order {
+                remember(disk, &[entry(g)]);
+            }
+            assert_eq!(hint(g), Some(Seen::Several), "{order:?}");
+        }
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //!
 //! Every tool gets an argv vector (never a shell), stdin from /dev/null, a clean environment
 //! with `LC_ALL=C` (messages we match are English) and a fixed `PATH`; it is looked up in that
-//! `PATH` only, so what runs does not depend on the daemon's environment.
+//! `PATH` only, so what runs does not depend on the daemon's environment. Devices and mount
+//! points reach tools as `/proc/self/fd/N` of descriptors the caller checked ([`FdPath`]).
 
 use crate::types::FsType;
 use crate::{Error, Result};
 use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -29,28 +31,33 @@ pub(crate) fn mkfs_argv(fs: FsType, dev: &Path) -> Vec<OsString> {
     argv(opts, [dev.as_os_str()])
 }
 
-/// How a filesystem is grown to fill its (grown) partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a filesystem is grown to fill its (grown) partition. The tool is given the partition
+/// device or the mount point as [`FdPath::path`] of a descriptor that was checked, never as a
+/// path resolved again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Grow {
     /// ext2/3/4: `resize2fs DEV`, mounted (online: needs CAP_SYS_RESOURCE) or not.
-    Ext { dev: PathBuf },
+    Ext,
     /// xfs: `xfs_growfs MOUNT_POINT`; only while mounted.
-    Xfs { mount_point: PathBuf },
+    Xfs,
     /// btrfs: `btrfs filesystem resize max MOUNT_POINT`; only while mounted.
-    Btrfs { mount_point: PathBuf },
-    /// ntfs: `ntfsresize -f -P DEV` (to the partition's size; `-f` skips its prompt and the
-    /// check of the dirty flag), then [`ntfsfix_argv`]; only while unmounted.
-    Ntfs { dev: PathBuf },
+    Btrfs,
+    /// ntfs: `ntfsresize -f -P DEV` (to the partition's size; `-f` skips its prompt), then
+    /// [`ntfsfix_argv`]; only while unmounted, and only on a volume that was clean before.
+    Ntfs,
 }
 
 impl Grow {
-    pub(crate) fn argv(&self) -> Vec<OsString> {
-        match self {
-            Grow::Ext { dev } => argv(&["resize2fs"], [dev.as_os_str()]),
-            Grow::Xfs { mount_point } => argv(&["xfs_growfs"], [mount_point.as_os_str()]),
-            Grow::Btrfs { mount_point } => argv(&["btrfs", "filesystem", "resize", "max"], [mount_point.as_os_str()]),
-            Grow::Ntfs { dev } => argv(&["ntfsresize", "-f", "-P"], [dev.as_os_str()]),
-        }
+    /// The argv that grows the filesystem; `target` is the device, or for xfs and btrfs the
+    /// mount point.
+    pub(crate) fn argv(self, target: &Path) -> Vec<OsString> {
+        let fixed: &[&str] = match self {
+            Grow::Ext => &["resize2fs"],
+            Grow::Xfs => &["xfs_growfs"],
+            Grow::Btrfs => &["btrfs", "filesystem", "resize", "max"],
+            Grow::Ntfs => &["ntfsresize", "-f", "-P"],
+        };
+        argv(fixed, [target.as_os_str()])
     }
 }
 
@@ -117,9 +124,54 @@ pub(crate) fn output(argv: &[OsString], mut cmd: Command) -> Result<Output> {
     cmd.output().map_err(|e| Error::internal(format!("cannot run {}: {e}", show(argv))))
 }
 
-/// Runs `argv`; its output when it exits with 0.
-pub(crate) fn run(argv: &[OsString]) -> Result<Output> {
-    let out = output(argv, command(argv)?)?;
+/// A descriptor a tool gets as the path `/proc/self/fd/N`: what was checked (a device node's
+/// device number, a mount point's mount ID) is what the tool opens, whatever the path it was
+/// reached by leads to meanwhile. A duplicate numbered above 2 (setting up the child's stdio
+/// can't replace it), close-on-exec in this process, so that children other threads start
+/// don't inherit it; [`output_with`] clears the flag in its own child only.
+pub(crate) struct FdPath {
+    fd: OwnedFd,
+}
+
+impl FdPath {
+    pub(crate) fn new(fd: BorrowedFd<'_>) -> std::io::Result<FdPath> {
+        Ok(FdPath { fd: rustix::io::fcntl_dupfd_cloexec(fd, 3)? })
+    }
+
+    /// `/proc/self/fd/N`, valid in the children of [`output_with`] (and in this process).
+    pub(crate) fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+}
+
+/// Runs `argv` to completion with `fds` open in the child (as [`FdPath::path`]); the borrows
+/// keep them open until the tool has exited.
+pub(crate) fn output_with(argv: &[OsString], fds: &[&FdPath]) -> Result<Output> {
+    let mut cmd = command(argv)?;
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.fd.as_raw_fd()).collect();
+    if !raw.is_empty() {
+        // SAFETY: between fork and exec only fcntl runs, which is async-signal-safe, and the
+        // loop over the vector allocated before the fork allocates nothing; every descriptor
+        // in it is open in the child (fork copies descriptors, and only exec closes
+        // close-on-exec ones; the borrows of `fds` keep them open here until `output` has
+        // returned), and clearing the flag in the child does not affect this process.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                for &fd in &raw {
+                    rustix::io::fcntl_setfd(BorrowedFd::borrow_raw(fd), rustix::io::FdFlags::empty())
+                        .map_err(std::io::Error::from)?;
+                }
+                Ok(())
+            });
+        }
+    }
+    output(argv, cmd)
+}
+
+/// [`output_with`]; its output when it exits with 0, else an Internal error saying what the
+/// tool printed.
+pub(crate) fn run_with(argv: &[OsString], fds: &[&FdPath]) -> Result<Output> {
+    let out = output_with(argv, fds)?;
     if out.status.success() {
         Ok(out)
     } else {
@@ -155,6 +207,7 @@ pub(crate) fn show(argv: &[OsString]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     fn strs(v: Vec<OsString>) -> Vec<String> {
         v.into_iter().map(|s| s.into_string().unwrap()).collect()
@@ -168,14 +221,11 @@ mod tests {
         assert_eq!(strs(mkfs_argv(FsType::Btrfs, dev)), ["mkfs.btrfs", "-q", "/dev/loop0p1"]);
         assert_eq!(strs(mkfs_argv(FsType::Ntfs, dev)), ["mkntfs", "-Q", "-q", "/dev/loop0p1"]);
         // A mount point with spaces or shell syntax stays one argument.
-        let mp = PathBuf::from("/k/a b;$(x)");
-        assert_eq!(strs(Grow::Xfs { mount_point: mp.clone() }.argv()), ["xfs_growfs", "/k/a b;$(x)"]);
-        assert_eq!(
-            strs(Grow::Btrfs { mount_point: mp }.argv()),
-            ["btrfs", "filesystem", "resize", "max", "/k/a b;$(x)"]
-        );
-        assert_eq!(strs(Grow::Ext { dev: dev.into() }.argv()), ["resize2fs", "/dev/loop0p1"]);
-        assert_eq!(strs(Grow::Ntfs { dev: dev.into() }.argv()), ["ntfsresize", "-f", "-P", "/dev/loop0p1"]);
+        let mp = Path::new("/k/a b;$(x)");
+        assert_eq!(strs(Grow::Xfs.argv(mp)), ["xfs_growfs", "/k/a b;$(x)"]);
+        assert_eq!(strs(Grow::Btrfs.argv(mp)), ["btrfs", "filesystem", "resize", "max", "/k/a b;$(x)"]);
+        assert_eq!(strs(Grow::Ext.argv(dev)), ["resize2fs", "/dev/loop0p1"]);
+        assert_eq!(strs(Grow::Ntfs.argv(dev)), ["ntfsresize", "-f", "-P", "/dev/loop0p1"]);
         assert_eq!(strs(e2fsck_argv(dev)), ["e2fsck", "-f", "-p", "/dev/loop0p1"]);
         assert_eq!(strs(ntfsfix_argv(dev)), ["ntfsfix", "-d", "/dev/loop0p1"]);
         assert_eq!(
@@ -193,12 +243,37 @@ mod tests {
 
     #[test]
     fn runs_with_a_clean_environment() {
-        let out = run(&["env".into()]).unwrap();
+        let out = run_with(&["env".into()], &[]).unwrap();
         let env = String::from_utf8(out.stdout).unwrap();
         let mut lines: Vec<&str> = env.lines().collect();
         lines.sort();
         assert_eq!(lines, ["LC_ALL=C", &format!("PATH={SEARCH_PATH}")]);
-        let e = run(&["false".into()]).unwrap_err();
+        let e = run_with(&["false".into()], &[]).unwrap_err();
         assert!(e.to_string().starts_with("false failed (exit status 1)"), "{e}");
+    }
+
+    #[test]
+    fn descriptors_reach_the_tool_and_only_it() {
+        let dir = std::env::temp_dir().join(format!("csi-proxy-fdpath-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("data");
+        std::fs::write(&file, b"through the descriptor").unwrap();
+        let f = std::fs::File::open(&file).unwrap();
+        let arg = FdPath::new(f.as_fd()).unwrap();
+        drop(f);
+        // The name now leads elsewhere; the tool still reads what was opened.
+        std::fs::remove_file(&file).unwrap();
+        std::fs::write(&file, b"replaced").unwrap();
+        let path = arg.path();
+        assert!(path.to_str().unwrap().starts_with("/proc/self/fd/"), "{path:?}");
+        let out = run_with(&["cat".into(), path.clone().into()], &[&arg]).unwrap();
+        assert_eq!(out.stdout, b"through the descriptor");
+        // Close-on-exec here: a child not given it does not have it.
+        let e = run_with(&["cat".into(), path.into()], &[]).unwrap_err();
+        assert!(e.to_string().contains("No such file"), "{e}");
+        // Still close-on-exec in this process after the run.
+        let flags = rustix::io::fcntl_getfd(&arg.fd).unwrap();
+        assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -5,17 +5,20 @@
 //! Semantics (documented in the README), where they differ from upstream's Windows behaviour
 //! (UPSTREAM.md §3.2, §3.7):
 //!
-//! - **IsVolumeFormatted**: our own superblock probe of the partition device (`probe.rs`).
-//!   Any signature it knows counts, not only filesystems: swap, LUKS, LVM, RAID members and
-//!   nested partition tables are "formatted" too, so that nothing is ever formatted over them.
+//! - **IsVolumeFormatted**: our own superblock probe of the partition device (`probe.rs`), at
+//!   its start and its end. Any signature it knows counts, not only filesystems: swap, LUKS,
+//!   LVM, md and firmware RAID members, ZFS pool members, bcache and nested partition tables
+//!   (a backup GPT header too) are "formatted", so that nothing is ever formatted over them.
 //! - **FormatVolume**: mkfs of `-linux-fs-type` with an argv vector. A volume that holds any
 //!   signature is never formatted: FailedPrecondition naming the volume and what is on it
 //!   (upstream formats with Force and loses the data).
 //! - **MountVolume**: mount(2) of the partition at the target directory, which obeys the
-//!   filesystem group's containment ([`super::super::fs::Filesystem::contained_dir`]); the mount
-//!   is attached to the directory descriptor that was checked (`fsmount` + `move_mount`), never
-//!   to a re-resolved path. The filesystem type comes from the probe; NTFS through the kernel's
-//!   `ntfs3` where the kernel has it, else `ntfs-3g` (FUSE). Already mounted there: success.
+//!   filesystem group's containment ([`super::super::fs::Filesystem::contained_dir`]) and is not
+//!   a root itself (PermissionDenied); the mount is attached to the directory descriptor that
+//!   was checked (`fsmount` + `move_mount`), never to a re-resolved path, once its device was
+//!   checked to be the volume's. The filesystem type comes from the probe; NTFS through the
+//!   kernel's `ntfs3` where the kernel has it, else `ntfs-3g` (FUSE). Already mounted there:
+//!   success.
 //!   The volume mounted elsewhere, or the target holding another mount, or a non-empty target
 //!   (as upstream, which mounts only on an empty directory): FailedPrecondition naming it.
 //! - **UnmountVolume**: syncfs, then umount. Nothing mounted at the target (or no target):
@@ -26,10 +29,14 @@
 //!   (upstream answers for unmounted volumes too).
 //! - **ResizeVolume(size)**: grows the partition, then the filesystem in it — ext2/3/4 with
 //!   `resize2fs` (mounted or not; online needs CAP_SYS_RESOURCE), xfs with `xfs_growfs` and btrfs
-//!   with `btrfs filesystem resize max` (both only mounted), NTFS with `ntfsresize` then
-//!   `ntfsfix -d` (only unmounted; ntfsresize leaves the volume marked dirty, which the kernel's
-//!   ntfs3 refuses to mount). How the request combines with upstream's 100 MiB rule, against the partition's
-//!   current size P:
+//!   with `btrfs filesystem resize max` (both only mounted, given the checked mount as
+//!   `/proc/self/fd/N`), NTFS with `ntfsresize` then `ntfsfix -d` (only unmounted; ntfsresize
+//!   leaves the volume marked dirty, which the kernel's ntfs3 refuses to mount). An NTFS volume
+//!   dirty before is refused (FailedPrecondition), not resized and cleaned. Offline growth
+//!   (ext unmounted, NTFS) first opens the partition exclusively: a filesystem mounted in
+//!   another mount namespace, invisible in our mountinfo, makes it FailedPrecondition ("in use
+//!   elsewhere"). How the request combines with upstream's 100 MiB rule, against the
+//!   partition's current size P:
 //!   - `0`: the partition grows over all the free space after it;
 //!   - more than P + 100 MiB: the partition grows to `size`;
 //!   - within 100 MiB of P either way: the partition is left as it is (upstream's no-op rule;
@@ -50,7 +57,15 @@
 //!   partition device (which flushes the device's write cache).
 //!
 //! A mount's device is its mountinfo `major:minor`, or, where that is an anonymous device
-//! (major 0, as btrfs shows), the device node named as its source.
+//! (major 0, as btrfs shows), the device node named as its source — for btrfs (and fuseblk)
+//! only, a source below `/dev` without `..`, not on a FUSE mount, its final link not followed.
+//!
+//! The partition device: every call that touches it opens `/dev/<name>` and checks the node's
+//! device number against sysfs (a static or copied `/dev` can hold stale nodes of other
+//! partitions), then works through that descriptor; tools (mkfs, resize2fs, e2fsck,
+//! ntfsresize, ntfsfix, ntfs-3g) get it as `/proc/self/fd/N`. The kernel's mount gets the
+//! node's path (mountinfo shows it), and the new mount's device is checked before it is
+//! attached.
 
 use super::mountinfo::{self, Mount};
 use super::probe;
@@ -115,7 +130,7 @@ impl Block {
                 "{target_path} is not a mounted folder: no volume is mounted at {canonical}"
             )));
         };
-        match self.mount_device(m).map(|d| self.volume_of_device(d)).transpose()?.flatten() {
+        match self.mount_device(m, &mounts).map(|d| self.volume_of_device(d)).transpose()?.flatten() {
             Some(v) => Ok(v.id),
             None => Err(Error::not_found(format!(
                 "{target_path} is not a mounted folder of a volume: {} is mounted there",
@@ -140,7 +155,7 @@ impl Block {
         let mut at = mount_holding(&dir, &canonical, &mounts)?;
         for _ in 0..MAX_MOUNT_DEPTH {
             let Some(m) = at else { break };
-            if let Some(v) = self.mount_device(m).map(|d| self.volume_of_device(d)).transpose()?.flatten() {
+            if let Some(v) = self.mount_device(m, &mounts).map(|d| self.volume_of_device(d)).transpose()?.flatten() {
                 return Ok(v.id);
             }
             if m.parent == m.id {
@@ -156,43 +171,75 @@ impl Block {
     /// What our superblock probe finds on the volume's partition device: a blkid-style type
     /// name, or `None` when it is blank as far as we can tell.
     pub fn filesystem_on(&self, v: &Volume) -> Result<Option<&'static str>> {
-        probe::probe(&mut &self.open_for_probe(v)?).map_err(|e| Error::io(format!("reading {}", label(v)), e))
+        self.probe_device(v, &self.open_device(v)?)
     }
 
-    /// The first [`probe::PROBE_LEN`] bytes of the volume's partition device (fewer if it is
-    /// smaller).
-    fn read_head(&self, v: &Volume) -> Result<Vec<u8>> {
-        let mut head = Vec::with_capacity(probe::PROBE_LEN);
-        std::io::Read::read_to_end(
-            &mut std::io::Read::take(self.open_for_probe(v)?, probe::PROBE_LEN as u64),
-            &mut head,
-        )
-        .map_err(|e| Error::io(format!("reading {}", label(v)), e))?;
-        Ok(head)
+    /// [`Self::filesystem_on`] through a checked device: its start and end are read past stale
+    /// cache (what the page cache holds of them is dropped, so that a write through the whole
+    /// disk, a different cache, can't hide behind stale pages; dirty pages are kept).
+    fn probe_device(&self, v: &Volume, device: &Device) -> Result<Option<&'static str>> {
+        let f = &device.file;
+        let size = rustix::fs::seek(f, rustix::fs::SeekFrom::End(0))
+            .map_err(|e| Error::io(format!("reading {}", label(v)), e.into()))?;
+        let tail = probe::tail_start(size);
+        for (start, len) in [(0, probe::PROBE_LEN as u64), (tail, size - tail)] {
+            let _ = rustix::fs::fadvise(f, start, std::num::NonZeroU64::new(len), rustix::fs::Advice::DontNeed);
+        }
+        probe::probe(&mut &device.file).map_err(|e| Error::io(format!("reading {}", label(v)), e))
     }
 
-    /// The volume's partition device opened for reading its start past stale cache: what the
-    /// page cache holds of the start is dropped, so that a write through the whole disk (a
-    /// different cache) can't hide behind stale pages. Dirty pages are kept.
-    fn open_for_probe(&self, v: &Volume) -> Result<std::fs::File> {
-        require_device(v)?;
-        let deadline = Instant::now() + NODE_WAIT;
-        let f = loop {
-            match std::fs::File::open(&v.node) {
-                Ok(f) => break f,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                Err(e) => return Err(Error::io(format!("opening {}", label(v)), e)),
-            }
-        };
+    /// The first [`probe::PROBE_LEN`] bytes of the checked device (fewer if it is smaller).
+    fn read_head(&self, v: &Volume, device: &Device) -> Result<Vec<u8>> {
         let _ = rustix::fs::fadvise(
-            &f,
+            &device.file,
             0,
             std::num::NonZeroU64::new(probe::PROBE_LEN as u64),
             rustix::fs::Advice::DontNeed,
         );
-        Ok(f)
+        probe::read_at(&mut &device.file, 0, probe::PROBE_LEN)
+            .map_err(|e| Error::io(format!("reading {}", label(v)), e))
+    }
+
+    /// The volume's partition device `/dev/<name>`, opened and checked to be the block device
+    /// the kernel has for the partition (sysfs `dev`): a static or copied `/dev` can hold stale
+    /// nodes whose numbers now belong to another partition. Everything done to the device goes
+    /// through this descriptor (tools get it as `/proc/self/fd/N`). Where udev runs, a node is
+    /// briefly missing or stale after the kernel re-read a partition table: both are waited for
+    /// up to [`NODE_WAIT`].
+    fn open_device(&self, v: &Volume) -> Result<Device> {
+        require_device(v)?;
+        let deadline = Instant::now() + NODE_WAIT;
+        loop {
+            let want = self.devnum_of(v)?;
+            let file = match std::fs::File::open(&v.node) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                Err(e) => return Err(Error::io(format!("opening {}", label(v)), e)),
+            };
+            let st = rustix::fs::fstat(&file).map_err(|e| Error::io(format!("checking {}", label(v)), e.into()))?;
+            let block = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice;
+            let got = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+            if block && got == want {
+                return Ok(Device { file, num: want });
+            }
+            if Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            let what = if block { format!("block device {}:{}", got.0, got.1) } else { "not a block device".into() };
+            return Err(Error::precondition(format!(
+                "refusing to use {}: the device node {} is {what}, but the kernel's partition {} is block \
+                 device {}:{} (a stale or copied /dev?)",
+                label(v),
+                v.node.display(),
+                v.name,
+                want.0,
+                want.1
+            )));
+        }
     }
 
     /// IsVolumeFormatted on a resolved volume.
@@ -202,7 +249,8 @@ impl Block {
 
     /// FormatVolume on a resolved volume.
     pub fn format(&self, v: &Volume) -> Result<()> {
-        if let Some(kind) = self.filesystem_on(v)? {
+        let device = self.open_device(v)?;
+        if let Some(kind) = self.probe_device(v, &device)? {
             return Err(Error::precondition(format!(
                 "{} already holds {}; FormatVolume never formats over existing data \
                  (wipe the volume first if that is what you mean)",
@@ -210,19 +258,15 @@ impl Block {
                 probe::describe(kind)
             )));
         }
-        // Nothing may hold the device open exclusively (a mount we can't recognise, a RAID or
-        // device-mapper user); mkfs would fail less clearly.
-        match rustix::fs::open(&v.node, OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC, Mode::empty()) {
-            Ok(fd) => drop(fd),
-            Err(Errno::BUSY) => {
-                return Err(Error::precondition(format!("{} is in use (mounted or held by another device)", label(v))))
-            }
-            Err(e) => return Err(Error::io(format!("opening {}", label(v)), e.into())),
-        }
-        let argv = tools::mkfs_argv(self.fs_type, &v.node);
-        tracing::info!(volume = %v.id, argv = %tools::show(&argv), "formatting");
-        tools::run(&argv)?;
-        let made = self.filesystem_on(v)?;
+        // Nothing may hold the device open exclusively (a mount we can't recognise or can't
+        // see, a RAID or device-mapper user); mkfs would fail less clearly, or not at all.
+        check_unused(v, &device, "refusing to format it")?;
+        let dev_arg = fd_path(v, &device)?;
+        let argv = tools::mkfs_argv(self.fs_type, &dev_arg.path());
+        tracing::info!(volume = %v.id, node = %v.node.display(), argv = %tools::show(&argv), "formatting");
+        tools::run_with(&argv, &[&dev_arg]).map_err(|e| about(v, e))?;
+        drop(dev_arg);
+        let made = self.probe_device(v, &device)?;
         let expected = match self.fs_type {
             FsType::Ext4 => "ext4",
             other => other.name(),
@@ -241,10 +285,12 @@ impl Block {
     /// MountVolume on a resolved volume.
     pub fn mount(&self, v: &Volume, target_path: &str) -> Result<()> {
         let (dir, canonical) = self.fs.contained_dir(target_path)?;
-        let dev = self.devnum_of(v)?;
+        self.refuse_root(v, target_path, &canonical)?;
+        let device = self.open_device(v)?;
+        let dev = device.num;
         let mounts = read_mounts()?;
         if let Some(m) = mount_rooted_at(&dir, &canonical, &mounts)? {
-            if self.mount_device(m) == Some(dev) {
+            if self.mount_device(m, &mounts) == Some(dev) {
                 return Ok(());
             }
             return Err(Error::precondition(format!(
@@ -253,7 +299,7 @@ impl Block {
                 describe_mount(m)
             )));
         }
-        if let Some(m) = mounts.iter().find(|m| self.mount_device(m) == Some(dev)) {
+        if let Some(m) = mounts.iter().find(|m| self.mount_device(m, &mounts) == Some(dev)) {
             return Err(Error::precondition(format!(
                 "cannot mount {} at {target_path}: it is already mounted at {}; unmount it there first",
                 label(v),
@@ -266,7 +312,7 @@ impl Block {
                 label(v)
             )));
         }
-        let kind = self.filesystem_on(v)?.ok_or_else(|| {
+        let kind = self.probe_device(v, &device)?.ok_or_else(|| {
             Error::precondition(format!("cannot mount {}: it holds no filesystem; format it first", label(v)))
         })?;
         let fstype = mount_type(kind).ok_or_else(|| {
@@ -277,22 +323,63 @@ impl Block {
             ))
         })?;
         tracing::info!(volume = %v.id, target = %canonical, fstype, "mounting");
+        // The kernel is given the node's path (what mountinfo shows as the source; a
+        // `/proc/self/fd/N` there would mislead every reader of it), checked above and held open
+        // meanwhile; the new mount's device is checked again before it is attached. btrfs shows
+        // an anonymous device there, so its mount is not checked again.
         let mounted = match fstype {
-            "ntfs" => match kernel_mount("ntfs3", &v.node, &dir) {
-                Err((Errno::NODEV, _)) => return self.ntfs3g_mount(v, &dir, target_path),
+            "ntfs" => match kernel_mount("ntfs3", &v.node, &dir, Some(dev)) {
+                Err(MountError::Os(Errno::NODEV, _)) => return self.ntfs3g_mount(v, &device, &dir, target_path),
                 other => other,
             },
-            t => kernel_mount(t, &v.node, &dir),
+            "btrfs" => kernel_mount("btrfs", &v.node, &dir, None),
+            t => kernel_mount(t, &v.node, &dir, Some(dev)),
         };
-        mounted.map_err(|(errno, detail)| {
-            let msg =
-                format!("mounting {} ({kind}) at {target_path}: {}{detail}", label(v), std::io::Error::from(errno));
-            match errno {
-                Errno::BUSY | Errno::ROFS | Errno::ACCESS | Errno::INVAL | Errno::NODEV => Error::precondition(msg),
-                Errno::PERM => Error::denied(msg),
-                _ => Error::internal(msg),
+        drop(device);
+        mounted.map_err(|e| match e {
+            MountError::Os(errno, detail) => {
+                let msg =
+                    format!("mounting {} ({kind}) at {target_path}: {}{detail}", label(v), std::io::Error::from(errno));
+                match errno {
+                    Errno::BUSY | Errno::ROFS | Errno::ACCESS | Errno::INVAL | Errno::NODEV => Error::precondition(msg),
+                    Errno::PERM => Error::denied(msg),
+                    _ => Error::internal(msg),
+                }
             }
+            MountError::Device(got) => Error::precondition(format!(
+                "mounting {} at {target_path}: the kernel mounted a filesystem of device {}:{} from {}, not the \
+                 volume's {}:{}; nothing was mounted",
+                label(v),
+                got.0,
+                got.1,
+                v.node.display(),
+                dev.0,
+                dev.1
+            )),
         })
+    }
+
+    /// MountVolume never mounts over a containment root itself (everything below it would be
+    /// hidden). The filesystem group does not expose its roots, so a root is told by its
+    /// parent: a contained directory whose parent is outside every root is a root. (A root
+    /// nested inside another root is not told apart this way.)
+    fn refuse_root(&self, v: &Volume, target_path: &str, canonical: &str) -> Result<()> {
+        let is_root = match Path::new(canonical).parent().and_then(Path::to_str) {
+            None => true,
+            Some(parent) => match self.fs.contained_dir(parent) {
+                Ok(_) => false,
+                Err(Error::PermissionDenied(_)) => true,
+                Err(e) => return Err(e),
+            },
+        };
+        if is_root {
+            return Err(Error::denied(format!(
+                "refusing to mount {} at {target_path}: {canonical} is one of the working directories itself; \
+                 mount it in a directory below",
+                label(v)
+            )));
+        }
+        Ok(())
     }
 
     /// UnmountVolume on a resolved volume.
@@ -305,7 +392,7 @@ impl Block {
         };
         let mounts = read_mounts()?;
         let Some(m) = mount_rooted_at(&dir, &canonical, &mounts)? else { return Ok(()) };
-        if self.mount_device(m) != Some(dev) {
+        if self.mount_device(m, &mounts) != Some(dev) {
             return Err(Error::precondition(format!(
                 "{target_path} has {} mounted, not {}; left alone",
                 describe_mount(m),
@@ -375,8 +462,8 @@ impl Block {
                 reopen(&fd).map_err(|e| Error::io(format!("opening {}", m.mount_point.display()), e.into()))?;
             return rustix::fs::syncfs(&readable).map_err(|e| Error::io(format!("flushing {}", label(v)), e.into()));
         }
-        let f = std::fs::File::open(&v.node).map_err(|e| Error::io(format!("opening {}", label(v)), e))?;
-        f.sync_all().map_err(|e| Error::io(format!("flushing {}", label(v)), e))
+        let device = self.open_device(v)?;
+        device.file.sync_all().map_err(|e| Error::io(format!("flushing {}", label(v)), e))
     }
 
     /// ResizeVolume on a resolved volume.
@@ -393,33 +480,47 @@ impl Block {
             }
             _ => None,
         };
-        let kind = self.filesystem_on(v)?;
-        let dev = self.devnum_of(v)?;
+        let device = self.open_device(v)?;
+        let kind = self.probe_device(v, &device)?;
         let mounts = read_mounts()?;
-        let mounted = self.open_mount_of(dev, &mounts).map(|(m, _)| m.mount_point.clone());
-        let plan = kind.map(|k| grow_plan(v, k, mounted.as_deref()));
+        // The mount, and an `O_PATH` descriptor of it whose mount ID was checked: what
+        // xfs_growfs and btrfs are given.
+        let mounted = self.open_mount_of(device.num, &mounts);
+        let mount_point = mounted.as_ref().map(|(m, _)| m.mount_point.clone());
+        let plan = kind.map(|k| grow_plan(v, k, mounted.is_some()));
         // A growth asked for explicitly is refused before the partition changes when the
         // filesystem could not follow it in its present state.
         if let (Some(1..), Some(plan)) = (grow_to, &plan) {
-            match (plan, &mounted) {
-                (Err(e), _) => return Err(Error::precondition(format!("{e}; nothing was changed"))),
-                (Ok(Grow::Ext { .. }), Some(mp)) if !has_capability(CAP_SYS_RESOURCE) => {
-                    return Err(Error::precondition(format!("{}; nothing was changed", ext_online_refused(v, mp))))
+            let refusal = match (plan, &mount_point) {
+                (Err(e), _) => Some(e.to_string()),
+                (Ok(Grow::Ext), Some(mp)) if !has_capability(CAP_SYS_RESOURCE) => {
+                    Some(ext_online_refused(v, mp).to_string())
                 }
-                _ => {}
+                (Ok(g), None) => match offline_ready(v, &device, *g) {
+                    Ok(()) => None,
+                    Err(Error::FailedPrecondition(why)) => Some(why),
+                    Err(e) => return Err(e),
+                },
+                _ => None,
+            };
+            if let Some(why) = refusal {
+                return Err(Error::precondition(format!("{why}; nothing was changed")));
             }
         }
         let before = v.size;
-        let v = match grow_to {
+        let (v, device) = match grow_to {
             Some(s) => {
                 tracing::info!(volume = %v.id, size = s, "growing the partition");
-                self.grow_partition(v, s)?
+                let v = self.grow_partition(v, s)?;
+                // Checked again: the kernel's partition may have been replaced.
+                let device = self.open_device(&v)?;
+                (v, device)
             }
-            None => v.clone(),
+            None => (v.clone(), device),
         };
         let (Some(kind), Some(plan)) = (kind, plan) else { return Ok(()) };
         // A filesystem that already fills its partition has nothing to grow, whatever its state.
-        let fs_size = probe::fs_size(kind, &self.read_head(&v)?);
+        let fs_size = probe::fs_size(kind, &self.read_head(&v, &device)?);
         if fs_size.is_some_and(|f| f.saturating_add(FILLED_SLACK) >= v.size) {
             return Ok(());
         }
@@ -430,14 +531,34 @@ impl Block {
                 v.size
             ))
         })?;
-        tracing::info!(volume = %v.id, argv = %tools::show(&plan.argv()), "growing the filesystem");
-        match plan {
-            Grow::Ext { ref dev } => grow_ext(&v, dev, mounted.as_deref()),
-            Grow::Ntfs { ref dev } => {
-                tools::run(&plan.argv())?;
-                tools::run(&tools::ntfsfix_argv(dev)).map(drop)
+        let dev_arg = fd_path(&v, &device)?;
+        match (plan, &mounted) {
+            (Grow::Ext, Some((m, _))) => {
+                tracing::info!(volume = %v.id, mount_point = %m.mount_point.display(), "growing the filesystem online");
+                grow_ext(&v, &dev_arg, Some(&m.mount_point))
             }
-            other => tools::run(&other.argv()).map(drop),
+            (Grow::Ext, None) => {
+                offline_ready(&v, &device, plan)?;
+                tracing::info!(volume = %v.id, node = %v.node.display(), "growing the filesystem offline");
+                grow_ext(&v, &dev_arg, None)
+            }
+            (Grow::Ntfs, _) => {
+                // ntfsresize leaves the volume marked dirty (a chkdsk request for Windows), which
+                // the kernel's ntfs3 refuses to mount; ntfsfix -d clears it. offline_ready made
+                // sure the volume was clean before, so nothing is hidden by that.
+                offline_ready(&v, &device, plan)?;
+                tracing::info!(volume = %v.id, node = %v.node.display(), "growing the filesystem offline");
+                tools::run_with(&plan.argv(&dev_arg.path()), &[&dev_arg]).map_err(|e| about(&v, e))?;
+                tools::run_with(&tools::ntfsfix_argv(&dev_arg.path()), &[&dev_arg]).map_err(|e| about(&v, e))?;
+                Ok(())
+            }
+            (g, Some((m, fd))) => {
+                let mp_arg = tools::FdPath::new(fd.as_fd())
+                    .map_err(|e| Error::io(format!("duplicating a descriptor of {}", m.mount_point.display()), e))?;
+                tracing::info!(volume = %v.id, mount_point = %m.mount_point.display(), "growing the filesystem online");
+                tools::run_with(&g.argv(&mp_arg.path()), &[&mp_arg]).map(drop).map_err(|e| about(&v, e))
+            }
+            (g, None) => Err(Error::internal(format!("{g:?} growth of {} planned while unmounted", label(&v)))),
         }
     }
 
@@ -453,15 +574,21 @@ impl Block {
     }
 
     /// The block device a mount is on, if it is on one.
-    fn mount_device(&self, m: &Mount) -> Option<DevNum> {
+    fn mount_device(&self, m: &Mount, mounts: &[Mount]) -> Option<DevNum> {
         if m.major != 0 {
             return Some((m.major, m.minor));
         }
-        // An anonymous device (btrfs): the device node named as the source.
-        if !m.source.starts_with(&self.dev) {
+        // An anonymous device: btrfs (or fuseblk, should it show one) names its device node as
+        // the source. Any other source is whatever its filesystem chose to show, never looked up.
+        if !matches!(m.fstype.as_str(), "btrfs" | "fuseblk") {
             return None;
         }
-        let st = rustix::fs::stat(&m.source).ok()?;
+        let source = mountinfo::device_source(&m.source, &self.dev)?;
+        // Not through a FUSE filesystem, whose daemon could keep a lookup waiting for ever.
+        if mountinfo::holding(mounts, source).is_some_and(mountinfo::is_fuse) {
+            return None;
+        }
+        let st = rustix::fs::statat(rustix::fs::CWD, source, AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT).ok()?;
         (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice)
             .then(|| (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)))
     }
@@ -469,7 +596,7 @@ impl Block {
     /// A mount of `dev` that can be reached through its mount point, and a descriptor of it;
     /// the most recent first.
     fn open_mount_of<'m>(&self, dev: DevNum, mounts: &'m [Mount]) -> Option<(&'m Mount, OwnedFd)> {
-        mounts.iter().rev().filter(|m| self.mount_device(m) == Some(dev)).find_map(|m| {
+        mounts.iter().rev().filter(|m| self.mount_device(m, mounts) == Some(dev)).find_map(|m| {
             let fd = rustix::fs::open(
                 &m.mount_point,
                 OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -511,34 +638,90 @@ impl Block {
         Ok(self.volumes_of(&disk)?.into_iter().find(|v| v.name.as_str() == part))
     }
 
-    /// Mounts NTFS with ntfs-3g (FUSE) onto the directory descriptor, which the child gets as
-    /// `/proc/self/fd/N`.
-    fn ntfs3g_mount(&self, v: &Volume, dir: &OwnedFd, target_path: &str) -> Result<()> {
-        // Above 2, so that setting up the child's stdio can't replace it.
-        let fd = rustix::io::fcntl_dupfd_cloexec(dir, 3).map_err(|e| io_err(target_path, "duplicating", e))?;
-        let raw = fd.as_raw_fd();
-        let argv = tools::ntfs3g_argv(&v.node, Path::new(&format!("/proc/self/fd/{raw}")));
-        let mut cmd = tools::command(&argv)?;
-        // SAFETY: between fork and exec only fcntl runs, which is async-signal-safe and
-        // allocates nothing; `raw` is open in the child (fork copies descriptors, and only exec
-        // closes close-on-exec ones), and clearing the flag there affects only the child.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                rustix::io::fcntl_setfd(BorrowedFd::borrow_raw(raw), rustix::io::FdFlags::empty())
-                    .map_err(std::io::Error::from)
-            });
-        }
-        let out = tools::output(&argv, cmd)?;
-        drop(fd);
+    /// Mounts NTFS with ntfs-3g (FUSE) onto the directory descriptor; the child gets it and
+    /// the checked device as `/proc/self/fd/N`. (ntfs-3g shows the device under the name the
+    /// descriptor was opened by, so mountinfo names the node.)
+    fn ntfs3g_mount(&self, v: &Volume, device: &Device, dir: &OwnedFd, target_path: &str) -> Result<()> {
+        let dev_arg = fd_path(v, device)?;
+        let dir_arg =
+            tools::FdPath::new(dir.as_fd()).map_err(|e| Error::io(format!("duplicating {target_path}"), e))?;
+        let argv = tools::ntfs3g_argv(&dev_arg.path(), &dir_arg.path());
+        let out = tools::output_with(&argv, &[&dev_arg, &dir_arg])?;
         if !out.status.success() {
-            return Err(Error::internal(tools::failure(&argv, &out)));
+            return Err(Error::internal(format!("{}: {}", label(v), tools::failure(&argv, &out))));
         }
         Ok(())
     }
 }
 
+/// The volume's partition device, opened and checked by [`Block::open_device`].
+struct Device {
+    file: std::fs::File,
+    /// Its device number, as sysfs and the node agree.
+    num: DevNum,
+}
+
+/// The checked device as a tool argument.
+fn fd_path(v: &Volume, device: &Device) -> Result<tools::FdPath> {
+    tools::FdPath::new(device.file.as_fd())
+        .map_err(|e| Error::io(format!("duplicating a descriptor of {}", label(v)), e))
+}
+
+/// FailedPrecondition when something holds the device exclusively: a mount (in this mount
+/// namespace or any other — mountinfo shows only ours), a RAID or device-mapper user. Opens
+/// the checked device again, exclusively, and lets go at once.
+fn check_unused(v: &Volume, device: &Device, refusing: &str) -> Result<()> {
+    let again = format!("/proc/self/fd/{}", device.file.as_raw_fd());
+    match rustix::fs::open(again.as_str(), OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => {
+            drop(fd);
+            Ok(())
+        }
+        Err(Errno::BUSY) => Err(Error::precondition(format!(
+            "{} is in use elsewhere (mounted, possibly in another mount namespace, or held by another device); \
+             {refusing}",
+            label(v)
+        ))),
+        Err(e) => Err(Error::io(format!("opening {} exclusively", label(v)), e.into())),
+    }
+}
+
+/// What growing an unmounted filesystem with a tool that writes the device needs: nothing else
+/// using the device ([`check_unused`]: the filesystem may be mounted in another mount
+/// namespace), and, for NTFS, a clean volume — ntfsresize would resize a dirty one and the
+/// ntfsfix after it would hide that it was dirty.
+fn offline_ready(v: &Volume, device: &Device, plan: Grow) -> Result<()> {
+    check_unused(v, device, "refusing to grow its filesystem offline")?;
+    if plan != Grow::Ntfs {
+        return Ok(());
+    }
+    let dirty = probe::ntfs_dirty(&mut &device.file).map_err(|e| Error::io(format!("reading {}", label(v)), e))?;
+    match dirty {
+        Some(false) => Ok(()),
+        Some(true) => Err(Error::precondition(format!(
+            "cannot grow the NTFS filesystem on {}: it is marked dirty (not cleanly unmounted, or a consistency \
+             check is pending); have it checked first (chkdsk /f on Windows, or ntfsfix), then call ResizeVolume \
+             again",
+            label(v)
+        ))),
+        None => Err(Error::precondition(format!(
+            "cannot grow the NTFS filesystem on {}: its $Volume record can't be read to tell whether it is clean",
+            label(v)
+        ))),
+    }
+}
+
+/// A tool's error about `v`, naming the volume (tools name the device as `/proc/self/fd/N`).
+fn about(v: &Volume, e: Error) -> Error {
+    match e {
+        Error::Internal(msg) => Error::Internal(format!("{}: {msg}", label(v))),
+        Error::FailedPrecondition(msg) => Error::FailedPrecondition(format!("{}: {msg}", label(v))),
+        other => other,
+    }
+}
+
 /// How to grow the filesystem `kind` on `v` in its present state, or why it can't be.
-fn grow_plan(v: &Volume, kind: &str, mounted: Option<&Path>) -> Result<Grow> {
+fn grow_plan(v: &Volume, kind: &str, mounted: bool) -> Result<Grow> {
     let needs = |state: &str| {
         Error::precondition(format!(
             "cannot grow the {kind} filesystem on {}: it can be grown only while {state}",
@@ -546,12 +729,12 @@ fn grow_plan(v: &Volume, kind: &str, mounted: Option<&Path>) -> Result<Grow> {
         ))
     };
     match (kind, mounted) {
-        ("ext2" | "ext3" | "ext4", _) => Ok(Grow::Ext { dev: v.node.clone() }),
-        ("xfs", Some(mp)) => Ok(Grow::Xfs { mount_point: mp.to_path_buf() }),
-        ("btrfs", Some(mp)) => Ok(Grow::Btrfs { mount_point: mp.to_path_buf() }),
-        ("xfs" | "btrfs", None) => Err(needs("mounted; mount it")),
-        ("ntfs", None) => Ok(Grow::Ntfs { dev: v.node.clone() }),
-        ("ntfs", Some(_)) => Err(needs("unmounted; unmount it")),
+        ("ext2" | "ext3" | "ext4", _) => Ok(Grow::Ext),
+        ("xfs", true) => Ok(Grow::Xfs),
+        ("btrfs", true) => Ok(Grow::Btrfs),
+        ("xfs" | "btrfs", false) => Err(needs("mounted; mount it")),
+        ("ntfs", false) => Ok(Grow::Ntfs),
+        ("ntfs", true) => Err(needs("unmounted; unmount it")),
         (other, _) => Err(Error::precondition(format!(
             "cannot resize {}: it holds {}, which ResizeVolume does not grow",
             label(v),
@@ -560,12 +743,12 @@ fn grow_plan(v: &Volume, kind: &str, mounted: Option<&Path>) -> Result<Grow> {
     }
 }
 
-/// resize2fs, with the e2fsck it may ask for first when unmounted; the missing capability for
-/// an online resize is a FailedPrecondition.
-fn grow_ext(v: &Volume, dev: &Path, mounted: Option<&Path>) -> Result<()> {
-    let argv = Grow::Ext { dev: dev.to_path_buf() }.argv();
+/// resize2fs on the checked device, with the e2fsck it may ask for first when unmounted; the
+/// missing capability for an online resize is a FailedPrecondition.
+fn grow_ext(v: &Volume, dev: &tools::FdPath, mounted: Option<&Path>) -> Result<()> {
+    let argv = Grow::Ext.argv(&dev.path());
     for attempt in 0..2 {
-        let out = tools::output(&argv, tools::command(&argv)?)?;
+        let out = tools::output_with(&argv, &[dev])?;
         if out.status.success() {
             return Ok(());
         }
@@ -574,15 +757,15 @@ fn grow_ext(v: &Volume, dev: &Path, mounted: Option<&Path>) -> Result<()> {
             return Err(ext_online_refused(v, mp));
         }
         if attempt == 0 && mounted.is_none() && text.contains("Please run 'e2fsck -f") {
-            let fsck = tools::e2fsck_argv(dev);
-            let out = tools::output(&fsck, tools::command(&fsck)?)?;
+            let fsck = tools::e2fsck_argv(&dev.path());
+            let out = tools::output_with(&fsck, &[dev])?;
             // 0: clean, 1: errors corrected; anything else needs a human.
             if !matches!(out.status.code(), Some(0 | 1)) {
-                return Err(Error::precondition(tools::failure(&fsck, &out)));
+                return Err(Error::precondition(format!("{}: {}", label(v), tools::failure(&fsck, &out))));
             }
             continue;
         }
-        return Err(Error::internal(tools::failure(&argv, &out)));
+        return Err(Error::internal(format!("{}: {}", label(v), tools::failure(&argv, &out))));
     }
     unreachable!("the loop returns on its second attempt")
 }
@@ -622,26 +805,43 @@ fn mount_type(kind: &str) -> Option<&'static str> {
     })
 }
 
+/// Why [`kernel_mount`] failed.
+enum MountError {
+    /// The errno, and what the filesystem said about it.
+    Os(Errno, String),
+    /// The filesystem mounted is on this device, not the one expected (nothing was attached).
+    Device(DevNum),
+}
+
 /// Mounts `source` (a device node) with the kernel driver `fstype` on the directory descriptor
 /// `dir`: `fsopen`, `fsconfig`, `fsmount`, `move_mount` — nothing is resolved by path but the
-/// source. Kernels before 5.2 get mount(2) on `/proc/self/fd/N`. On failure: the errno and what
-/// the filesystem said about it.
-fn kernel_mount(fstype: &str, source: &Path, dir: &OwnedFd) -> std::result::Result<(), (Errno, String)> {
+/// source. With `expect`, the new mount's device must be that one before it is attached.
+/// Kernels before 5.2 get mount(2) on `/proc/self/fd/N` (and no such check).
+fn kernel_mount(fstype: &str, source: &Path, dir: &OwnedFd, expect: Option<DevNum>) -> Result<(), MountError> {
     use rustix::mount::*;
     let fs = match fsopen(fstype, FsOpenFlags::FSOPEN_CLOEXEC) {
         Ok(fs) => fs,
         Err(Errno::NOSYS) => {
             let target = format!("/proc/self/fd/{}", dir.as_raw_fd());
-            return mount(source, target.as_str(), fstype, MountFlags::empty(), None).map_err(|e| (e, String::new()));
+            return mount(source, target.as_str(), fstype, MountFlags::empty(), None)
+                .map_err(|e| MountError::Os(e, String::new()));
         }
-        Err(e) => return Err((e, String::new())),
+        Err(e) => return Err(MountError::Os(e, String::new())),
     };
-    let said = |e: Errno| (e, fs_messages(&fs));
+    let said = |e: Errno| MountError::Os(e, fs_messages(&fs));
     fsconfig_set_string(&fs, "source", source).map_err(said)?;
     fsconfig_create(&fs).map_err(said)?;
     let mnt = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty()).map_err(said)?;
+    if let Some(want) = expect {
+        let st = rustix::fs::fstat(&mnt).map_err(|e| MountError::Os(e, String::new()))?;
+        let got = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+        if got != want {
+            // Closing the descriptor of a mount never attached unmounts it.
+            return Err(MountError::Device(got));
+        }
+    }
     move_mount(&mnt, "", dir, "", MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH)
-        .map_err(|e| (e, String::new()))
+        .map_err(|e| MountError::Os(e, String::new()))
 }
 
 /// The messages a filesystem context holds (why a mount failed), as " (a; b)".
@@ -771,16 +971,50 @@ mod tests {
     #[test]
     fn grow_plans_follow_what_each_filesystem_allows() {
         let v = vol();
-        let mp = Path::new("/k/m");
-        assert_eq!(grow_plan(&v, "ext4", None).unwrap(), Grow::Ext { dev: v.node.clone() });
-        assert_eq!(grow_plan(&v, "ext3", Some(mp)).unwrap(), Grow::Ext { dev: v.node.clone() });
-        assert_eq!(grow_plan(&v, "xfs", Some(mp)).unwrap(), Grow::Xfs { mount_point: mp.into() });
-        assert_eq!(grow_plan(&v, "btrfs", Some(mp)).unwrap(), Grow::Btrfs { mount_point: mp.into() });
-        assert_eq!(grow_plan(&v, "ntfs", None).unwrap(), Grow::Ntfs { dev: v.node.clone() });
-        for (kind, at) in [("xfs", None), ("btrfs", None), ("ntfs", Some(mp)), ("vfat", None), ("swap", None)] {
-            let e = grow_plan(&v, kind, at).unwrap_err();
+        assert_eq!(grow_plan(&v, "ext4", false).unwrap(), Grow::Ext);
+        assert_eq!(grow_plan(&v, "ext3", true).unwrap(), Grow::Ext);
+        assert_eq!(grow_plan(&v, "xfs", true).unwrap(), Grow::Xfs);
+        assert_eq!(grow_plan(&v, "btrfs", true).unwrap(), Grow::Btrfs);
+        assert_eq!(grow_plan(&v, "ntfs", false).unwrap(), Grow::Ntfs);
+        for (kind, mounted) in [("xfs", false), ("btrfs", false), ("ntfs", true), ("vfat", false), ("swap", false)] {
+            let e = grow_plan(&v, kind, mounted).unwrap_err();
             assert!(matches!(e, Error::FailedPrecondition(_)), "{kind}: {e:?}");
             assert!(e.to_string().contains(&v.id), "{e}");
+        }
+    }
+
+    #[test]
+    fn anonymous_devices_only_for_btrfs_and_fuseblk_sources_in_dev() {
+        let b = Block::new(crate::paths::Roots::default(), FsType::Ext4);
+        let text = b"\
+1 1 0:1 / / rw - ext4 /dev/root rw
+2 1 0:30 / /dev rw - devtmpfs udev rw
+3 1 0:41 / /b rw - btrfs /dev/null rw
+4 1 0:42 / /t rw - tmpfs /dev/null rw
+5 1 0:43 / /o rw - btrfs /dev/../dev/null rw
+6 1 0:44 / /f rw - fuse.sshfs /dev/null rw
+7 1 259:3 / /x rw - xfs /dev/whatever rw
+8 2 0:50 / /dev/fz rw - fuse.hang hang rw
+9 1 0:45 / /z rw - btrfs /dev/fz/sda1 rw
+";
+        let mounts = mountinfo::parse(text).unwrap();
+        let dev = |i: usize| b.mount_device(&mounts[i], &mounts);
+        // /dev/null is a character device, so even btrfs gets none; what matters is that
+        // nothing else is looked up at all.
+        assert_eq!(dev(2), None);
+        assert_eq!(dev(6), Some((259, 3)), "a real device number is taken as it is");
+        for i in [0, 1, 3, 4, 5, 7, 8] {
+            assert_eq!(dev(i), None, "{:?}", mounts[i]);
+        }
+        let loop_node = std::fs::read_dir("/dev").unwrap().filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.strip_prefix("loop").is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+        });
+        if let Some(node) = loop_node {
+            let st = rustix::fs::stat(&node).unwrap();
+            let line = format!("3 1 0:41 / /b rw - btrfs {} rw\n", node.display());
+            let m = mountinfo::parse(line.as_bytes()).unwrap();
+            assert_eq!(b.mount_device(&m[0], &m), Some((rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev))));
         }
     }
 
