@@ -577,3 +577,27 @@ fn dirty_ntfs_is_not_grown() {
     // dirty volume).
     run(&["ntfsresize", "--info", "-P", &s(&c.node())]);
 }
+
+/// A filesystem our own probe does not know (minix) is still seen, through libblkid: the volume
+/// counts as formatted and FormatVolume refuses it, bytes unchanged.
+#[test]
+fn libblkid_catches_what_our_probe_does_not_know() {
+    if !is_root() {
+        eprintln!("skipped: needs root for loop devices");
+        return;
+    }
+    let c = Case::new("minix", FsType::Ext4, 64 * MIB);
+    let node = s(&c.node());
+    run(&["mkfs.minix", &node]);
+    let head = |node: &str| {
+        use std::io::Read;
+        let mut b = vec![0u8; 4096];
+        fs::File::open(node).unwrap().read_exact(&mut b).unwrap();
+        b
+    };
+    let before = head(&node);
+    assert_eq!(blkid_type(&c.node()), "minix", "the test tool made what we meant");
+    assert!(c.env.block.is_volume_formatted(&c.id).unwrap());
+    precondition(c.env.block.format_volume(&c.id).unwrap_err(), &[&c.id, "libblkid"]);
+    assert_eq!(head(&node), before, "nothing was written");
+}

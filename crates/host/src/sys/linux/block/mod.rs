@@ -12,6 +12,7 @@
 //! - `partitions`: GPT tables, telling the kernel (BLKPG), loop devices, volume lookup, rescan;
 //! - `volumes`: superblock probing, mkfs, mount/unmount, stats, resize, target-path lookup.
 
+mod blkid;
 mod blkpg;
 pub mod disks;
 mod gpt_table;

@@ -20,6 +20,8 @@ use std::io::{self, Read, Seek, SeekFrom};
 /// 1 fill the first 512 KiB; btrfs and reiserfs superblocks sit at 64 KiB, jfs, UDF and ISO 9660
 /// descriptors from 32 KiB).
 pub(crate) const PROBE_LEN: usize = 512 * 1024;
+/// The kind reported when only libblkid recognises what is on a device.
+pub(crate) const OTHER_SIGNATURE: &str = "libblkid-signature";
 /// A ZFS vdev label: four per device, two at the start and two at the end (the end ones
 /// aligned down to the label size), each with its uberblock ring in its second half.
 const ZFS_LABEL: u64 = 256 * 1024;
@@ -413,6 +415,7 @@ pub(crate) fn describe(kind: &str) -> String {
         "jbd" => "an ext journal device".into(),
         "gpt" => "a GPT partition table".into(),
         "dos" => "an MBR partition table".into(),
+        OTHER_SIGNATURE => "a signature libblkid recognises (see the daemon's log)".into(),
         fs => format!("a {fs} filesystem"),
     }
 }

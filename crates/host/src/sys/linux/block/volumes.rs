@@ -185,7 +185,20 @@ impl Block {
         for (start, len) in [(0, probe::PROBE_LEN as u64), (tail, size - tail)] {
             let _ = rustix::fs::fadvise(f, start, std::num::NonZeroU64::new(len), rustix::fs::Advice::DontNeed);
         }
-        probe::probe(&mut &device.file).map_err(|e| Error::io(format!("reading {}", label(v)), e))
+        if let Some(kind) =
+            probe::probe(&mut &device.file).map_err(|e| Error::io(format!("reading {}", label(v)), e))?
+        {
+            return Ok(Some(kind));
+        }
+        // Blank to us: libblkid must agree before anything treats the volume as empty.
+        match super::blkid::signature(device.file.as_fd()) {
+            Ok(None) => Ok(None),
+            Ok(Some(found)) => {
+                tracing::info!(volume = %v.id, device = %v.node.display(), found, "libblkid finds a signature our probe does not know");
+                Ok(Some(probe::OTHER_SIGNATURE))
+            }
+            Err(e) => Err(Error::internal(format!("probing {}: {e}", label(v)))),
+        }
     }
 
     /// The first [`probe::PROBE_LEN`] bytes of the checked device (fewer if it is smaller).
