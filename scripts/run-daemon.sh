@@ -5,6 +5,7 @@
 #   scripts/run-daemon.sh --keep     demo, then keep serving until Ctrl-C
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/deps.sh
 cargo build -q -p csi-proxy -p csi-proxy-server --example demo_client
 dir=$(mktemp -d /tmp/csi-proxy-demo.XXXXXX)
 mkdir "$dir/kubelet"

@@ -15,6 +15,7 @@ if ! python3 -c 'import grpc, grpc_tools, pytest' 2>/dev/null; then
   python3 -m pip install -q --disable-pip-version-check grpcio==1.85.1 grpcio-tools==1.85.1 pytest
 fi
 
+scripts/deps.sh test
 echo "== Linux: build"
 cargo build --workspace --all-targets
 echo "== Linux: cargo test"
