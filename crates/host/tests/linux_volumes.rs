@@ -20,6 +20,19 @@ use support::{is_root, run, LoopDisk};
 
 const MIB: u64 = 1 << 20;
 
+/// The test that mounts in another mount namespace copies every mount that exists when it
+/// starts, which would keep the other tests' devices busy after they unmount them here: it runs
+/// alone (`exclusive`), every other test holds `shared` while it has mounts.
+static NAMESPACES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    NAMESPACES.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    NAMESPACES.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A scratch tree: `kube let` is the only root; `outside` is not in it.
 struct Env {
     base: PathBuf,
@@ -180,6 +193,7 @@ fn lifecycle(fs_type: FsType) {
         eprintln!("skipped: needs root for loop devices and mounts");
         return;
     }
+    let _namespaces = shared();
     tools_present(fs_type);
     let c = Case::new(&format!("life-{fs_type}"), fs_type, 512 * MIB);
     let (b, id) = (&c.env.block, c.id.as_str());
@@ -289,6 +303,7 @@ fn refusals_change_nothing() {
         eprintln!("skipped: needs root for loop devices and mounts");
         return;
     }
+    let _namespaces = shared();
     let c = Case::new("refuse", FsType::Ext4, 128 * MIB);
     let (b, id, env) = (&c.env.block, c.id.as_str(), &c.env);
     let target = env.dir("pods/p/a");
@@ -377,6 +392,7 @@ fn eight_volumes_at_once() {
         eprintln!("skipped: needs root for loop devices and mounts");
         return;
     }
+    let _namespaces = shared();
     let cases: Vec<Case> = (0..8).map(|i| Case::new(&format!("eight{i}"), FsType::Ext4, 64 * MIB)).collect();
     let targets: Vec<String> = cases.iter().map(|c| c.env.dir("pods/p/vol")).collect();
     std::thread::scope(|scope| {
@@ -430,6 +446,7 @@ fn stale_device_nodes_are_refused() {
         eprintln!("skipped: needs root for loop devices and mounts");
         return;
     }
+    let _namespaces = shared();
     let a = Case::new("stale-a", FsType::Ext4, 64 * MIB);
     let other = Case::new("stale-b", FsType::Ext4, 64 * MIB);
     let va = a.env.block.volume(&a.id).unwrap();
@@ -484,6 +501,7 @@ fn offline_growth_refuses_a_volume_mounted_elsewhere() {
         eprintln!("skipped: needs root for loop devices and mounts");
         return;
     }
+    let _namespaces = exclusive();
     let Some(unshare) = ["/usr/bin/unshare", "/bin/unshare"].into_iter().find(|p| Path::new(p).exists()) else {
         eprintln!("skipped: unshare is not installed");
         return;
@@ -554,6 +572,7 @@ fn dirty_ntfs_is_not_grown() {
         eprintln!("skipped: needs root for loop devices and mounts");
         return;
     }
+    let _namespaces = shared();
     tools_present(FsType::Ntfs);
     let c = Case::new("ntfs-dirty", FsType::Ntfs, 256 * MIB);
     let (b, id) = (&c.env.block, c.id.as_str());
@@ -586,6 +605,7 @@ fn libblkid_catches_what_our_probe_does_not_know() {
         eprintln!("skipped: needs root for loop devices");
         return;
     }
+    let _namespaces = shared();
     let c = Case::new("minix", FsType::Ext4, 64 * MIB);
     let node = s(&c.node());
     run(&["mkfs.minix", &node]);

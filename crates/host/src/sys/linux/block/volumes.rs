@@ -697,7 +697,15 @@ fn fd_path(v: &Volume, device: &Device) -> Result<tools::FdPath> {
 /// the checked device again, exclusively, and lets go at once.
 fn check_unused(v: &Volume, device: &Device, refusing: &str) -> Result<()> {
     let again = format!("/proc/self/fd/{}", device.file.as_raw_fd());
-    match rustix::fs::open(again.as_str(), OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC, Mode::empty()) {
+    // A FUSE filesystem (ntfs-3g) lets go of its device a moment after its unmount returns:
+    // busy is the answer only if it lasts.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut opened = rustix::fs::open(again.as_str(), OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC, Mode::empty());
+    while matches!(opened, Err(Errno::BUSY)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        opened = rustix::fs::open(again.as_str(), OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC, Mode::empty());
+    }
+    match opened {
         Ok(fd) => {
             drop(fd);
             Ok(())
