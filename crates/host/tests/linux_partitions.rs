@@ -390,11 +390,7 @@ fn a_damaged_primary_gpt_is_not_rewritten_while_the_disk_is_in_use() {
     let b = block();
     b.partition_disk(l.number()).unwrap();
     let v = only_volume(&b, &l);
-    run(&["mkfs.ext4", "-q", "-F", v.node.to_str().unwrap()]);
-    let dir = std::env::temp_dir().join(format!("csi-proxy-part-repair-busy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    rustix::mount::mount(&v.node, &dir, "ext4", rustix::mount::MountFlags::empty(), None).unwrap();
-    let m = Mounted(dir);
+    let m = Mounted::new_ext4(&v, "repair-busy");
     let mut header = read_at(&l.dev, 512, 512);
     header[40] ^= 0xff;
     write_at(&l.dev, 512, &header);
@@ -591,6 +587,17 @@ fn growing_after_the_disk_grew() {
 
 /// Unmounts on drop (before the loop disk it is on is detached).
 struct Mounted(PathBuf);
+
+impl Mounted {
+    /// A new ext4 (test tool) on `v`, mounted at a scratch directory named after `tag`.
+    fn new_ext4(v: &Volume, tag: &str) -> Mounted {
+        run(&["mkfs.ext4", "-q", "-F", v.node.to_str().unwrap()]);
+        let dir = std::env::temp_dir().join(format!("csi-proxy-part-mnt-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        rustix::mount::mount(&v.node, &dir, "ext4", rustix::mount::MountFlags::empty(), None).unwrap();
+        Mounted(dir)
+    }
+}
 impl Drop for Mounted {
     fn drop(&mut self) {
         let _ = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::empty());
@@ -606,11 +613,8 @@ fn a_mounted_partition_grows_in_place() {
     let b = block();
     b.partition_disk(l.number()).unwrap();
     let v = only_volume(&b, &l);
-    run(&["mkfs.ext4", "-q", "-F", v.node.to_str().unwrap()]);
-    let dir = std::env::temp_dir().join(format!("csi-proxy-part-mnt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    rustix::mount::mount(&v.node, &dir, "ext4", rustix::mount::MountFlags::empty(), None).unwrap();
-    let _m = Mounted(dir.clone());
+    let m = Mounted::new_ext4(&v, "grow");
+    let dir = m.0.clone();
     std::fs::write(dir.join("file"), "data").unwrap();
     // Mounted: the exclusive open fails, yet partitioning again is still the no-op it should be.
     b.partition_disk(l.number()).unwrap();
