@@ -7,16 +7,16 @@
 //! `BLOCK_CALLS` (500): measured calls per RPC, after 50 unmeasured ones.
 
 #[cfg(target_os = "linux")]
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[cfg(target_os = "linux")]
 #[path = "../../host/tests/support/mod.rs"]
 mod support;
-
 #[cfg(target_os = "linux")]
 fn main() {
-    use csi_proxy_host::paths::Roots;
-    use csi_proxy_host::sys::{Config as HostConfig, NativeHost};
-    use csi_proxy_server::{Config, Context};
-    use csi_proxy_transport::{ConnPolicy, Endpoints};
-    use csi_proxy_wire::{v1, v2alpha1, Api, Group, APIS};
+    use common::TestServer;
+    use csi_proxy_host::types::FsType;
+    use csi_proxy_wire::{v1, v2alpha1, Group};
     use std::time::{Duration, Instant};
     use support::{is_root, LoopDisk};
 
@@ -25,44 +25,15 @@ fn main() {
         return;
     }
     let calls: usize = std::env::var("BLOCK_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
-    let base = std::env::temp_dir().join(format!("csi-proxy-bench-block-{}", std::process::id()));
-    let (sockets, root) = (base.join("sockets"), base.join("kubelet"));
+    let root = std::env::temp_dir().join(format!("csi-proxy-bench-block-{}", std::process::id()));
     std::fs::create_dir_all(&root).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let hosts = NativeHost::hosts(HostConfig {
-        roots: Roots::new(vec![root.to_str().unwrap().to_string()]),
-        ..Default::default()
-    });
-    let ctx = Context::new(hosts, Config::default());
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let endpoints = Endpoints::UnixDir(sockets.clone());
-    let server = rt.spawn(async move {
-        let _ = csi_proxy_transport::serve_apis(APIS, &endpoints, |a| ctx.service(a), ConnPolicy::default(), async {
-            let _ = stop_rx.await;
-        })
-        .await;
-    });
-    let api = |g: Group, v: &str| -> Api { *APIS.iter().find(|a| a.group == g && a.version == v).unwrap() };
-    let sock = |a: Api| sockets.join(format!("{}.sock", a.endpoint_name()));
-    while !sock(api(Group::Volume, "v2alpha1")).exists() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let connect = |path: std::path::PathBuf| async move {
-        tonic::transport::Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-                }
-            }))
-            .await
-            .unwrap()
-    };
+    let server = rt.block_on(TestServer::start_native(vec![root.to_str().unwrap().to_string()], FsType::Ext4));
 
     let disks: Vec<LoopDisk> = (0..8).map(|i| LoopDisk::new(&format!("bench{i}"), 64 << 20)).collect();
     let rows = rt.block_on(async {
-        let mut d = v1::disk_client::DiskClient::new(connect(sock(api(Group::Disk, "v1"))).await);
-        let mut c = v2alpha1::volume_client::VolumeClient::new(connect(sock(api(Group::Volume, "v2alpha1"))).await);
+        let mut d = v1::disk_client::DiskClient::new(server.channel(Group::Disk, "v1").await);
+        let mut c = v2alpha1::volume_client::VolumeClient::new(server.channel(Group::Volume, "v2alpha1").await);
         let mut mounted = Vec::new();
         for (i, disk) in disks.iter().enumerate() {
             d.partition_disk(v1::PartitionDiskRequest { disk_number: disk.number() }).await.unwrap();
@@ -112,10 +83,9 @@ fn main() {
         }
         rows
     });
-    let _ = stop_tx.send(());
-    rt.block_on(server).unwrap();
+    rt.block_on(server.stop());
     drop(disks);
-    let _ = std::fs::remove_dir_all(&base);
+    let _ = std::fs::remove_dir_all(&root);
 
     println!("block: {calls} calls per RPC, 8 loop disks partitioned, formatted (ext4) and mounted, unix socket");
     println!("{:<28} {:>10} {:>10} {:>10}", "rpc", "p50 µs", "p99 µs", "max µs");
