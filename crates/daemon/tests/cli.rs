@@ -14,12 +14,14 @@ fn tempdir(tag: &str) -> PathBuf {
     d
 }
 
-struct Daemon(Child);
+/// A running daemon; killed, and its socket directory removed, on drop.
+struct Daemon(Child, PathBuf);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
     }
 }
 
@@ -34,7 +36,7 @@ fn start(dir: &Path, extra: &[&str]) -> Daemon {
         assert!(Instant::now() < deadline, "daemon did not create its sockets");
         std::thread::sleep(Duration::from_millis(20));
     }
-    Daemon(child)
+    Daemon(child, dir.to_path_buf())
 }
 
 #[test]
