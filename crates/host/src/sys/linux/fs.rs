@@ -87,12 +87,14 @@ impl Filesystem {
     }
 
     pub fn rmdir(&self, path: &str, force: bool) -> Result<()> {
-        let (dir, name, canonical) = match self.locate(path)? {
-            Located::Missing { .. } if force => return Ok(()),
-            Located::Missing { .. } => return Err(Error::not_found(format!("{path} does not exist"))),
-            Located::Entry { dir, name, canonical } => (dir, name, canonical),
+        let (dir, name, canonical, walker) = match self.locate_walker(path)? {
+            (Located::Missing { .. }, _) if force => return Ok(()),
+            (Located::Missing { .. }, _) => return Err(Error::not_found(format!("{path} does not exist"))),
+            (Located::Entry { dir, name, canonical }, walker) => (dir, name, canonical, walker),
         };
-        self.refuse_root(path, &canonical)?;
+        if walker.is_root(&canonical) {
+            return Err(self.roots.refuse_removal(path));
+        }
         let st = match lstat(&dir, &name) {
             Ok(st) => st,
             Err(Errno::NOENT) if force => return Ok(()),
@@ -117,8 +119,11 @@ impl Filesystem {
     }
 
     pub fn rmdir_contents(&self, path: &str) -> Result<()> {
-        let (dir, canonical) = self.open_existing_dir(path)?;
-        self.refuse_root(path, &canonical)?;
+        let target = self.open_existing_dir(path)?;
+        if target.walker.is_root(&target.canonical) {
+            return Err(self.roots.refuse_removal(path));
+        }
+        let dir = target.walker.top()?;
         let dev = rustix::fs::fstat(&dir).map_err(|e| io_err(path, "checking", e))?.st_dev;
         remove_contents(path, dir, dev)
     }
@@ -272,15 +277,15 @@ impl Filesystem {
     /// obey the same containment. Act through the descriptor (e.g. `/proc/self/fd/N`), not the
     /// path, so the directory checked is the one used.
     pub fn contained_dir(&self, path: &str) -> Result<(OwnedFd, String)> {
-        let (fd, canonical) = self.open_existing_dir(path)?;
-        Ok((fd, display(&canonical)))
+        let target = self.open_existing_dir(path)?;
+        Ok((target.walker.top()?, display(&target.canonical)))
     }
 
     /// An existing directory at `path`, following a final link if it leads inside the roots.
-    fn open_existing_dir(&self, path: &str) -> Result<(OwnedFd, Vec<String>)> {
+    fn open_existing_dir(&self, path: &str) -> Result<Target<'_>> {
         let target = self.resolve_target(path)?;
         match target.kind {
-            Kind::Dir => Ok((target.walker.top()?, target.canonical)),
+            Kind::Dir => Ok(target),
             Kind::NonDir => Err(Error::precondition(format!("{path} is not a directory"))),
             Kind::Missing => Err(Error::not_found(format!("directory {path} does not exist"))),
         }
@@ -294,13 +299,6 @@ impl Filesystem {
             }
             Kind::Missing => Err(Error::not_found(format!("cannot create {path}: it is a link to a missing path"))),
         }
-    }
-
-    fn refuse_root(&self, path: &str, canonical: &[String]) -> Result<()> {
-        if self.canonical_roots().iter().any(|r| r.as_slice() == canonical) {
-            return Err(self.roots.refuse_removal(path));
-        }
-        Ok(())
     }
 }
 
@@ -367,6 +365,11 @@ impl<'r> Walker<'r> {
 
     fn inside(&self, canonical: &[String]) -> bool {
         self.roots.iter().any(|r| paths::within(canonical, r, false))
+    }
+
+    /// Whether `canonical` is a root itself: removing or emptying one is refused.
+    fn is_root(&self, canonical: &[String]) -> bool {
+        self.roots.iter().any(|r| r.as_slice() == canonical)
     }
 
     fn top(&self) -> Result<OwnedFd> {
