@@ -67,7 +67,6 @@ pub struct Volume {
 }
 
 /// The disk and volume groups of the native Linux host.
-#[allow(dead_code)] // filled in by the per-concern files
 pub struct Block {
     /// `/sys` (tests point this at a fake tree).
     pub(crate) sysfs: PathBuf,
