@@ -15,6 +15,7 @@ pub mod smbios;
 pub mod sys;
 pub mod systemd;
 pub mod types;
+pub mod win;
 
 pub use error::{Error, Result};
 
