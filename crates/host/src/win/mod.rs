@@ -12,6 +12,9 @@
 
 pub mod wmi;
 
+#[cfg(test)]
+pub(crate) mod script;
+
 use std::io;
 
 /// Win32 error codes the logic tells apart (winerror.h). Real calls report them as
@@ -96,3 +99,10 @@ pub mod attr {
     pub const DIRECTORY: u32 = 0x10;
     pub const REPARSE_POINT: u32 = 0x400;
 }
+
+pub mod disks;
+pub mod extents;
+pub mod ioctl;
+pub mod iscsi;
+pub mod smb;
+pub mod volumes;

@@ -279,6 +279,27 @@ pub trait Wmi: Send + Sync {
     /// [`Row::path`]), or, for a static method, on the class named `target`. Returns the
     /// out-parameters, `ReturnValue` among them; a non-zero `ReturnValue` is not an error here.
     fn call(&self, namespace: Namespace, target: &str, method: &str, args: &[(&'static str, Value)]) -> Result<Row>;
+
+    /// The instances of `result_class` associated with the instance at object path `path`
+    /// through `assoc_class` (`ASSOCIATORS OF {path} WHERE AssocClass = … ResultClass = …`), with
+    /// the properties of `props` and `__PATH`.
+    fn associators(
+        &self,
+        namespace: Namespace,
+        path: &str,
+        assoc_class: &'static str,
+        result_class: &'static str,
+        props: &[&'static str],
+    ) -> Result<Vec<Row>>;
+}
+
+/// The WQL of [`Wmi::associators`]. The object path comes from WMI itself (a row's `__PATH`);
+/// one holding a brace, which would end the reference early, is refused.
+pub fn associators_wql(path: &str, assoc_class: &'static str, result_class: &'static str) -> Result<String> {
+    if path.contains(['{', '}', '\0']) {
+        return Err(Error::internal(format!("object path {path:?} can't be used in ASSOCIATORS OF")));
+    }
+    Ok(format!("ASSOCIATORS OF {{{path}}} WHERE AssocClass = {assoc_class} ResultClass = {result_class}"))
 }
 
 #[cfg(test)]
@@ -366,6 +387,17 @@ mod tests {
         assert!(row.bool("Path").is_err());
         assert!(Row::new("X", "").with("N", "12a").u64("N").is_err());
         assert!(Row::new("X", "").with("N", "").u64("N").is_err());
+    }
+
+    #[test]
+    fn associators_render_and_refuse_braces() {
+        let path = r#"\\H\ROOT\Microsoft\Windows\Storage:MSFT_Volume.ObjectId="v""#;
+        assert_eq!(
+            associators_wql(path, "MSFT_PartitionToVolume", "MSFT_Partition").unwrap(),
+            format!("ASSOCIATORS OF {{{path}}} WHERE AssocClass = MSFT_PartitionToVolume ResultClass = MSFT_Partition")
+        );
+        assert!(associators_wql("a}b", "A", "B").is_err());
+        assert!(associators_wql("a{b", "A", "B").is_err());
     }
 
     #[test]
