@@ -56,11 +56,19 @@ fn run(opts: Options) -> anyhow::Result<()> {
     run_until(opts, shutdown_signal())
 }
 
+/// How long host calls still running after the endpoints have drained may hold up the exit.
+/// Connections get the transport's own drain first; a host call stuck past both (a hung WMI
+/// provider, a dead SMB server) is abandoned so that Stop always completes.
+pub(crate) const STOP_BUDGET: Duration = Duration::from_secs(10);
+
 /// Serves until `shutdown` completes, on a runtime of its own.
 fn run_until(opts: Options, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
-    runtime.block_on(serve(opts, shutdown))
+    let result = runtime.block_on(serve(opts, shutdown));
+    // Dropping the runtime would wait for blocking host calls without bound.
+    runtime.shutdown_timeout(STOP_BUDGET);
+    result
 }
 
 /// Adapts the Prometheus metrics to the server's call hooks.

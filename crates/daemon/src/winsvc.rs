@@ -11,7 +11,7 @@ use std::time::Duration;
 use windows_service::service::{
     ServiceControl, ServiceControlAccept, ServiceExitCode, ServiceState, ServiceStatus, ServiceType,
 };
-use windows_service::service_control_handler::{self, ServiceControlHandlerResult};
+use windows_service::service_control_handler::{self, ServiceControlHandlerResult, ServiceStatusHandle};
 use windows_service::{define_windows_service, service_dispatcher};
 
 pub const SERVICE_NAME: &str = "csiproxy";
@@ -54,30 +54,51 @@ fn run_service() -> anyhow::Result<()> {
             }
             ServiceControlHandlerResult::NoError
         }
-        ServiceControl::Interrogate => ServiceControlHandlerResult::NoError,
+        ServiceControl::Interrogate | ServiceControl::ParamChange => ServiceControlHandlerResult::NoError,
         _ => ServiceControlHandlerResult::NotImplemented,
     };
     let status = service_control_handler::register(SERVICE_NAME, handler)?;
-    let report = |state, accept, exit: u32| {
-        status.set_service_status(ServiceStatus {
-            service_type: ServiceType::OWN_PROCESS,
-            current_state: state,
-            controls_accepted: accept,
-            exit_code: ServiceExitCode::Win32(exit),
-            checkpoint: 0,
-            wait_hint: Duration::from_secs(10),
-            process_id: None,
-        })
+    report(status, ServiceState::StartPending, ServiceControlAccept::empty(), 0, Duration::from_secs(10))?;
+    // ParamChange is accepted, as upstream does, and ignored: there is nothing to reload.
+    let accepted = ServiceControlAccept::STOP | ServiceControlAccept::SHUTDOWN | ServiceControlAccept::PARAM_CHANGE;
+    report(status, ServiceState::Running, accepted, 0, Duration::ZERO)?;
+    let stopping = move || {
+        // Draining is bounded (the transport's drain, then crate::STOP_BUDGET); the hint covers both.
+        let hint = crate::STOP_BUDGET * 2;
+        if let Err(e) = report(status, ServiceState::StopPending, ServiceControlAccept::empty(), 0, hint) {
+            tracing::warn!("reporting StopPending to the service control manager: {e}");
+        }
     };
-    report(ServiceState::Running, ServiceControlAccept::STOP | ServiceControlAccept::SHUTDOWN, 0)?;
-    let result = crate::run_until(opts, async {
+    let result = crate::run_until(opts, async move {
         let _ = stop_rx.await;
         tracing::info!("stop requested by the service control manager");
+        stopping();
     });
     if let Err(e) = &result {
         tracing::error!("{e:#}");
     }
     // ERROR_SERVICE_SPECIFIC_ERROR-style exit: 1 tells the SCM (and its restart policy) we failed.
-    report(ServiceState::Stopped, ServiceControlAccept::empty(), u32::from(result.is_err()))?;
+    report(status, ServiceState::Stopped, ServiceControlAccept::empty(), u32::from(result.is_err()), Duration::ZERO)?;
     result
+}
+
+/// One status report. Pending states carry checkpoint 1 and a wait hint: the SCM gives the
+/// service that long before it considers the start or stop hung.
+fn report(
+    status: ServiceStatusHandle,
+    state: ServiceState,
+    accept: ServiceControlAccept,
+    exit: u32,
+    wait_hint: Duration,
+) -> windows_service::Result<()> {
+    let pending = matches!(state, ServiceState::StartPending | ServiceState::StopPending);
+    status.set_service_status(ServiceStatus {
+        service_type: ServiceType::OWN_PROCESS,
+        current_state: state,
+        controls_accepted: accept,
+        exit_code: ServiceExitCode::Win32(exit),
+        checkpoint: u32::from(pending),
+        wait_hint,
+        process_id: None,
+    })
 }

@@ -1,0 +1,95 @@
+#![cfg(windows)]
+//! `-windows-service` under the real service control manager (Wine's, in CI): the daemon is
+//! installed as `csiproxy`, started, serves its pipes, and on Stop closes them, reports Stopped
+//! and exits.
+
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+use windows_service::service::{
+    ServiceAccess, ServiceErrorControl, ServiceInfo, ServiceStartType, ServiceState, ServiceType,
+};
+use windows_service::service_manager::{ServiceManager, ServiceManagerAccess};
+
+/// The daemon cargo built beside this test (`target/<triple>/debug/csi-proxy.exe`; the test is
+/// in `deps/`). The cross build doesn't set CARGO_BIN_EXE_*.
+fn daemon_exe() -> std::path::PathBuf {
+    let me = std::env::current_exe().unwrap();
+    let exe = me.parent().and_then(|deps| deps.parent()).unwrap().join("csi-proxy.exe");
+    assert!(exe.is_file(), "{} is missing", exe.display());
+    exe
+}
+
+fn pipe_answers(name: &str) -> bool {
+    std::fs::OpenOptions::new().read(true).write(true).open(format!(r"\\.\pipe\{name}")).is_ok()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn installed_service_serves_and_stops_for_real() {
+    let kubelet = std::env::temp_dir().join(format!("csi-proxy-svc-{}", std::process::id()));
+    std::fs::create_dir_all(&kubelet).unwrap();
+    let manager = ServiceManager::local_computer(
+        None::<&str>,
+        ServiceManagerAccess::CONNECT | ServiceManagerAccess::CREATE_SERVICE,
+    )
+    .unwrap();
+    let access = ServiceAccess::QUERY_STATUS | ServiceAccess::START | ServiceAccess::STOP | ServiceAccess::DELETE;
+    // A leftover from an aborted run would make create_service fail.
+    if let Ok(old) = manager.open_service("csiproxy", access) {
+        let _ = old.stop();
+        let _ = old.delete();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let info = ServiceInfo {
+        name: OsString::from("csiproxy"),
+        display_name: OsString::from("csi-proxy test"),
+        service_type: ServiceType::OWN_PROCESS,
+        start_type: ServiceStartType::OnDemand,
+        error_control: ServiceErrorControl::Normal,
+        executable_path: daemon_exe(),
+        launch_arguments: vec![
+            "-windows-service".into(),
+            "-kubelet-path".into(),
+            kubelet.clone().into_os_string(),
+            "-logtostderr=false".into(),
+        ],
+        dependencies: vec![],
+        account_name: None,
+        account_password: None,
+    };
+    let service = manager.create_service(&info, access).unwrap();
+    struct Remove<'a>(&'a windows_service::service::Service);
+    impl Drop for Remove<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.stop();
+            let _ = self.0.delete();
+        }
+    }
+    let _remove = Remove(&service);
+
+    assert!(!pipe_answers("csi-proxy-filesystem-v1"), "another daemon already serves the pipes");
+    service.start::<&str>(&[]).unwrap();
+    wait_for("Running", Duration::from_secs(30), || {
+        service.query_status().unwrap().current_state == ServiceState::Running
+    });
+    wait_for("the pipes", Duration::from_secs(30), || pipe_answers("csi-proxy-filesystem-v1"));
+    let status = service.query_status().unwrap();
+    assert!(status.process_id.is_some(), "{status:?}");
+    use windows_service::service::ServiceControlAccept as A;
+    assert!(status.controls_accepted.contains(A::STOP | A::SHUTDOWN | A::PARAM_CHANGE), "{status:?}");
+
+    service.stop().unwrap();
+    wait_for("Stopped", Duration::from_secs(40), || {
+        service.query_status().unwrap().current_state == ServiceState::Stopped
+    });
+    let status = service.query_status().unwrap();
+    assert_eq!(status.exit_code, windows_service::service::ServiceExitCode::Win32(0), "{status:?}");
+    wait_for("the pipes to close", Duration::from_secs(10), || !pipe_answers("csi-proxy-filesystem-v1"));
+}
