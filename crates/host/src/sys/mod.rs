@@ -37,15 +37,19 @@ pub struct Config {
 
 /// The native host: every group of this OS.
 pub struct NativeHost {
-    fs: os::fs::Filesystem,
+    fs: Arc<os::fs::Filesystem>,
     system: os::system::System,
     block: os::block::Block,
+    /// SMB and iSCSI.
+    remote: os::remote::Remote,
 }
 
 impl NativeHost {
     pub fn new(config: Config) -> Self {
+        let fs = Arc::new(os::fs::Filesystem::new(config.roots.clone()));
         NativeHost {
-            fs: os::fs::Filesystem::new(config.roots.clone()),
+            remote: os::remote::Remote::new(fs.clone()),
+            fs,
             system: os::system::System::new(),
             block: os::block::Block::new(config.roots, config.fs_type),
         }
@@ -138,38 +142,38 @@ impl FilesystemHost for NativeHost {
 }
 
 impl SmbHost for NativeHost {
-    fn new_global_mapping(&self, _mapping: &SmbMapping) -> Result<()> {
-        Err(unimplemented("Smb.NewSmbGlobalMapping"))
+    fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+        self.remote.new_global_mapping(mapping)
     }
-    fn remove_global_mapping(&self, _remote_path: &str) -> Result<()> {
-        Err(unimplemented("Smb.RemoveSmbGlobalMapping"))
+    fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
+        self.remote.remove_global_mapping(remote_path)
     }
 }
 
 impl IscsiHost for NativeHost {
-    fn add_target_portal(&self, _portal: &TargetPortal) -> Result<()> {
-        Err(unimplemented("Iscsi.AddTargetPortal"))
+    fn add_target_portal(&self, portal: &TargetPortal) -> Result<()> {
+        self.remote.add_target_portal(portal)
     }
-    fn discover_target_portal(&self, _portal: &TargetPortal) -> Result<Vec<String>> {
-        Err(unimplemented("Iscsi.DiscoverTargetPortal"))
+    fn discover_target_portal(&self, portal: &TargetPortal) -> Result<Vec<String>> {
+        self.remote.discover_target_portal(portal)
     }
-    fn remove_target_portal(&self, _portal: &TargetPortal) -> Result<()> {
-        Err(unimplemented("Iscsi.RemoveTargetPortal"))
+    fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
+        self.remote.remove_target_portal(portal)
     }
     fn list_target_portals(&self) -> Result<Vec<TargetPortal>> {
-        Err(unimplemented("Iscsi.ListTargetPortals"))
+        self.remote.list_target_portals()
     }
-    fn connect_target(&self, _request: &ConnectTarget) -> Result<()> {
-        Err(unimplemented("Iscsi.ConnectTarget"))
+    fn connect_target(&self, request: &ConnectTarget) -> Result<()> {
+        self.remote.connect_target(request)
     }
-    fn disconnect_target(&self, _portal: &TargetPortal, _iqn: &str) -> Result<()> {
-        Err(unimplemented("Iscsi.DisconnectTarget"))
+    fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()> {
+        self.remote.disconnect_target(portal, iqn)
     }
-    fn target_disks(&self, _portal: &TargetPortal, _iqn: &str) -> Result<Vec<u32>> {
-        Err(unimplemented("Iscsi.GetTargetDisks"))
+    fn target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
+        self.remote.target_disks(portal, iqn)
     }
-    fn set_mutual_chap_secret(&self, _secret: &Secret) -> Result<()> {
-        Err(unimplemented("Iscsi.SetMutualChapSecret"))
+    fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {
+        self.remote.set_mutual_chap_secret(secret)
     }
 }
 
