@@ -1,1 +1,289 @@
-//! (being written)
+//! SMB global mappings (`MSFT_SmbGlobalMapping` in `ROOT\Microsoft\Windows\SMB`; Windows has no
+//! documented Win32 call for a host-wide mapping, `WNetAddConnection*` maps per logon session)
+//! and the local link to the share.
+//!
+//! Where this differs from upstream (UPSTREAM.md §3.4, §3.7):
+//! - **Everything is validated before anything changes.** The remote path's components and the
+//!   local path (inside the roots, nothing there yet) are checked before the first WMI call;
+//!   upstream creates the mapping first and validates the local path afterwards.
+//! - **A mapping in any state but OK is removed and recreated** (csi-driver-smb#733); upstream
+//!   calls Create over it, which fails. An OK mapping whose root can't be reached (logon failure
+//!   after a password change, #66/#75) is removed and recreated as upstream does.
+//! - **A failed link undoes a mapping this call created**, so a failed call leaves nothing
+//!   behind. A mapping that was already there and healthy is kept: other links may use it.
+//! - **The link target is `\\?\UNC\host\share\…\`**, the documented verbatim UNC form, where
+//!   upstream writes `\\?\` + `\\host\share\…\` (see [`link_target`]).
+//! - **RemoveSmbGlobalMapping of a missing mapping succeeds** (logged at info), so Kubernetes
+//!   retries converge; upstream answers an error.
+//! - A failing WMI query is an error, not "not mapped".
+//! - Calls are serialised within the process, so a rollback can't pull a mapping away from a
+//!   concurrent call that just decided to keep it.
+//!
+//! The password only ever travels inside a [`Value::Secret`]; it is not logged, and an error text
+//! that happens to contain it is withheld.
+
+use super::wmi::{Namespace, Query, Row, Value, Wmi};
+use super::Win32;
+use crate::types::{Secret, SmbMapping};
+use crate::{Error, Result, SmbHost};
+use std::sync::{Arc, Mutex};
+use tracing::{debug, info, warn};
+
+/// Where the share gets linked on the host; the real one is the filesystem group's containment
+/// (`sys::windows::fs`).
+pub trait ShareLinks: Send + Sync {
+    /// Checks that a link may be made at `local`: inside the roots and nothing there yet.
+    fn check_free(&self, local: &str) -> Result<()>;
+    /// Makes a directory symbolic link at `local` pointing to `target`.
+    fn link(&self, local: &str, target: &str) -> Result<()>;
+}
+
+const CLASS: &str = "MSFT_SmbGlobalMapping";
+const PROPS: &[&str] = &["RemotePath", "Status", "LocalPath"];
+
+/// `MSFT_SmbGlobalMapping.Status` (the SMB client's connection states).
+pub mod status {
+    pub const OK: u32 = 0;
+    pub const PAUSED: u32 = 1;
+    pub const DISCONNECTED: u32 = 2;
+    pub const NETWORK_ERROR: u32 = 3;
+    pub const CONNECTING: u32 = 4;
+    pub const RECONNECTING: u32 = 5;
+    pub const UNAVAILABLE: u32 = 6;
+
+    pub fn name(status: u32) -> &'static str {
+        match status {
+            OK => "OK",
+            PAUSED => "Paused",
+            DISCONNECTED => "Disconnected",
+            NETWORK_ERROR => "NetworkError",
+            CONNECTING => "Connecting",
+            RECONNECTING => "Reconnecting",
+            UNAVAILABLE => "Unavailable",
+            _ => "unknown",
+        }
+    }
+}
+
+/// The non-empty components of a remote path (`\\host\share[\dir…]`, `/` already turned into
+/// `\` by the server). Components that would change meaning on the way to the server are
+/// refused: `.` and `..` (a `\\?\` target is not normalised), wildcards, and control characters.
+pub fn remote_components(remote: &str) -> Result<Vec<&str>> {
+    let parts: Vec<&str> = remote.split('\\').filter(|c| !c.is_empty()).collect();
+    if parts.len() < 2 {
+        return Err(Error::invalid(format!("remote path {remote:?} is invalid: expected \\\\host\\share[\\path]")));
+    }
+    if let Some(bad) = parts.iter().find(|c| **c == "." || **c == "..") {
+        return Err(Error::invalid(format!(
+            "remote path {remote:?} contains a `{bad}` component; expected \\\\host\\share[\\path] without relative parts"
+        )));
+    }
+    if let Some(c) = remote.chars().find(|c| *c < ' ' || matches!(c, '?' | '*')) {
+        return Err(Error::invalid(format!(
+            "remote path {remote:?} contains the character {c:?}, which can't be part of a share path"
+        )));
+    }
+    Ok(parts)
+}
+
+/// The mapping root `\\host\share`, lower-cased: every sub-path of one share shares one mapping
+/// (upstream #210, Windows error 1219 otherwise).
+pub fn share_root(remote: &str) -> Result<String> {
+    let parts = remote_components(remote)?;
+    Ok(format!(r"\\{}\{}", parts[0], parts[1]).to_lowercase())
+}
+
+/// The link target: the whole remote path in its original case, as `\\?\UNC\host\share\…\`.
+///
+/// Upstream passes `\\?\` + `\\host\share\…\`, a form the Win32 path rules don't define:
+/// nothing after `\\?\` is reinterpreted, so the link stores `\??\\\host\share\…`, an NT path
+/// with an empty component that Windows happens to resolve today. `\\?\UNC\…` is the documented
+/// verbatim UNC form; the link then stores `\??\UNC\host\share\…`, the same substitute name
+/// `mklink /d` writes for a share and the form `GetFinalPathNameByHandleW` reports for files on
+/// it. It is also the only one of the two our filesystem group can read back:
+/// `paths::windows::components` recognises it as a share, so `IsSymlink` and `CreateSymlink`
+/// accept the link, while the upstream form would be refused as pointing nowhere we can check.
+/// The trailing `\` is upstream's #98 (Go could not resolve the link without it).
+pub fn link_target(remote: &str) -> Result<String> {
+    let parts = remote_components(remote)?;
+    Ok(format!(r"\\?\UNC\{}\", parts.join("\\")))
+}
+
+/// The credential as `MSFT_SmbGlobalMapping.Create` takes it (the CIM cmdlet adapter's encoding):
+/// the user name with `\` doubled and `:` escaped as `\:`, then `:`, then the password as is.
+fn credential(username: &str, password: &Secret) -> Secret {
+    let mut s = String::with_capacity(username.len() + password.expose().len() + 4);
+    for c in username.chars() {
+        match c {
+            '\\' => s.push_str(r"\\"),
+            ':' => s.push_str(r"\:"),
+            c => s.push(c),
+        }
+    }
+    s.push(':');
+    s.push_str(password.expose());
+    Secret::new(s)
+}
+
+/// Rewrites an error's message, keeping its kind.
+pub(crate) fn map_message(e: Error, f: impl FnOnce(String) -> String) -> Error {
+    match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(f(m)),
+        Error::NotFound(m) => Error::NotFound(f(m)),
+        Error::AlreadyExists(m) => Error::AlreadyExists(f(m)),
+        Error::FailedPrecondition(m) => Error::FailedPrecondition(f(m)),
+        Error::PermissionDenied(m) => Error::PermissionDenied(f(m)),
+        Error::Unavailable(m) => Error::Unavailable(f(m)),
+        Error::Internal(m) => Error::Internal(f(m)),
+        e @ Error::Unimplemented { .. } => e,
+    }
+}
+
+/// Withholds an error text that contains `secret`. The whole text goes rather than just the
+/// secret, since masking each occurrence would show where a short secret's characters are.
+pub(crate) fn scrub(e: Error, secret: &Secret) -> Error {
+    if secret.is_empty() {
+        return e;
+    }
+    map_message(e, |m| {
+        if m.contains(secret.expose()) {
+            "(the error text was withheld because it contained the credential)".to_owned()
+        } else {
+            m
+        }
+    })
+}
+
+pub struct Smb {
+    win32: Arc<dyn Win32>,
+    wmi: Arc<dyn Wmi>,
+    links: Arc<dyn ShareLinks>,
+    /// Serialises mapping changes (see the module doc).
+    serial: Mutex<()>,
+}
+
+impl Smb {
+    pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>, links: Arc<dyn ShareLinks>) -> Self {
+        Smb { win32, wmi, links, serial: Mutex::new(()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // The guarded state is the host's, not ours: a panic elsewhere leaves nothing to repair.
+        self.serial.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn find(&self, root: &str) -> Result<Option<Row>> {
+        let q = Query::select(Namespace::Smb, CLASS, PROPS).eq("RemotePath", root);
+        Ok(self.wmi.query(&q)?.into_iter().next())
+    }
+
+    fn remove(&self, row: &Row, root: &str) -> Result<()> {
+        let out = self.wmi.call(Namespace::Smb, &row.path, "Remove", &[("Force", Value::Bool(true))])?;
+        match out.return_value()? {
+            0 => {
+                info!(root, "removed the SMB global mapping");
+                Ok(())
+            }
+            rv => Err(Error::internal(format!(
+                "removing the SMB global mapping of {root} failed: {CLASS}.Remove returned {rv}, expected 0"
+            ))),
+        }
+    }
+
+    fn create(&self, root: &str, mapping: &SmbMapping) -> Result<()> {
+        let mut args: Vec<(&'static str, Value)> =
+            vec![("RemotePath", Value::from(root)), ("RequirePrivacy", Value::Bool(mapping.require_privacy))];
+        if !mapping.username.is_empty() {
+            args.push(("Credential", Value::Secret(credential(&mapping.username, &mapping.password))));
+        }
+        let out = self.wmi.call(Namespace::Smb, CLASS, "Create", &args).map_err(|e| {
+            map_message(scrub(e, &mapping.password), |m| format!("creating the SMB global mapping of {root}: {m}"))
+        })?;
+        match out.return_value()? {
+            0 => {
+                info!(root, require_privacy = mapping.require_privacy, "created the SMB global mapping");
+                Ok(())
+            }
+            rv => Err(Error::internal(format!(
+                "creating the SMB global mapping of {root} failed: {CLASS}.Create returned {rv}, expected 0"
+            ))),
+        }
+    }
+
+    /// Makes sure a healthy mapping of `root` exists; true when this call created it.
+    fn ensure(&self, root: &str, mapping: &SmbMapping) -> Result<bool> {
+        if let Some(row) = self.find(root)? {
+            let st = row.u32("Status")?;
+            if st == status::OK {
+                match self.win32.attributes(root) {
+                    Ok(Some(_)) => {
+                        debug!(root, "the SMB global mapping exists and the share is reachable; kept");
+                        return Ok(false);
+                    }
+                    Ok(None) => warn!(root, "the SMB global mapping is OK but its share is missing; recreating it"),
+                    Err(e) => {
+                        warn!(root, error = %e, "the SMB global mapping is OK but its share is unreachable; recreating it")
+                    }
+                }
+            } else {
+                warn!(root, status = st, state = status::name(st), "the SMB global mapping is not OK; recreating it");
+            }
+            self.remove(&row, root)?;
+        }
+        self.create(root, mapping)?;
+        Ok(true)
+    }
+}
+
+impl SmbHost for Smb {
+    fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+        let root = share_root(&mapping.remote_path)?;
+        let target = link_target(&mapping.remote_path)?;
+        let local = mapping.local_path.as_str();
+        if !local.is_empty() {
+            self.links.check_free(local)?;
+        }
+        let _serial = self.lock();
+        let created = self.ensure(&root, mapping)?;
+        if local.is_empty() {
+            return Ok(());
+        }
+        let Err(e) = self.links.link(local, &target) else {
+            info!(root, local, target, "linked the SMB share");
+            return Ok(());
+        };
+        if !created {
+            return Err(e);
+        }
+        // Undo the mapping made for this link, found by its root as every other removal is,
+        // rather than through Create's out-parameters.
+        let undone = self.find(&root).and_then(|row| match row {
+            Some(row) => self.remove(&row, &root),
+            None => Ok(()),
+        });
+        match undone {
+            Ok(()) => Err(e),
+            Err(undo) => {
+                warn!(root, error = %undo, "could not remove the SMB global mapping after the link failed");
+                Err(map_message(e, |m| {
+                    format!("{m}; the SMB global mapping of {root} made for it could not be removed either: {undo}")
+                }))
+            }
+        }
+    }
+
+    fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
+        let root = share_root(remote_path)?;
+        let _serial = self.lock();
+        match self.find(&root)? {
+            Some(row) => self.remove(&row, &root),
+            None => {
+                info!(root, "no SMB global mapping to remove");
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

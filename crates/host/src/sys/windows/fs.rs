@@ -463,3 +463,49 @@ fn remove_contents(top: &Handle, top_path: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests;
+
+/// The SMB group's local link: made under the same containment as CreateSymlink, pointing out of
+/// the roots on purpose, since its target is the share.
+impl crate::win::smb::ShareLinks for Filesystem {
+    fn check_free(&self, local: &str) -> Result<()> {
+        let at = self.locate(local)?;
+        share_link_parent(&at, local)?;
+        Ok(())
+    }
+
+    fn link(&self, local: &str, target: &str) -> Result<()> {
+        // Only a share may be the target: this trait must not become a way to link out of the
+        // roots to anything else.
+        if !wp::components(target).is_some_and(|t| t[0] == "UNC") {
+            return Err(Error::internal(format!("SMB link target {target} is not a \\\\?\\UNC\\ share path")));
+        }
+        let at = self.locate(local)?;
+        let parent = share_link_parent(&at, local)?;
+        nt::create_symlink(&wp::verbatim(&at.canonical_path()), target, true)
+            .map_err(|e| Error::io(format!("creating link {local} to {target}"), e))?;
+        // As in create_symlink: check through the held parent that the link is ours.
+        match nt::open_at(parent, at.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+            Ok(h) if links_to(&h, target) => Ok(()),
+            Ok(_) => {
+                Err(Error::internal(format!("created link {local} to {target}, but {local} is now something else")))
+            }
+            Err(e) if nt::is_not_found(&e) => Err(Error::internal(format!(
+                "CreateSymbolicLinkW reported success for link {local} to {target}, but no link exists \
+                 (Wine's CreateSymbolicLinkW does nothing)"
+            ))),
+            Err(e) => Err(io(local, "checking the new link", e)),
+        }
+    }
+}
+
+/// The held parent of a share link's place, once nothing is there yet.
+fn share_link_parent<'a>(at: &'a Located, local: &str) -> Result<&'a Handle> {
+    let Some(parent) = at.parent() else {
+        return Err(Error::not_found(format!("cannot create link {local}: its directory does not exist")));
+    };
+    match nt::open_at(parent, at.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+        Ok(_) => Err(Error::exists(format!("{local} already exists; expected nothing there for the SMB share link"))),
+        Err(e) if nt::is_not_found(&e) => Ok(parent),
+        Err(e) => Err(io(local, "checking", e)),
+    }
+}
