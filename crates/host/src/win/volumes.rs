@@ -1,1 +1,652 @@
-//! (being written)
+//! The volume group on Windows: Win32 volume management and two volume I/O controls, with WMI
+//! (`MSFT_Volume`, `MSFT_Partition`, `MSFT_Disk`) only for formatting and resizing, which have
+//! no documented Win32 call.
+//!
+//! Volume IDs are `\\?\Volume{GUID}\` (upstream's `MSFT_Volume.UniqueId`). Every RPC checks the
+//! ID's form before any host call; the trailing `\` may be left out and the hex digits may be of
+//! any case. Semantics, where they differ from upstream (UPSTREAM.md §3.2, §3.7) or from the
+//! Linux backend (`sys::linux::block::volumes`):
+//!
+//! - **ListVolumesOnDisk**: every volume (FindFirstVolumeW) whose disk extents
+//!   (IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS) touch the disk; with `partition > 0`, only the one
+//!   whose IOCTL_DISK_GET_PARTITION_INFO_EX number is that (0 means every partition, as
+//!   upstream's code). Sorted by partition number. Volumes that don't answer (CD-ROMs, media
+//!   not ready) are skipped. An unknown disk gives an empty list, as upstream.
+//! - **Target paths** (Mount, Unmount, GetVolumeIDFromTargetPath and the start of
+//!   GetClosestVolumeIDFromTargetPath) obey the filesystem group's containment, which upstream
+//!   does not apply here: lexically inside a root (by component, case-insensitively), then by
+//!   the OS's final path against the roots' final paths, so a junction on the way that leads
+//!   out is refused (PermissionDenied). A target that is itself a reparse point is checked by
+//!   its parent's final path plus its name (a mounted folder's own final path names the mounted
+//!   volume, not the place); if it is not a volume mount point, where it leads must be inside
+//!   too. Mount and Unmount refuse a root itself.
+//! - **MountVolume**: the target must exist (NotFound) and be a directory; SetVolumeMountPointW
+//!   wants it empty, and a link (a junction or symbolic link that is no mount point) is refused
+//!   rather than handed to it. The same volume already mounted there is success (upstream's
+//!   idempotent remount, but with the GUIDs compared case-insensitively, as Windows names them);
+//!   another volume, or a non-empty directory, is FailedPrecondition. A volume may be mounted in
+//!   several places, as Windows and upstream allow (Linux refuses a second place).
+//! - **UnmountVolume**: flushes the volume (so an unknown volume is NotFound), then removes the
+//!   mount point. Nothing mounted at the target, or no target: success (upstream errors; ours is
+//!   idempotent, as on Linux). Another volume there: FailedPrecondition, left alone. The
+//!   directory stays, as upstream.
+//! - **IsVolumeFormatted**: GetVolumeInformationW's filesystem name; `RAW` or no recognised
+//!   filesystem is false, any name is true (upstream: MSFT_Volume.FileSystemType ≠ Unknown).
+//! - **FormatVolume**: NTFS, quick, through `MSFT_Volume.Format` with upstream's arguments. A
+//!   volume that holds a filesystem is refused with FailedPrecondition (upstream formats with
+//!   Force and loses the data), as on Linux.
+//! - **ResizeVolume(size)**: the partition is found through Win32 (the volume's one extent and
+//!   its partition number), then `MSFT_Partition.Resize`, which extends NTFS along with the
+//!   partition, and `MSFT_Disk.Refresh`. Against the partition's current length P: `0` means
+//!   `GetSupportedSize`'s SizeMax; within 100 MiB of P either way is a no-op (upstream's rule,
+//!   and what makes a repeated call idempotent); a shrink beyond that is FailedPrecondition
+//!   (upstream answers success). A volume on several extents (spanned, striped, dynamic disks)
+//!   is FailedPrecondition: there is no one partition to grow.
+//! - **GetVolumeStats**: GetDiskFreeSpaceExW on the volume's GUID path, which works whether or
+//!   not the volume is mounted anywhere (Linux requires a mount). A volume without a filesystem
+//!   is FailedPrecondition.
+//! - **GetDiskNumberFromVolumeID**: the disk of the volume's first extent.
+//! - **GetVolumeIDFromTargetPath**: the target must be a reparse point (else NotFound, "not a
+//!   mounted folder", as upstream); its volume is GetVolumePathNameW's mount point (made `\\?\`
+//!   and `\`-terminated, upstream's EnsureLongPath) through GetVolumeNameForVolumeMountPointW.
+//!   The attribute alone can't tell a junction from a mounted folder (both carry
+//!   IO_REPARSE_TAG_MOUNT_POINT): a link answers the volume it leads to, as upstream's.
+//! - **GetClosestVolumeIDFromTargetPath**: the target is contained, as on Linux; then
+//!   upstream's walk of at most 256 steps: a reparse point answering a volume is the answer,
+//!   anything else moves to its parent, and the drive root's volume comes from
+//!   GetVolumeNameForVolumeMountPointW (`C:\`), not upstream's `MSFT_Partition.DriveLetter`
+//!   query. A path deeper than 256 names never reaches its root and is NotFound, as upstream.
+//! - **WriteVolumeCache**: FlushFileBuffers on the volume.
+//!
+//! Opening a volume that does not exist fails with ERROR_FILE_NOT_FOUND (a GUID the mount
+//! manager doesn't know), ERROR_PATH_NOT_FOUND or ERROR_INVALID_NAME; all three are NotFound
+//! naming the volume.
+
+use super::extents::{self, IOCTL_DISK_GET_PARTITION_INFO_EX, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS};
+use super::wmi::{Namespace, Query, Row, Value, Wmi};
+use super::{attr, code, Win32};
+use crate::paths::windows::{self as wp, WinPath};
+use crate::paths::{within, Roots};
+use crate::types::VolumeStats;
+use crate::{Error, Result, VolumeHost};
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+#[cfg(test)]
+mod tests;
+
+/// Upstream's tolerance: a requested size within this of the partition's is no change.
+pub const RESIZE_TOLERANCE: u64 = 100 << 20;
+/// Steps of GetClosestVolumeIDFromTargetPath's walk (upstream's bound).
+pub const MAX_WALK: usize = 256;
+/// Volumes looked at by ListVolumesOnDisk; a host has far fewer.
+pub const MAX_VOLUMES: usize = 4096;
+
+/// The form every volume ID must have, for messages.
+const ID_FORM: &str = r"\\?\Volume{xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx}\";
+
+pub struct Volumes {
+    win32: Arc<dyn Win32>,
+    wmi: Arc<dyn Wmi>,
+    roots: Roots,
+}
+
+/// A volume ID whose form was checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeId {
+    /// `\\?\Volume{…}\`, as given plus the trailing `\` when it was left out.
+    pub id: String,
+    /// The same without the trailing `\`: the device, for I/O controls and flushing.
+    pub device: String,
+}
+
+impl VolumeId {
+    /// Accepts `\\?\Volume{GUID}\` and `\\?\Volume{GUID}`, hex digits in any case.
+    pub fn parse(id: &str) -> Result<Self> {
+        let device = id.strip_suffix('\\').unwrap_or(id);
+        match device.strip_prefix(r"\\?\") {
+            Some(name) if wp::is_volume_guid(name) => {
+                Ok(VolumeId { id: format!(r"{device}\"), device: device.to_owned() })
+            }
+            _ => Err(Error::invalid(format!("volume ID {} is not a volume GUID path; expected {ID_FORM}", shown(id)))),
+        }
+    }
+
+    /// Whether `other` (an ID as Windows answered it) names this volume: Windows compares
+    /// volume names case-insensitively.
+    fn is(&self, other: &str) -> bool {
+        VolumeId::parse(other).is_ok_and(|o| o.device.eq_ignore_ascii_case(&self.device))
+    }
+}
+
+impl fmt::Display for VolumeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.id)
+    }
+}
+
+/// A value as sent, escaped only when it holds control characters.
+fn shown(s: &str) -> String {
+    if s.chars().any(char::is_control) {
+        format!("{s:?}")
+    } else {
+        s.to_owned()
+    }
+}
+
+fn raw(e: &io::Error) -> Option<i32> {
+    e.raw_os_error()
+}
+
+/// What opening a missing volume or path reports.
+fn is_not_found(e: &io::Error) -> bool {
+    matches!(raw(e), Some(code::ERROR_FILE_NOT_FOUND | code::ERROR_PATH_NOT_FOUND | code::ERROR_INVALID_NAME))
+}
+
+/// What GetVolumeNameForVolumeMountPointW reports for a directory that is no mount point.
+fn is_not_mount_point(e: &io::Error) -> bool {
+    matches!(raw(e), Some(code::ERROR_NOT_A_REPARSE_POINT | code::ERROR_INVALID_PARAMETER)) || is_not_found(e)
+}
+
+/// A Win32 failure, classified by its Win32 code (the logic also runs where codes are not
+/// the OS's own, so `io::ErrorKind` can't be trusted).
+fn os(what: impl fmt::Display, e: io::Error) -> Error {
+    let msg = format!("{what}: {e}");
+    match raw(&e) {
+        Some(code::ERROR_FILE_NOT_FOUND | code::ERROR_PATH_NOT_FOUND | code::ERROR_INVALID_NAME) => {
+            Error::NotFound(msg)
+        }
+        Some(code::ERROR_ACCESS_DENIED) => Error::PermissionDenied(msg),
+        Some(code::ERROR_NOT_READY) => Error::Unavailable(msg),
+        Some(code::ERROR_DIR_NOT_EMPTY) => Error::FailedPrecondition(msg),
+        Some(_) => Error::Internal(msg),
+        None => Error::io(what, e),
+    }
+}
+
+/// A failure of a call on a volume: a missing volume is NotFound naming it.
+fn on_volume(v: &VolumeId, doing: &str, e: io::Error) -> Error {
+    if is_not_found(&e) {
+        Error::not_found(format!("volume {v} not found ({doing}: {e})"))
+    } else {
+        os(format!("{doing} volume {v}"), e)
+    }
+}
+
+/// A non-zero ReturnValue of a Storage method is an error.
+fn method_failed(class: &str, method: &str, target: &str, out: &Row) -> Result<()> {
+    match out.return_value()? {
+        0 => Ok(()),
+        rv => Err(super::disks::storage_method_error(class, method, target, rv)),
+    }
+}
+
+fn with_slash(path: &str) -> String {
+    if path.ends_with('\\') {
+        path.to_owned()
+    } else {
+        format!(r"{path}\")
+    }
+}
+
+/// Upstream's EnsureLongPath: `\\?\` in front unless already there, `\` at the end.
+fn long_path(path: &str) -> String {
+    let p = if path.starts_with(r"\\?\") { path.to_owned() } else { format!(r"\\?\{path}") };
+    with_slash(&p)
+}
+
+/// Roots come from the command line, where `/` may have been used.
+fn parse_root(root: &str) -> Option<WinPath> {
+    wp::parse(&root.replace('/', "\\")).ok()
+}
+
+/// A target path that passed containment.
+struct Target {
+    /// The path as Windows should see it: drive upper case, no doubled or trailing `\`.
+    path: WinPath,
+    shown: String,
+    /// Its attributes; `None` when it does not exist.
+    attrs: Option<u32>,
+    /// The volume mounted at it, when it is a volume mount point.
+    mounted: Option<String>,
+}
+
+impl Target {
+    fn is_reparse(&self) -> bool {
+        self.attrs.is_some_and(|a| a & attr::REPARSE_POINT != 0)
+    }
+}
+
+impl Volumes {
+    pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>, roots: Roots) -> Self {
+        Volumes { win32, wmi, roots }
+    }
+
+    /// The extents of a volume, as (disk, offset, length).
+    fn extents(&self, v: &VolumeId) -> Result<Vec<extents::DiskExtent>> {
+        let buf = (self.win32.ioctl(&v.device, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS, &[], false))
+            .map_err(|e| on_volume(v, "reading the disk extents of", e))?;
+        extents::parse_disk_extents(&buf).map_err(|e| Error::internal(format!("volume {v}: {e}")))
+    }
+
+    fn partition_info(&self, v: &VolumeId) -> Result<extents::PartitionInfo> {
+        let buf = (self.win32.ioctl(&v.device, IOCTL_DISK_GET_PARTITION_INFO_EX, &[], false))
+            .map_err(|e| on_volume(v, "reading the partition of", e))?;
+        extents::parse_partition_info(&buf).map_err(|e| Error::internal(format!("volume {v}: {e}")))
+    }
+
+    /// The volume's filesystem name; `None` when it has none (RAW).
+    fn filesystem(&self, v: &VolumeId) -> Result<Option<String>> {
+        match self.win32.filesystem_name(&v.id) {
+            Ok(name) if name.is_empty() || name.eq_ignore_ascii_case("RAW") => Ok(None),
+            Ok(name) => Ok(Some(name)),
+            Err(e) if raw(&e) == Some(code::ERROR_UNRECOGNIZED_VOLUME) => Ok(None),
+            Err(e) => Err(on_volume(v, "reading the filesystem of", e)),
+        }
+    }
+
+    /// The volume a mount point answers, its form checked.
+    fn volume_at_mount_point(&self, mount_point: &str) -> io::Result<Result<String>> {
+        let name = self.win32.volume_name_for_mount_point(mount_point)?;
+        Ok(match VolumeId::parse(&name) {
+            Ok(v) => Ok(v.id),
+            Err(_) => Err(Error::internal(format!(
+                "GetVolumeNameForVolumeMountPointW({mount_point}) answered {}; expected {ID_FORM}",
+                shown(&name)
+            ))),
+        })
+    }
+
+    /// Upstream's getTarget: the volume holding `path` by its mount point. NotFound when
+    /// `path` leads to no mount point.
+    fn volume_holding(&self, path: &str) -> Result<String> {
+        let mount_point =
+            self.win32.volume_path_name(path).map_err(|e| os(format!("finding the mount point of {path}"), e))?;
+        let mount_point = long_path(&mount_point);
+        match self.volume_at_mount_point(&mount_point) {
+            Ok(found) => found,
+            Err(e) if is_not_mount_point(&e) => Err(Error::not_found(format!(
+                "{path} is not a mounted folder: {mount_point} is no volume mount point ({e})"
+            ))),
+            Err(e) => Err(os(format!("reading the volume mounted at {mount_point}"), e)),
+        }
+    }
+
+    /// The roots' canonical components, with the roots as given; `None` for a root that does
+    /// not exist (or can't be resolved), which then matches nothing.
+    fn canonical_roots(&self) -> Vec<(&String, Option<Vec<String>>)> {
+        (self.roots.as_slice().iter())
+            .map(|r| {
+                let resolved = parse_root(r).and_then(|p| match self.win32.final_path(&p.to_string()) {
+                    Ok(raw) => wp::components(&raw),
+                    Err(e) => {
+                        tracing::debug!(root = %r, error = %e, "working directory does not resolve");
+                        None
+                    }
+                });
+                (r, resolved)
+            })
+            .collect()
+    }
+
+    fn final_components(&self, target: &str, path: &str) -> Result<Vec<String>> {
+        let raw = self.win32.final_path(path).map_err(|e| os(format!("resolving {path} (for {target})"), e))?;
+        wp::components(&raw).ok_or_else(|| {
+            Error::denied(format!(
+                "path {target} resolves to {}, which cannot be checked against the working directories {}",
+                shown(&raw),
+                self.roots
+            ))
+        })
+    }
+
+    /// Checks `target` against the roots (see the module comment) and looks at what is there.
+    /// `allow_root`: whether a root itself is an acceptable target.
+    fn locate(&self, target: &str, allow_root: bool) -> Result<Target> {
+        let path = wp::parse(target)?;
+        let parts = path.parts();
+        let lexical: Vec<(&String, WinPath)> = (self.roots.as_slice().iter())
+            .filter_map(|r| parse_root(r).map(|p| (r, p)))
+            .filter(|(_, r)| within(&parts, &r.parts(), true))
+            .collect();
+        if lexical.is_empty() {
+            return Err(self.roots.outside(target, None));
+        }
+        let refuse_root = || {
+            Error::denied(format!(
+                "path {target} is one of the working directories {} itself; expected a directory below one",
+                self.roots
+            ))
+        };
+        if !allow_root && lexical.iter().any(|(_, r)| r.parts().len() == parts.len()) {
+            return Err(refuse_root());
+        }
+        let shown = path.to_string();
+        let attrs = self.win32.attributes(&shown).map_err(|e| os(format!("reading the attributes of {target}"), e))?;
+        let mut t = Target { path, shown, attrs, mounted: None };
+        let Some(attrs) = attrs else { return Ok(t) };
+
+        let roots = self.canonical_roots();
+        if !roots.iter().any(|(r, c)| c.is_some() && lexical.iter().any(|(l, _)| l == r)) {
+            return Err(Error::precondition(format!(
+                "path {target} is in the working directory {}, which does not exist",
+                lexical.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let roots: Vec<Vec<String>> = roots.into_iter().filter_map(|(_, c)| c).collect();
+        let check = |canonical: &[String]| -> Result<()> {
+            if !roots.iter().any(|r| within(canonical, r, true)) {
+                return Err(self.roots.outside(target, Some(&wp::display(canonical))));
+            }
+            if !allow_root && roots.iter().any(|r| r.len() == canonical.len() && within(canonical, r, true)) {
+                return Err(refuse_root());
+            }
+            Ok(())
+        };
+
+        if attrs & attr::REPARSE_POINT == 0 {
+            check(&self.final_components(target, &t.shown)?)?;
+            return Ok(t);
+        }
+        // A reparse point: where it is, by its parent, then what it is.
+        let mut place = match t.path.names.len() {
+            0 => self.final_components(target, &t.shown)?,
+            n => self.final_components(target, &t.path.prefix(n - 1))?,
+        };
+        place.extend(t.path.names.last().cloned());
+        check(&place)?;
+        t.mounted = match self.volume_at_mount_point(&with_slash(&t.shown)) {
+            Ok(found) => Some(found?),
+            Err(e) if is_not_mount_point(&e) => None,
+            Err(e) => return Err(os(format!("reading the volume mounted at {target}"), e)),
+        };
+        if t.mounted.is_none() {
+            // Some other link: where it leads must be inside too.
+            check(&self.final_components(target, &t.shown)?)?;
+        }
+        Ok(t)
+    }
+
+    fn partition_row(&self, v: &VolumeId, disk: u32, number: u32) -> Result<Row> {
+        let q = Query::select(Namespace::Storage, "MSFT_Partition", &["Size"])
+            .eq("DiskNumber", disk)
+            .eq("PartitionNumber", number);
+        self.wmi.query(&q)?.into_iter().next().ok_or_else(|| {
+            Error::not_found(format!("volume {v}: partition {number} of disk {disk} is not in MSFT_Partition"))
+        })
+    }
+}
+
+impl VolumeHost for Volumes {
+    fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>> {
+        let all = self.win32.volumes().map_err(|e| os("listing the volumes", e))?;
+        if all.len() > MAX_VOLUMES {
+            tracing::warn!(count = all.len(), "more volumes than {MAX_VOLUMES}; looking at the first {MAX_VOLUMES}");
+        }
+        let mut found: Vec<(Option<u32>, String)> = Vec::new();
+        for name in all.into_iter().take(MAX_VOLUMES) {
+            let Ok(v) = VolumeId::parse(&name) else {
+                tracing::debug!(volume = %shown(&name), "not a volume GUID path; skipped");
+                continue;
+            };
+            let on_disk = match self.extents(&v) {
+                Ok(list) => list.iter().any(|(d, _, _)| *d == disk),
+                Err(e) => {
+                    tracing::debug!(volume = %v, error = %e, "no disk extents; skipped");
+                    continue;
+                }
+            };
+            if !on_disk {
+                continue;
+            }
+            let number = match self.partition_info(&v) {
+                Ok(info) => Some(info.number),
+                Err(e) => {
+                    tracing::debug!(volume = %v, error = %e, "no partition information");
+                    None
+                }
+            };
+            if partition > 0 && number != Some(partition) {
+                continue;
+            }
+            found.push((number, name));
+        }
+        // Volumes without a partition number go last.
+        found.sort_by_key(|(n, name)| (n.is_none(), *n, name.clone()));
+        Ok(found.into_iter().map(|(_, name)| name).collect())
+    }
+
+    fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
+        let v = VolumeId::parse(volume_id)?;
+        let t = self.locate(target_path, false)?;
+        let Some(attrs) = t.attrs else {
+            return Err(Error::not_found(format!(
+                "target {target_path} does not exist; expected an empty directory to mount volume {v} at"
+            )));
+        };
+        if attrs & attr::DIRECTORY == 0 {
+            return Err(Error::precondition(format!(
+                "target {target_path} is not a directory; expected an empty directory to mount volume {v} at"
+            )));
+        }
+        let other = |m: &str| {
+            Error::precondition(format!("{target_path} has volume {m} mounted; refusing to mount volume {v} over it"))
+        };
+        match &t.mounted {
+            Some(m) if v.is(m) => {
+                tracing::debug!(volume = %v, target = %t.shown, "already mounted there");
+                return Ok(());
+            }
+            Some(m) => return Err(other(m)),
+            None if t.is_reparse() => {
+                return Err(Error::precondition(format!(
+                "target {target_path} is a link, not a directory; expected an empty directory to mount volume {v} at"
+            )))
+            }
+            None => {}
+        }
+        let dir = with_slash(&t.shown);
+        match self.win32.set_mount_point(&dir, &v.id) {
+            Ok(()) => {
+                tracing::info!(volume = %v, target = %t.shown, "volume mounted");
+                Ok(())
+            }
+            Err(e) if raw(&e) == Some(code::ERROR_DIR_NOT_EMPTY) => match self.volume_at_mount_point(&dir) {
+                Ok(found) => match found? {
+                    m if v.is(&m) => Ok(()),
+                    m => Err(other(&m)),
+                },
+                Err(e) if is_not_mount_point(&e) => Err(Error::precondition(format!(
+                    "target {target_path} is a directory that is not empty; expected an empty directory to mount volume {v} at"
+                ))),
+                Err(e) => Err(os(format!("reading the volume mounted at {target_path}"), e)),
+            },
+            Err(e) => Err(on_volume(&v, &format!("mounting at {target_path}"), e)),
+        }
+    }
+
+    fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
+        let v = VolumeId::parse(volume_id)?;
+        let t = self.locate(target_path, false)?;
+        self.win32.flush(&v.device).map_err(|e| on_volume(&v, "flushing", e))?;
+        match &t.mounted {
+            None => {
+                tracing::debug!(volume = %v, target = %t.shown, "nothing mounted there; nothing to unmount");
+                Ok(())
+            }
+            Some(m) if !v.is(m) => {
+                Err(Error::precondition(format!("{target_path} has volume {m} mounted, not volume {v}; left alone")))
+            }
+            Some(_) => {
+                let dir = with_slash(&t.shown);
+                match self.win32.delete_mount_point(&dir) {
+                    Ok(()) => {
+                        tracing::info!(volume = %v, target = %t.shown, "volume unmounted");
+                        Ok(())
+                    }
+                    Err(e) => Err(os(format!("removing the mount point {target_path} of volume {v}"), e)),
+                }
+            }
+        }
+    }
+
+    fn is_volume_formatted(&self, volume_id: &str) -> Result<bool> {
+        let v = VolumeId::parse(volume_id)?;
+        Ok(self.filesystem(&v)?.is_some())
+    }
+
+    fn format_volume(&self, volume_id: &str) -> Result<()> {
+        let v = VolumeId::parse(volume_id)?;
+        if let Some(fs) = self.filesystem(&v)? {
+            return Err(Error::precondition(format!(
+                "volume {v} already holds a {fs} filesystem; refusing to format it, which would destroy its data"
+            )));
+        }
+        let q = Query::select(Namespace::Storage, "MSFT_Volume", &["UniqueId", "FileSystemType"])
+            .eq("UniqueId", v.id.as_str());
+        let row = (self.wmi.query(&q)?.into_iter().next())
+            .ok_or_else(|| Error::not_found(format!("volume {v} not found in MSFT_Volume")))?;
+        // Upstream's arguments; the others (allocation unit size, compression, short names,
+        // integrity streams, large FRS, heat gathering) are left to the provider's defaults.
+        let args = [
+            ("FileSystem", Value::from("NTFS")),
+            ("FileSystemLabel", Value::from("")),
+            ("Full", Value::Bool(false)),
+            ("Force", Value::Bool(true)),
+        ];
+        let out = self.wmi.call(Namespace::Storage, &row.path, "Format", &args)?;
+        method_failed("MSFT_Volume", "Format", &v.id, &out)?;
+        if self.filesystem(&v)?.is_none() {
+            return Err(Error::internal(format!(
+                "volume {v} still holds no filesystem after MSFT_Volume.Format succeeded"
+            )));
+        }
+        tracing::info!(volume = %v, "volume formatted with NTFS");
+        Ok(())
+    }
+
+    fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
+        let v = VolumeId::parse(volume_id)?;
+        let disk = match self.extents(&v)?.as_slice() {
+            [(disk, _, _)] => *disk,
+            [] => return Err(Error::not_found(format!("volume {v} has no disk extents, so no partition to resize"))),
+            many => {
+                return Err(Error::precondition(format!(
+                "volume {v} spans {} extents (a spanned, striped or dynamic volume); expected one partition to resize",
+                many.len()
+            )))
+            }
+        };
+        let info = self.partition_info(&v)?;
+        if info.number == 0 {
+            return Err(Error::precondition(format!(
+                "volume {v} is on disk {disk} without a partition table; expected a partition to resize"
+            )));
+        }
+        let current = info.length as u64;
+        let row = self.partition_row(&v, disk, info.number)?;
+        let target = match size_bytes {
+            0 => {
+                let out = self.wmi.call(Namespace::Storage, &row.path, "GetSupportedSize", &[])?;
+                method_failed("MSFT_Partition", "GetSupportedSize", &row.path, &out)?;
+                out.u64("SizeMax")?
+            }
+            n => n,
+        };
+        if target.abs_diff(current) <= RESIZE_TOLERANCE {
+            tracing::debug!(volume = %v, current, target, "within 100 MiB of the partition's size; nothing to do");
+            return Ok(());
+        }
+        if target < current {
+            return Err(Error::precondition(format!(
+                "volume {v}: resizing partition {} of disk {disk} from {current} to {target} bytes would shrink it; \
+                 expected at least {} bytes (shrinking is not supported)",
+                info.number,
+                current - RESIZE_TOLERANCE
+            )));
+        }
+        let out = self.wmi.call(Namespace::Storage, &row.path, "Resize", &[("Size", Value::U64(target))])?;
+        method_failed("MSFT_Partition", "Resize", &row.path, &out)?;
+        let q = Query::select(Namespace::Storage, "MSFT_Disk", &["Number"]).eq("Number", disk);
+        let disk_row = (self.wmi.query(&q)?.into_iter().next())
+            .ok_or_else(|| Error::not_found(format!("disk {disk} of volume {v} is not in MSFT_Disk")))?;
+        let out = self.wmi.call(Namespace::Storage, &disk_row.path, "Refresh", &[])?;
+        method_failed("MSFT_Disk", "Refresh", &disk_row.path, &out)?;
+        tracing::info!(volume = %v, from = current, to = target, "volume resized");
+        Ok(())
+    }
+
+    fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
+        let v = VolumeId::parse(volume_id)?;
+        let (total, free) = self.win32.free_space(&v.id).map_err(|e| {
+            if raw(&e) == Some(code::ERROR_UNRECOGNIZED_VOLUME) {
+                Error::precondition(format!("volume {v} holds no filesystem; expected a formatted volume"))
+            } else {
+                on_volume(&v, "reading the free space of", e)
+            }
+        })?;
+        let used = total.checked_sub(free).ok_or_else(|| {
+            Error::internal(format!("volume {v}: {free} bytes free of {total}; expected no more free than total"))
+        })?;
+        Ok(VolumeStats { total_bytes: total, used_bytes: used })
+    }
+
+    fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32> {
+        let v = VolumeId::parse(volume_id)?;
+        match self.extents(&v)?.first() {
+            Some((disk, _, _)) => Ok(*disk),
+            None => Err(Error::not_found(format!("volume {v} has no disk extents, so it is on no disk"))),
+        }
+    }
+
+    fn volume_at_path(&self, target_path: &str) -> Result<String> {
+        let t = self.locate(target_path, true)?;
+        match t.attrs {
+            None => Err(Error::not_found(format!("path {target_path} does not exist"))),
+            Some(a) if a & attr::REPARSE_POINT == 0 => {
+                Err(Error::not_found(format!("{target_path} is not a mounted folder")))
+            }
+            Some(_) => self.volume_holding(&t.shown),
+        }
+    }
+
+    fn closest_volume_to_path(&self, target_path: &str) -> Result<String> {
+        let t = self.locate(target_path, true)?;
+        let Some(mut attrs) = t.attrs else {
+            return Err(Error::not_found(format!("path {target_path} does not exist")));
+        };
+        let mut path = t.path;
+        for step in 0..MAX_WALK {
+            let at = path.to_string();
+            if step > 0 {
+                attrs = (self.win32.attributes(&at))
+                    .map_err(|e| os(format!("reading the attributes of {at} (for {target_path})"), e))?
+                    .ok_or_else(|| Error::not_found(format!("{at}, a parent of {target_path}, does not exist")))?;
+            }
+            if attrs & attr::REPARSE_POINT != 0 {
+                match self.volume_holding(&at) {
+                    Ok(v) => return Ok(v),
+                    // A link that leads to no mount point: go on upwards.
+                    Err(Error::NotFound(why)) => tracing::debug!(path = %at, %why, "not a mounted folder"),
+                    Err(e) => return Err(e),
+                }
+            }
+            if path.names.pop().is_none() {
+                let root = with_slash(&at);
+                return match self.volume_at_mount_point(&root) {
+                    Ok(found) => found,
+                    Err(e) => Err(os(format!("reading the volume of drive {root} (for {target_path})"), e)),
+                };
+            }
+        }
+        Err(Error::not_found(format!(
+            "no volume found for {target_path} within {MAX_WALK} steps up from it; expected a mounted folder or a drive root"
+        )))
+    }
+
+    fn flush_volume(&self, volume_id: &str) -> Result<()> {
+        let v = VolumeId::parse(volume_id)?;
+        self.win32.flush(&v.device).map_err(|e| on_volume(&v, "flushing", e))
+    }
+}
