@@ -73,8 +73,10 @@ impl Locks {
     pub fn lock_volume(&self, hosts: &Hosts, volume_id: &str) -> Result<Guard<'_>> {
         let disk_of = || match hosts.volume.disk_number_of_volume(volume_id) {
             Ok(disk) => Ok(Key::Disk(disk)),
-            // A backend that can't place volumes on disks serialises on the volume alone.
-            Err(Error::Unimplemented { .. }) => Ok(Key::Volume(volume_id.to_string())),
+            // A backend that can't place volumes on disks, or a volume that is on none (Windows
+            // volumes without disk extents), serialises on the volume alone; the call itself
+            // then says what it can do with such a volume.
+            Err(Error::Unimplemented { .. } | Error::FailedPrecondition(_)) => Ok(Key::Volume(volume_id.to_string())),
             Err(e) => Err(e),
         };
         let mut key = disk_of()?;

@@ -1,7 +1,8 @@
 //! The real backend for the OS this crate is built for.
 //!
-//! Operations without a native implementation yet answer [`Error::Unimplemented`] naming the
-//! operation and the OS: the daemon never pretends that work was done.
+//! Operations without a native implementation yet (SMB and iSCSI on Linux) answer
+//! [`Error::Unimplemented`] naming the operation and the OS: the daemon never pretends that work
+//! was done.
 
 use crate::types::*;
 use crate::*;
@@ -22,6 +23,8 @@ compile_error!("csi-proxy-host has native backends for Linux and Windows only");
 /// Name of the OS in error messages.
 pub const OS: &str = os::NAME;
 
+/// Only Linux still has groups without a backend (SMB, iSCSI).
+#[cfg(target_os = "linux")]
 pub(crate) fn unimplemented(operation: &'static str) -> Error {
     Error::Unimplemented { operation, os: OS }
 }

@@ -8,7 +8,8 @@
 //!   none, as on NVMe) and StorageDeviceProperty the serial, trimmed of the blanks that pad it
 //!   (upstream hands out MSFT_Disk.SerialNumber, padding and all). A disk that can't be opened
 //!   or answers an IOCTL with an error is logged and left out; upstream fails the whole RPC.
-//! - **GetDiskStats**: IOCTL_DISK_GET_LENGTH_INFO on `\\.\PhysicalDriveN`.
+//! - **GetDiskStats**: the DiskSize of IOCTL_DISK_GET_DRIVE_GEOMETRY_EX on `\\.\PhysicalDriveN`
+//!   (no data access needed, unlike IOCTL_DISK_GET_LENGTH_INFO, which gives the same length).
 //! - **GetDiskState / SetDiskState**: the disk's OFFLINE attribute (IOCTL_DISK_GET/
 //!   SET_DISK_ATTRIBUTES), persisted as MSFT_Disk.Online/Offline do; a change is read back and
 //!   the call fails when it didn't take.
@@ -20,7 +21,7 @@
 
 use super::ioctl::{self, DiskAttributes};
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
-use super::{code, Win32};
+use super::{code, Access, Win32};
 use crate::types::{DiskIds, DiskLocation};
 use crate::{DiskHost, Error, Result};
 use std::collections::btree_map::{BTreeMap, Entry};
@@ -62,8 +63,8 @@ impl Disks {
     }
 
     /// An IOCTL on `\\.\PhysicalDriveN`; a disk that isn't there is NotFound.
-    fn disk_ioctl(&self, disk: u32, code: u32, name: &str, input: &[u8], write: bool) -> Result<Vec<u8>> {
-        self.win32.ioctl(&Self::drive(disk), code, input, write).map_err(|e| match e.raw_os_error() {
+    fn disk_ioctl(&self, disk: u32, code: u32, name: &str, input: &[u8], access: Access) -> Result<Vec<u8>> {
+        self.win32.ioctl(&Self::drive(disk), code, input, access).map_err(|e| match e.raw_os_error() {
             Some(code::ERROR_FILE_NOT_FOUND | code::ERROR_PATH_NOT_FOUND) => {
                 Error::not_found(format!("disk {disk} not found"))
             }
@@ -72,8 +73,13 @@ impl Disks {
     }
 
     fn attributes(&self, disk: u32) -> Result<DiskAttributes> {
-        let out =
-            self.disk_ioctl(disk, ioctl::IOCTL_DISK_GET_DISK_ATTRIBUTES, "IOCTL_DISK_GET_DISK_ATTRIBUTES", &[], false)?;
+        let out = self.disk_ioctl(
+            disk,
+            ioctl::IOCTL_DISK_GET_DISK_ATTRIBUTES,
+            "IOCTL_DISK_GET_DISK_ATTRIBUTES",
+            &[],
+            Access::Query,
+        )?;
         ioctl::disk_attributes(&out)
     }
 
@@ -83,21 +89,21 @@ impl Disks {
             interface,
             ioctl::IOCTL_STORAGE_GET_DEVICE_NUMBER,
             &[],
-            false,
+            Access::Query,
         )?))?;
         if number.device_type != ioctl::FILE_DEVICE_DISK {
             tracing::debug!(interface, device_type = number.device_type, "not a disk, left out");
             return Ok(None);
         }
         let query = ioctl::property_query(ioctl::STORAGE_DEVICE_ID_PROPERTY);
-        let page83 = match self.win32.ioctl(interface, ioctl::IOCTL_STORAGE_QUERY_PROPERTY, &query, false) {
+        let page83 = match self.win32.ioctl(interface, ioctl::IOCTL_STORAGE_QUERY_PROPERTY, &query, Access::Query) {
             Ok(out) => ioctl::page83(&parse(ioctl::device_identifiers(&out))?).unwrap_or_default(),
             // The documented answer of a device without the property (NVMe and others).
             Err(e) if e.raw_os_error() == Some(code::ERROR_NOT_SUPPORTED) => String::new(),
             Err(e) => return Err(e),
         };
         let query = ioctl::property_query(ioctl::STORAGE_DEVICE_PROPERTY);
-        let out = self.win32.ioctl(interface, ioctl::IOCTL_STORAGE_QUERY_PROPERTY, &query, false)?;
+        let out = self.win32.ioctl(interface, ioctl::IOCTL_STORAGE_QUERY_PROPERTY, &query, Access::Query)?;
         // Devices pad serials with blanks (SCSI INQUIRY fields, NVMe's 20 bytes); "" when blank.
         let serial_number = parse(ioctl::serial_number(&out))?
             .map(|s| s.trim_matches(|c: char| c == ' ' || c == '\0').to_owned())
@@ -404,8 +410,14 @@ impl DiskHost for Disks {
 
     fn disk_size(&self, disk: u32) -> Result<u64> {
         // The IOCTL needs read access, which the trait only offers together with write access.
-        let out = self.disk_ioctl(disk, ioctl::IOCTL_DISK_GET_LENGTH_INFO, "IOCTL_DISK_GET_LENGTH_INFO", &[], true)?;
-        ioctl::length_info(&out)
+        let out = self.disk_ioctl(
+            disk,
+            ioctl::IOCTL_DISK_GET_DRIVE_GEOMETRY_EX,
+            "IOCTL_DISK_GET_DRIVE_GEOMETRY_EX",
+            &[],
+            Access::Query,
+        )?;
+        ioctl::disk_size(&out)
     }
 
     fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
@@ -418,7 +430,13 @@ impl DiskHost for Disks {
         let attributes = if online { 0 } else { ioctl::DISK_ATTRIBUTE_OFFLINE };
         let input = ioctl::set_disk_attributes(true, attributes, ioctl::DISK_ATTRIBUTE_OFFLINE);
         tracing::info!(disk, online, "changing the disk's state");
-        self.disk_ioctl(disk, ioctl::IOCTL_DISK_SET_DISK_ATTRIBUTES, "IOCTL_DISK_SET_DISK_ATTRIBUTES", &input, true)?;
+        self.disk_ioctl(
+            disk,
+            ioctl::IOCTL_DISK_SET_DISK_ATTRIBUTES,
+            "IOCTL_DISK_SET_DISK_ATTRIBUTES",
+            &input,
+            Access::ReadWrite,
+        )?;
         if self.attributes(disk)?.offline() == online {
             return Err(Error::internal(format!(
                 "disk {disk} is still {} after IOCTL_DISK_SET_DISK_ATTRIBUTES succeeded",

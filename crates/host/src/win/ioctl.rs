@@ -25,9 +25,10 @@ pub const FILE_WRITE_ACCESS: u32 = 2;
 pub const IOCTL_STORAGE_GET_DEVICE_NUMBER: u32 = 0x2D_1080;
 /// CTL_CODE(IOCTL_STORAGE_BASE, 0x0500, METHOD_BUFFERED, FILE_ANY_ACCESS).
 pub const IOCTL_STORAGE_QUERY_PROPERTY: u32 = 0x2D_1400;
-/// CTL_CODE(IOCTL_DISK_BASE, 0x0017, METHOD_BUFFERED, FILE_READ_ACCESS): the handle needs read
-/// access.
-pub const IOCTL_DISK_GET_LENGTH_INFO: u32 = 0x7_405C;
+/// CTL_CODE(IOCTL_DISK_BASE, 0x0028, METHOD_BUFFERED, FILE_ANY_ACCESS). Its DiskSize is the
+/// disk's length, as IOCTL_DISK_GET_LENGTH_INFO's, but it needs no data access (and Wine
+/// implements it).
+pub const IOCTL_DISK_GET_DRIVE_GEOMETRY_EX: u32 = 0x7_00A0;
 /// CTL_CODE(IOCTL_DISK_BASE, 0x003c, METHOD_BUFFERED, FILE_ANY_ACCESS).
 pub const IOCTL_DISK_GET_DISK_ATTRIBUTES: u32 = 0x7_00F0;
 /// CTL_CODE(IOCTL_DISK_BASE, 0x003d, METHOD_BUFFERED, FILE_READ_ACCESS | FILE_WRITE_ACCESS): the
@@ -192,12 +193,13 @@ pub fn serial_number(buf: &[u8]) -> Result<Option<String>> {
     Ok(Some(String::from_utf8_lossy(text).into_owned()))
 }
 
-/// GET_LENGTH_INFORMATION { Length: i64 @0 }.
-pub fn length_info(buf: &[u8]) -> Result<u64> {
-    let raw = u64_at(buf, 0).ok_or_else(|| short("GET_LENGTH_INFORMATION", buf.len(), 8))?;
+/// DISK_GEOMETRY_EX { Geometry: DISK_GEOMETRY (24 bytes) @0, DiskSize: i64 @24, Data… }: the
+/// disk's size in bytes.
+pub fn disk_size(buf: &[u8]) -> Result<u64> {
+    let raw = u64_at(buf, 24).ok_or_else(|| short("DISK_GEOMETRY_EX", buf.len(), 32))?;
     i64::try_from(raw)
         .map(|n| n as u64)
-        .map_err(|_| Error::internal(format!("GET_LENGTH_INFORMATION: Length {} is negative", raw as i64)))
+        .map_err(|_| Error::internal(format!("DISK_GEOMETRY_EX: DiskSize {} is negative", raw as i64)))
 }
 
 /// GET_DISK_ATTRIBUTES { Version: u32 @0, Reserved1: u32 @4, Attributes: u64 @8 }.

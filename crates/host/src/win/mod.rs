@@ -51,11 +51,10 @@ pub trait Win32: Send + Sync {
     fn disk_interfaces(&self) -> io::Result<Vec<String>>;
 
     /// Opens the device at `path` (a disk interface, `\\.\PhysicalDriveN` or a volume without
-    /// its trailing `\`) with no data access, or read and write access when `write`, shared
-    /// read/write, and sends `code` with `input`. Returns the output bytes: the buffer is grown
+    /// its trailing `\`) with `access`, shared read/write, and sends `code` with `input`. Returns the output bytes: the buffer is grown
     /// on ERROR_INSUFFICIENT_BUFFER / ERROR_MORE_DATA up to a bound, and truncated to what the
     /// driver wrote.
-    fn ioctl(&self, path: &str, code: u32, input: &[u8], write: bool) -> io::Result<Vec<u8>>;
+    fn ioctl(&self, path: &str, code: u32, input: &[u8], access: Access) -> io::Result<Vec<u8>>;
 
     /// GetVolumeInformationW on a root (`\\?\Volume{…}\`, `C:\`, a mount point with `\`): the
     /// filesystem's name, e.g. `NTFS`, `RAW`. ERROR_UNRECOGNIZED_VOLUME when there is none.
@@ -92,6 +91,18 @@ pub trait Win32: Send + Sync {
     /// The canonical path of an existing file or directory, every link on the way followed
     /// (GetFinalPathNameByHandleW, normalised, `\\?\` form).
     fn final_path(&self, path: &str) -> io::Result<String>;
+}
+
+/// The access a device is opened with for an IOCTL: the least its code requires (the access
+/// bits of CTL_CODE), so that queries need no data access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// FILE_ANY_ACCESS codes: no data access.
+    Query,
+    /// FILE_READ_ACCESS codes (e.g. IOCTL_DISK_GET_LENGTH_INFO): GENERIC_READ.
+    Read,
+    /// Codes that change the device: GENERIC_READ | GENERIC_WRITE.
+    ReadWrite,
 }
 
 /// FILE_ATTRIBUTE_* bits the logic reads.

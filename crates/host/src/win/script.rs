@@ -4,7 +4,7 @@
 //!
 //! Log lines, one per call:
 //! - `volumes`, `disk_interfaces`
-//! - `ioctl <path> <code as 0x…> [w]` (`w` when opened for writing)
+//! - `ioctl <path> <code as 0x…> [r|w]` (`r` opened for reading, `w` for reading and writing)
 //! - `filesystem_name <root>`, `free_space <root>`, `flush <device>`
 //! - `set_mount_point <dir> <volume>`, `delete_mount_point <dir>`
 //! - `volume_path_name <path>`, `volume_name_for_mount_point <mp>`, `mount_points_of <volume>`
@@ -17,7 +17,7 @@
 //! with `UNSCRIPTED ` in front; [`Script::assert_all_scripted`] catches those.
 
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
-use super::{os_error, Win32};
+use super::{os_error, Access, Win32};
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -126,8 +126,13 @@ impl Win32 for Script {
     fn disk_interfaces(&self) -> io::Result<Vec<String>> {
         expect!(self, "disk_interfaces".into(), Answer::Strings(v) => v)
     }
-    fn ioctl(&self, path: &str, code: u32, _input: &[u8], write: bool) -> io::Result<Vec<u8>> {
-        let line = format!("ioctl {path} {code:#x}{}", if write { " w" } else { "" });
+    fn ioctl(&self, path: &str, code: u32, _input: &[u8], access: Access) -> io::Result<Vec<u8>> {
+        let mode = match access {
+            Access::Query => "",
+            Access::Read => " r",
+            Access::ReadWrite => " w",
+        };
+        let line = format!("ioctl {path} {code:#x}{mode}");
         expect!(self, line, Answer::Bytes(b) => b)
     }
     fn filesystem_name(&self, root: &str) -> io::Result<String> {

@@ -64,7 +64,7 @@
 
 use super::extents::{self, IOCTL_DISK_GET_PARTITION_INFO_EX, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS};
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
-use super::{attr, code, Win32};
+use super::{attr, code, Access, Win32};
 use crate::paths::windows::{self as wp, WinPath};
 use crate::paths::{within, Roots};
 use crate::types::VolumeStats;
@@ -225,13 +225,13 @@ impl Volumes {
 
     /// The extents of a volume, as (disk, offset, length).
     fn extents(&self, v: &VolumeId) -> Result<Vec<extents::DiskExtent>> {
-        let buf = (self.win32.ioctl(&v.device, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS, &[], false))
+        let buf = (self.win32.ioctl(&v.device, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS, &[], Access::Query))
             .map_err(|e| on_volume(v, "reading the disk extents of", e))?;
         extents::parse_disk_extents(&buf).map_err(|e| Error::internal(format!("volume {v}: {e}")))
     }
 
     fn partition_info(&self, v: &VolumeId) -> Result<extents::PartitionInfo> {
-        let buf = (self.win32.ioctl(&v.device, IOCTL_DISK_GET_PARTITION_INFO_EX, &[], false))
+        let buf = (self.win32.ioctl(&v.device, IOCTL_DISK_GET_PARTITION_INFO_EX, &[], Access::Query))
             .map_err(|e| on_volume(v, "reading the partition of", e))?;
         extents::parse_partition_info(&buf).map_err(|e| Error::internal(format!("volume {v}: {e}")))
     }
@@ -530,7 +530,9 @@ impl VolumeHost for Volumes {
         let v = VolumeId::parse(volume_id)?;
         let disk = match self.extents(&v)?.as_slice() {
             [(disk, _, _)] => *disk,
-            [] => return Err(Error::not_found(format!("volume {v} has no disk extents, so no partition to resize"))),
+            [] => {
+                return Err(Error::precondition(format!("volume {v} has no disk extents, so no partition to resize")))
+            }
             many => {
                 return Err(Error::precondition(format!(
                 "volume {v} spans {} extents (a spanned, striped or dynamic volume); expected one partition to resize",
@@ -596,7 +598,8 @@ impl VolumeHost for Volumes {
         let v = VolumeId::parse(volume_id)?;
         match self.extents(&v)?.first() {
             Some((disk, _, _)) => Ok(*disk),
-            None => Err(Error::not_found(format!("volume {v} has no disk extents, so it is on no disk"))),
+            // The volume is there (its device answered), it just isn't on a disk: not NotFound.
+            None => Err(Error::precondition(format!("volume {v} has no disk extents, so it is on no disk"))),
         }
     }
 

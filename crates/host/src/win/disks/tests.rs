@@ -76,9 +76,17 @@ fn attributes_buf(attributes: u64) -> Vec<u8> {
     b
 }
 
-/// GET_LENGTH_INFORMATION.
-fn length_buf(length: i64) -> Vec<u8> {
-    length.to_le_bytes().to_vec() // Length
+/// DISK_GEOMETRY_EX of a disk of `size` bytes.
+fn geometry_buf(size: i64) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&(size / (255 * 63 * 512)).to_le_bytes()); // Geometry.Cylinders
+    b.extend_from_slice(&12u32.to_le_bytes()); // Geometry.MediaType: FixedMedia
+    b.extend_from_slice(&255u32.to_le_bytes()); // Geometry.TracksPerCylinder
+    b.extend_from_slice(&63u32.to_le_bytes()); // Geometry.SectorsPerTrack
+    b.extend_from_slice(&512u32.to_le_bytes()); // Geometry.BytesPerSector
+    b.extend_from_slice(&size.to_le_bytes()); // DiskSize
+    b.extend_from_slice(&[0; 8]); // Data: partition and detection info, unused
+    b
 }
 
 const PAGE83_BIN: &[u8] = &[0x60, 0x02, 0x24, 0x8a, 0xff, 0x00];
@@ -95,15 +103,15 @@ fn ioctl_codes_are_their_ctl_codes() {
         IOCTL_STORAGE_QUERY_PROPERTY,
         ctl_code(FILE_DEVICE_MASS_STORAGE, 0x500, METHOD_BUFFERED, FILE_ANY_ACCESS)
     );
-    assert_eq!(IOCTL_DISK_GET_LENGTH_INFO, ctl_code(FILE_DEVICE_DISK, 0x17, METHOD_BUFFERED, FILE_READ_ACCESS));
+    assert_eq!(IOCTL_DISK_GET_DRIVE_GEOMETRY_EX, ctl_code(FILE_DEVICE_DISK, 0x28, METHOD_BUFFERED, FILE_ANY_ACCESS));
     assert_eq!(IOCTL_DISK_GET_DISK_ATTRIBUTES, ctl_code(FILE_DEVICE_DISK, 0x3c, METHOD_BUFFERED, FILE_ANY_ACCESS));
     assert_eq!(
         IOCTL_DISK_SET_DISK_ATTRIBUTES,
         ctl_code(FILE_DEVICE_DISK, 0x3d, METHOD_BUFFERED, FILE_READ_ACCESS | FILE_WRITE_ACCESS)
     );
     assert_eq!(
-        [IOCTL_STORAGE_GET_DEVICE_NUMBER, IOCTL_STORAGE_QUERY_PROPERTY, IOCTL_DISK_GET_LENGTH_INFO],
-        [0x2D1080, 0x2D1400, 0x7405C]
+        [IOCTL_STORAGE_GET_DEVICE_NUMBER, IOCTL_STORAGE_QUERY_PROPERTY, IOCTL_DISK_GET_DRIVE_GEOMETRY_EX],
+        [0x2D1080, 0x2D1400, 0x700A0]
     );
     assert_eq!([IOCTL_DISK_GET_DISK_ATTRIBUTES, IOCTL_DISK_SET_DISK_ATTRIBUTES], [0x700F0, 0x7C0F4]);
 }
@@ -135,8 +143,8 @@ fn output_parsers_read_the_documented_fields() {
         device_number(&device_number_buf(7, 3, 0)).unwrap(),
         DeviceNumber { device_type: 7, device_number: 3, partition_number: 0 }
     );
-    assert_eq!(length_info(&length_buf(10 << 30)).unwrap(), 10 << 30);
-    assert!(length_info(&length_buf(-1)).unwrap_err().to_string().contains("negative"));
+    assert_eq!(disk_size(&geometry_buf(10 << 30)).unwrap(), 10 << 30);
+    assert!(disk_size(&geometry_buf(-1)).unwrap_err().to_string().contains("negative"));
     let a = disk_attributes(&attributes_buf(DISK_ATTRIBUTE_OFFLINE | DISK_ATTRIBUTE_READ_ONLY)).unwrap();
     assert!(a.offline() && a.read_only());
     let a = disk_attributes(&attributes_buf(DISK_ATTRIBUTE_READ_ONLY)).unwrap();
@@ -189,7 +197,7 @@ fn serial_numbers() {
 fn short_or_inconsistent_buffers_are_errors_naming_the_structure() {
     let name = |e: Error| e.to_string();
     assert!(name(device_number(&device_number_buf(7, 1, 0)[..11]).unwrap_err()).contains("STORAGE_DEVICE_NUMBER"));
-    assert!(name(length_info(&[0; 7]).unwrap_err()).contains("GET_LENGTH_INFORMATION"));
+    assert!(name(disk_size(&[0; 31]).unwrap_err()).contains("DISK_GEOMETRY_EX"));
     assert!(name(disk_attributes(&attributes_buf(1)[..15]).unwrap_err()).contains("GET_DISK_ATTRIBUTES"));
     assert!(name(serial_number(&device_descriptor(None)[..27]).unwrap_err()).contains("STORAGE_DEVICE_DESCRIPTOR"));
 
@@ -218,7 +226,7 @@ proptest! {
     #[test]
     fn no_buffer_makes_a_parser_panic(buf in proptest::collection::vec(any::<u8>(), 0..160)) {
         let _ = device_number(&buf);
-        let _ = length_info(&buf);
+        let _ = disk_size(&buf);
         let _ = disk_attributes(&buf);
         let _ = serial_number(&buf);
         if let Ok(ids) = device_identifiers(&buf) {
@@ -349,17 +357,17 @@ fn disk_ids_fail_only_when_the_disks_cant_be_listed() {
 #[test]
 fn disk_size_and_unknown_disks() {
     let s = Arc::new(Script::new());
-    s.on(r"ioctl \\.\PhysicalDrive1 0x7405c w", Answer::Bytes(length_buf(1 << 40)));
-    s.on(r"ioctl \\.\PhysicalDrive9 0x7405c w", Answer::Win32Error(code::ERROR_FILE_NOT_FOUND));
-    s.on(r"ioctl \\.\PhysicalDrive8 0x7405c w", Answer::Win32Error(code::ERROR_PATH_NOT_FOUND));
-    s.on(r"ioctl \\.\PhysicalDrive7 0x7405c w", Answer::Bytes(vec![0; 4]));
+    s.on(r"ioctl \\.\PhysicalDrive1 0x700a0", Answer::Bytes(geometry_buf(1 << 40)));
+    s.on(r"ioctl \\.\PhysicalDrive9 0x700a0", Answer::Win32Error(code::ERROR_FILE_NOT_FOUND));
+    s.on(r"ioctl \\.\PhysicalDrive8 0x700a0", Answer::Win32Error(code::ERROR_PATH_NOT_FOUND));
+    s.on(r"ioctl \\.\PhysicalDrive7 0x700a0", Answer::Bytes(vec![0; 4]));
     let d = disks(&s);
     assert_eq!(d.disk_size(1).unwrap(), 1 << 40);
     for n in [9, 8] {
         let err = d.disk_size(n).unwrap_err();
         assert!(matches!(&err, Error::NotFound(m) if m == &format!("disk {n} not found")), "{err:?}");
     }
-    assert!(matches!(d.disk_size(7), Err(Error::Internal(m)) if m.contains("GET_LENGTH_INFORMATION")));
+    assert!(matches!(d.disk_size(7), Err(Error::Internal(m)) if m.contains("DISK_GEOMETRY_EX")));
     s.assert_all_scripted();
 }
 
