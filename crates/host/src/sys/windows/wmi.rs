@@ -38,7 +38,7 @@ use windows::Win32::System::Variant::{
 use windows::Win32::System::Wmi::{
     IEnumWbemClassObject, IWbemClassObject, IWbemContext, IWbemLocator, IWbemServices, WbemLocator,
     WBEM_FLAG_CONNECT_USE_MAX_WAIT, WBEM_FLAG_FORWARD_ONLY, WBEM_FLAG_NONSYSTEM_ONLY, WBEM_FLAG_RETURN_IMMEDIATELY,
-    WBEM_FLAG_RETURN_WBEM_COMPLETE, WBEM_INFINITE,
+    WBEM_FLAG_RETURN_WBEM_COMPLETE,
 };
 
 /// HRESULTs the layer tells apart (winerror.h, wbemcli.h), as u32 for matching.
@@ -53,6 +53,7 @@ mod hr {
     /// HRESULT_FROM_WIN32(RPC_S_CALL_FAILED = 1726).
     pub const RPC_S_CALL_FAILED: u32 = 0x8007_06BE;
     pub const WBEM_S_FALSE: u32 = 0x0000_0001;
+    pub const WBEM_S_TIMEDOUT: u32 = 0x0004_0004;
     pub const WBEM_E_FAILED: u32 = 0x8004_1001;
     pub const WBEM_E_NOT_FOUND: u32 = 0x8004_1002;
     pub const WBEM_E_ACCESS_DENIED: u32 = 0x8004_1003;
@@ -708,19 +709,37 @@ fn to_row(obj: &IWbemClassObject, props: &[&str]) -> Attempt<Row> {
     Ok(row)
 }
 
+/// How long one query may take to deliver all its rows. A hung provider (seen with Storage
+/// providers behind a dead iSCSI or SMB connection) must not hold a host call, and with it the
+/// disk's lock, forever.
+const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// One wait of `Next`, in milliseconds; the deadline is checked between waits.
+const NEXT_WAIT_MS: i32 = 1000;
+
 fn collect(en: &IEnumWbemClassObject, props: &[&str]) -> Attempt<Vec<Row>> {
+    let deadline = std::time::Instant::now() + QUERY_TIMEOUT;
     let mut rows = Vec::new();
     loop {
         let mut batch: [Option<IWbemClassObject>; 16] = Default::default();
         let mut got = 0u32;
         // SAFETY: FFI on a live enumerator; it fills at most `batch.len()` slots, each an
         // owned reference, and reports how many.
-        let code = unsafe { en.Next(WBEM_INFINITE, &mut batch, &mut got) };
+        let code = unsafe { en.Next(NEXT_WAIT_MS, &mut batch, &mut got) };
         if code.is_err() {
             return Err(Fail::Com { step: "IEnumWbemClassObject::Next".into(), code });
         }
         for obj in batch.iter().take(got as usize).flatten() {
             rows.push(to_row(obj, props)?);
+        }
+        if code.0 as u32 == hr::WBEM_S_TIMEDOUT {
+            if std::time::Instant::now() >= deadline {
+                return Err(Fail::Host(Error::unavailable(format!(
+                    "the WMI provider delivered {} rows and then nothing for {} s; giving up",
+                    rows.len(),
+                    QUERY_TIMEOUT.as_secs()
+                ))));
+            }
+            continue;
         }
         if got == 0 || code.0 as u32 == hr::WBEM_S_FALSE {
             return Ok(rows);
