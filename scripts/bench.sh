@@ -4,7 +4,9 @@
 #    RPC through the whole stack, for 1 client, 16 callers on one connection and 16 connections.
 #   - over a unix socket (this machine), always;
 #   - over a named pipe under Wine, when ../shared/tools/windows-cross exists (skip: NO_WINE=1).
-# 2. The Linux disk and volume groups (crates/server/benches/block.rs): per-RPC latency with eight
+# 2. The Windows disk and volume groups' read-only calls under Wine (crates/server/benches/
+#    win_block.rs), through the pipe and as bare host calls (skip: NO_WINE=1).
+# 3. The Linux disk and volume groups (crates/server/benches/block.rs): per-RPC latency with eight
 #    loop disks partitioned, formatted and mounted (needs root; skipped otherwise).
 # The tables are printed again together at the end.
 #
@@ -33,6 +35,11 @@ else
   echo "== named pipe (Wine): skipped ($why)" >&2
 fi
 
+if [[ -x $cross && -z ${NO_WINE:-} ]]; then
+  echo "== disk and volume groups, Win32 under Wine" >&2
+  CARGO_TARGET_DIR=$root/target/win "$cross" cargo bench -q -p csi-proxy-server --bench win_block | tee "$out/win_block"
+fi
+
 echo "== disk and volume groups on loop disks (Linux, root)" >&2
 cargo bench -q -p csi-proxy-server --bench block | tee "$out/block"
 
@@ -44,4 +51,5 @@ grep -h '^rtt:' "${files[@]}"
 grep -h -m1 '^transport' "${files[0]}"
 grep -h -Ev '^(rtt:|transport)' "${files[@]}"
 echo
+[[ -f $out/win_block ]] && cat "$out/win_block"
 cat "$out/block"

@@ -1,0 +1,128 @@
+//! Per-RPC latency of the Windows disk and volume groups (not a test): the read-only calls that
+//! drivers make on every stage, publish and stats poll, answered from Win32 (upstream answers
+//! them through WMI: GetVolumeStats 290 ms, IsVolumeFormatted 96 ms). Two figures each:
+//! - through the real named pipe, served by the native backend (the whole stack);
+//! - the host call alone, without gRPC.
+//!
+//! Under Wine here, on Wine's C: volume and disk 0; figures from Wine are only indicative of
+//! Windows. `windows-cross cargo bench -p csi-proxy-server --bench win_block`
+//! (`scripts/bench.sh` runs it). `WIN_BLOCK_CALLS` (500): measured calls per RPC, after 50.
+
+#[cfg(windows)]
+#[path = "../tests/pipes/mod.rs"]
+mod pipes;
+
+#[cfg(windows)]
+fn main() {
+    use csi_proxy_host::sys::windows::win32::RealWin32;
+    use csi_proxy_host::sys::{Config as HostConfig, NativeHost};
+    use csi_proxy_host::win::Win32;
+    use csi_proxy_host::{DiskHost, VolumeHost};
+    use csi_proxy_server::{Config, Context};
+    use csi_proxy_transport::{serve_apis, ConnPolicy, Endpoints};
+    use csi_proxy_wire::{v1, v2alpha1, Group, APIS};
+    use std::time::{Duration, Instant};
+
+    let calls: usize = std::env::var("WIN_BLOCK_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+    let root = std::env::temp_dir().join(format!("csi-proxy-bench-win-{}", std::process::id()));
+    std::fs::create_dir_all(root.join(r"a\b")).unwrap();
+    let deep = root.join(r"a\b").to_str().unwrap().to_string();
+    let host_config = || HostConfig {
+        roots: csi_proxy_host::paths::Roots::new(vec![root.to_str().unwrap().to_string()]),
+        ..Default::default()
+    };
+    let volume = RealWin32.volume_name_for_mount_point(r"C:\").unwrap();
+
+    fn summary(mut t: Vec<Duration>) -> (Duration, Duration, Duration) {
+        t.sort();
+        (t[t.len() / 2], t[t.len() * 99 / 100], t[t.len() - 1])
+    }
+    let mut rows = Vec::new();
+
+    // The host calls alone.
+    let host = NativeHost::new(host_config());
+    let mut direct = |name: &'static str, f: &dyn Fn()| {
+        for _ in 0..50 {
+            f();
+        }
+        let t = (0..calls)
+            .map(|_| {
+                let start = Instant::now();
+                f();
+                start.elapsed()
+            })
+            .collect();
+        rows.push((name, "host call", summary(t)));
+    };
+    direct("GetVolumeStats", &|| assert!(host.volume_stats(&volume).unwrap().total_bytes > 0));
+    direct("IsVolumeFormatted", &|| assert!(host.is_volume_formatted(&volume).unwrap()));
+    direct("GetClosestVolumeIDFromTargetPath", &|| drop(host.closest_volume_to_path(&deep).unwrap()));
+    direct("GetDiskStats", &|| assert!(host.disk_size(0).unwrap() > 0));
+
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let piped = rt.block_on(async {
+        let apis: Vec<_> = APIS
+            .iter()
+            .filter(|a| {
+                (a.group, a.version) == (Group::Disk, "v1") || (a.group, a.version) == (Group::Volume, "v2alpha1")
+            })
+            .copied()
+            .collect();
+        let ctx = Context::new(NativeHost::hosts(host_config()), Config::default());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            serve_apis(&apis, &Endpoints::Pipes { sddl: None }, |a| ctx.service(a), ConnPolicy::default(), async {
+                let _ = stop_rx.await;
+            })
+            .await
+        });
+        let mut d = v1::disk_client::DiskClient::new(pipes::channel(Group::Disk, "v1").await);
+        let mut c = v2alpha1::volume_client::VolumeClient::new(pipes::channel(Group::Volume, "v2alpha1").await);
+        macro_rules! measure {
+            ($name:expr, $call:expr) => {{
+                for _ in 0..50 {
+                    $call.await.unwrap();
+                }
+                let mut t = Vec::with_capacity(calls);
+                for _ in 0..calls {
+                    let start = Instant::now();
+                    $call.await.unwrap();
+                    t.push(start.elapsed());
+                }
+                ($name, "named pipe", summary(t))
+            }};
+        }
+        let id = volume.clone();
+        let rows = vec![
+            measure!("GetVolumeStats", c.get_volume_stats(v2alpha1::GetVolumeStatsRequest { volume_id: id.clone() })),
+            measure!(
+                "IsVolumeFormatted",
+                c.is_volume_formatted(v2alpha1::IsVolumeFormattedRequest { volume_id: id.clone() })
+            ),
+            measure!(
+                "GetClosestVolumeIDFromTargetPath",
+                c.get_closest_volume_id_from_target_path(v2alpha1::GetClosestVolumeIdFromTargetPathRequest {
+                    target_path: deep.clone()
+                })
+            ),
+            measure!("GetDiskStats", d.get_disk_stats(v1::GetDiskStatsRequest { disk_number: 0 })),
+        ];
+        stop_tx.send(()).unwrap();
+        server.await.unwrap().unwrap();
+        rows
+    });
+    rows.extend(piped);
+    let _ = std::fs::remove_dir_all(&root);
+
+    println!("win_block: {calls} calls per RPC on Wine's C: volume and disk 0 (Wine, indicative only)");
+    println!("{:<34} {:<11} {:>10} {:>10} {:>10}", "rpc", "via", "p50 µs", "p99 µs", "max µs");
+    for (name, via, (p50, p99, max)) in rows {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        println!("{name:<34} {via:<11} {:>10.1} {:>10.1} {:>10.1}", us(p50), us(p99), us(max));
+    }
+}
+
+#[cfg(not(windows))]
+fn main() {
+    eprintln!("win_block bench: Windows only (run it with ../shared/tools/windows-cross)");
+}
