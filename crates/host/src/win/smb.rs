@@ -215,7 +215,9 @@ impl Smb {
         if let Some(row) = self.find(root)? {
             let st = row.u32("Status")?;
             if st == status::OK {
-                match self.win32.attributes(root) {
+                // The share's root directory; a bare `\\host\share` isn't a path every
+                // Windows version resolves.
+                match self.win32.attributes(&format!("{root}\\")) {
                     Ok(Some(_)) => {
                         debug!(root, "the SMB global mapping exists and the share is reachable; kept");
                         return Ok(false);

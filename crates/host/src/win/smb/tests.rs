@@ -252,10 +252,10 @@ fn a_healthy_mapping_is_kept() {
     let f = fixture(Links::default());
     f.script
         .on_query(&find(SRV), vec![mapping_row(0)])
-        .on(format!("attributes {SRV}"), Answer::Attributes(Some(DIRECTORY)));
+        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)));
     f.smb.new_global_mapping(&request(r"\\srv\share\a", LOCAL, "u")).unwrap();
     f.script.assert_all_scripted();
-    assert_eq!(f.script.log(), [find_line(SRV), format!("attributes {SRV}")]);
+    assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\")]);
     assert_eq!(f.links.log()[1], format!(r"link {LOCAL} \\?\UNC\srv\share\a\"));
 }
 
@@ -267,14 +267,14 @@ fn an_ok_but_unreachable_mapping_is_recreated() {
         let f = fixture(Links::default());
         f.script
             .on_query(&find(SRV), vec![mapping_row(0)])
-            .on(format!("attributes {SRV}"), answer)
+            .on(format!(r"attributes {SRV}\"), answer)
             .on_call(MAP, "Remove", returned(0))
             .on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
         f.smb.new_global_mapping(&request(SRV, "", "u")).unwrap();
         f.script.assert_all_scripted();
         assert_eq!(
             f.script.log(),
-            [find_line(SRV), format!("attributes {SRV}"), remove_line(), create_line(SRV, true, true)]
+            [find_line(SRV), format!(r"attributes {SRV}\"), remove_line(), create_line(SRV, true, true)]
         );
     }
 }
@@ -354,11 +354,11 @@ fn a_failed_link_keeps_a_mapping_that_was_there() {
     let f = fixture(Links { link_err: Some(Error::AlreadyExists), ..Links::default() });
     f.script
         .on_query(&find(SRV), vec![mapping_row(0)])
-        .on(format!("attributes {SRV}"), Answer::Attributes(Some(DIRECTORY)));
+        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)));
     let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
     f.script.assert_all_scripted();
-    assert_eq!(f.script.log(), [find_line(SRV), format!("attributes {SRV}")]);
+    assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\")]);
 }
 
 #[test]
@@ -432,7 +432,7 @@ fn the_password_never_shows() {
     let f = fixture(Links { link_err: Some(Error::PermissionDenied), ..Links::default() });
     f.script
         .on_query(&find(SRV), vec![mapping_row(0)])
-        .on(format!("attributes {SRV}"), Answer::Win32Error(1326))
+        .on(format!(r"attributes {SRV}\"), Answer::Win32Error(1326))
         .on_call(MAP, "Remove", returned(0))
         .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
         .on_call(MAP, "Remove", returned(5));
