@@ -32,8 +32,10 @@ use tracing::{debug, info, warn};
 /// Where the share gets linked on the host; the real one is the filesystem group's containment
 /// (`sys::windows::fs`).
 pub trait ShareLinks: Send + Sync {
-    /// Checks that a link may be made at `local`: inside the roots and nothing there yet.
-    fn check_free(&self, local: &str) -> Result<()>;
+    /// Checks that `local` may hold the link to `target`: inside the roots, and either free
+    /// (`Ok(false)`) or already that very link (`Ok(true)`, a retried call). Anything else there
+    /// is AlreadyExists.
+    fn check(&self, local: &str, target: &str) -> Result<bool>;
     /// Makes a directory symbolic link at `local` pointing to `target`.
     fn link(&self, local: &str, target: &str) -> Result<()>;
 }
@@ -242,12 +244,11 @@ impl SmbHost for Smb {
         let root = share_root(&mapping.remote_path)?;
         let target = link_target(&mapping.remote_path)?;
         let local = mapping.local_path.as_str();
-        if !local.is_empty() {
-            self.links.check_free(local)?;
-        }
+        // A retried call finds its own link already there: the mapping is still made sure of.
+        let linked = !local.is_empty() && self.links.check(local, &target)?;
         let _serial = self.lock();
         let created = self.ensure(&root, mapping)?;
-        if local.is_empty() {
+        if local.is_empty() || linked {
             return Ok(());
         }
         let Err(e) = self.links.link(local, &target) else {

@@ -467,10 +467,16 @@ mod tests;
 /// The SMB group's local link: made under the same containment as CreateSymlink, pointing out of
 /// the roots on purpose, since its target is the share.
 impl crate::win::smb::ShareLinks for Filesystem {
-    fn check_free(&self, local: &str) -> Result<()> {
+    fn check(&self, local: &str, target: &str) -> Result<bool> {
         let at = self.locate(local)?;
-        share_link_parent(&at, local)?;
-        Ok(())
+        if let Some(h) =
+            at.parent().and_then(|p| nt::open_at(p, at.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT).ok())
+        {
+            if links_to(&h, target) {
+                return Ok(true);
+            }
+        }
+        share_link_parent(&at, local).map(|_| false)
     }
 
     fn link(&self, local: &str, target: &str) -> Result<()> {

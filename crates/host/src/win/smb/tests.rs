@@ -94,6 +94,8 @@ struct Links {
     log: Mutex<Vec<String>>,
     check_err: Option<MakeErr>,
     link_err: Option<MakeErr>,
+    /// `check` finds the link to the target already there.
+    linked: bool,
 }
 
 impl Links {
@@ -103,9 +105,9 @@ impl Links {
 }
 
 impl ShareLinks for Links {
-    fn check_free(&self, local: &str) -> Result<()> {
-        self.log.lock().unwrap().push(format!("check_free {local}"));
-        self.check_err.map_or(Ok(()), |e| Err(e(format!("{local} already exists"))))
+    fn check(&self, local: &str, target: &str) -> Result<bool> {
+        self.log.lock().unwrap().push(format!("check {local} {target}"));
+        self.check_err.map_or(Ok(self.linked), |e| Err(e(format!("{local} already exists"))))
     }
     fn link(&self, local: &str, target: &str) -> Result<()> {
         self.log.lock().unwrap().push(format!("link {local} {target}"));
@@ -219,7 +221,21 @@ fn a_fresh_mapping_without_credentials() {
     f.script.assert_all_scripted();
     assert_eq!(f.script.log(), [find_line(SRV), create_line(SRV, true, false)]);
     assert!(f.wmi.secrets().is_empty());
-    assert_eq!(f.links.log(), [format!("check_free {LOCAL}"), format!(r"link {LOCAL} \\?\UNC\SRV\Share\Sub\")]);
+    assert_eq!(
+        f.links.log(),
+        [format!(r"check {LOCAL} \\?\UNC\SRV\Share\Sub\"), format!(r"link {LOCAL} \\?\UNC\SRV\Share\Sub\")]
+    );
+}
+
+#[test]
+fn a_retried_call_finds_its_link_and_still_makes_sure_of_the_mapping() {
+    // The mapping went away since the first call (a reboot); the link is still there.
+    let f = fixture(Links { linked: true, ..Links::default() });
+    f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+    f.smb.new_global_mapping(&request(r"\\SRV\Share\Sub", LOCAL, "")).unwrap();
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.log(), [find_line(SRV), create_line(SRV, true, false)]);
+    assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\SRV\Share\Sub\")], "no second link");
 }
 
 #[test]
@@ -301,7 +317,7 @@ fn a_failed_removal_of_a_broken_mapping_stops_before_create() {
     let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "")).unwrap_err().to_string();
     assert!(err.contains(SRV) && err.contains("Remove returned 2"), "{err}");
     assert_eq!(f.script.log(), [find_line(SRV), remove_line()]);
-    assert_eq!(f.links.log(), [format!("check_free {LOCAL}")], "no link after a failure");
+    assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\srv\share\")], "no link after a failure");
 }
 
 #[test]
@@ -310,7 +326,7 @@ fn a_bad_local_path_fails_before_any_wmi_call() {
     let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
     assert!(matches!(&err, Error::AlreadyExists(m) if m.contains(LOCAL)), "{err:?}");
     assert!(f.script.log().is_empty(), "{:?}", f.script.log());
-    assert_eq!(f.links.log(), [format!("check_free {LOCAL}")]);
+    assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\srv\share\")]);
 
     let f = fixture(Links::default());
     let err = f.smb.new_global_mapping(&request(r"\\srv\share\..\x", LOCAL, "u")).unwrap_err();
@@ -369,7 +385,7 @@ fn a_create_failure_names_the_code_and_the_root() {
     let msg = err.to_string();
     assert!(matches!(err, Error::Internal(_)), "{err:?}");
     assert!(msg.contains(SRV) && msg.contains("Create returned 87"), "{msg}");
-    assert_eq!(f.links.log(), [format!("check_free {LOCAL}")], "no link without a mapping");
+    assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\SRV\share\x\")], "no link without a mapping");
 }
 
 #[test]
