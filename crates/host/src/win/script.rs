@@ -167,25 +167,36 @@ impl Win32 for Script {
     }
 }
 
+impl Script {
+    /// The scripted WMI answer for `key`, its failures already turned into errors.
+    fn wmi(&self, key: String, line: &str) -> Result<Answer> {
+        match self.answer(key, line.to_owned()) {
+            Some(Answer::WmiError(make, msg)) => Err(make(msg)),
+            Some(a) => Ok(a),
+            None => Err(Error::internal(format!("unscripted {line}"))),
+        }
+    }
+}
+
+fn wrong_wmi(line: &str, a: Answer) -> Error {
+    Error::internal(format!("script answered {line} with {a:?}"))
+}
+
 impl Wmi for Script {
     fn query(&self, query: &Query) -> Result<Vec<Row>> {
         let line = format!("query {}", query.wql()?);
-        match self.answer(line.clone(), line.clone()) {
-            Some(Answer::Rows(rows)) => Ok(rows),
-            Some(Answer::WmiError(make, msg)) => Err(make(msg)),
-            Some(other) => Err(Error::internal(format!("script answered {line} with {other:?}"))),
-            None => Err(Error::internal(format!("unscripted {line}"))),
+        match self.wmi(line.clone(), &line)? {
+            Answer::Rows(rows) => Ok(rows),
+            other => Err(wrong_wmi(&line, other)),
         }
     }
 
     fn call(&self, _namespace: Namespace, target: &str, method: &str, args: &[(&'static str, Value)]) -> Result<Row> {
         let key = format!("call {target} {method}");
         let line = format!("{key} {args:?}");
-        match self.answer(key, line.clone()) {
-            Some(Answer::Out(row)) => Ok(row),
-            Some(Answer::WmiError(make, msg)) => Err(make(msg)),
-            Some(other) => Err(Error::internal(format!("script answered {line} with {other:?}"))),
-            None => Err(Error::internal(format!("unscripted {line}"))),
+        match self.wmi(key, &line)? {
+            Answer::Out(row) => Ok(row),
+            other => Err(wrong_wmi(&line, other)),
         }
     }
 
@@ -198,11 +209,9 @@ impl Wmi for Script {
         _props: &[&'static str],
     ) -> Result<Vec<Row>> {
         let line = format!("associators {path} {assoc_class} {result_class}");
-        match self.answer(line.clone(), line.clone()) {
-            Some(Answer::Rows(rows)) => Ok(rows),
-            Some(Answer::WmiError(make, msg)) => Err(make(msg)),
-            Some(other) => Err(Error::internal(format!("script answered {line} with {other:?}"))),
-            None => Err(Error::internal(format!("unscripted {line}"))),
+        match self.wmi(line.clone(), &line)? {
+            Answer::Rows(rows) => Ok(rows),
+            other => Err(wrong_wmi(&line, other)),
         }
     }
 }
