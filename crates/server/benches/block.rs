@@ -10,6 +10,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[cfg(target_os = "linux")]
+#[path = "common/latency.rs"]
+mod latency;
+#[cfg(target_os = "linux")]
 #[path = "../../host/tests/support/mod.rs"]
 mod support;
 #[cfg(target_os = "linux")]
@@ -17,7 +20,6 @@ fn main() {
     use common::TestServer;
     use csi_proxy_host::types::FsType;
     use csi_proxy_wire::{v1, v2alpha1, Group};
-    use std::time::{Duration, Instant};
     use support::{is_root, LoopDisk};
 
     if !is_root() {
@@ -50,19 +52,9 @@ fn main() {
         let (id, target) = mounted[7].clone();
 
         macro_rules! measure {
-            ($name:expr, $call:expr) => {{
-                for _ in 0..50 {
-                    $call.await.unwrap();
-                }
-                let mut t = Vec::with_capacity(calls);
-                for _ in 0..calls {
-                    let start = Instant::now();
-                    $call.await.unwrap();
-                    t.push(start.elapsed());
-                }
-                t.sort();
-                ($name, t[t.len() / 2], t[t.len() * 99 / 100], t[t.len() - 1])
-            }};
+            ($name:expr, $call:expr) => {
+                ($name, latency::time_rpc!(calls, $call))
+            };
         }
         let rows = vec![
             measure!("ListDiskIDs", d.list_disk_i_ds(v1::ListDiskIDsRequest {})),
@@ -89,9 +81,8 @@ fn main() {
 
     println!("block: {calls} calls per RPC, 8 loop disks partitioned, formatted (ext4) and mounted, unix socket");
     println!("{:<28} {:>10} {:>10} {:>10}", "rpc", "p50 µs", "p99 µs", "max µs");
-    for (name, p50, p99, max) in rows {
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
-        println!("{name:<28} {:>10.1} {:>10.1} {:>10.1}", us(p50), us(p99), us(max));
+    for (name, figures) in rows {
+        println!("{name:<28} {}", figures.micros());
     }
 }
 

@@ -9,6 +9,9 @@
 //! (`scripts/bench.sh` runs it). `WIN_BLOCK_CALLS` (500): measured calls per RPC, after 50.
 
 #[cfg(windows)]
+#[path = "common/latency.rs"]
+mod latency;
+#[cfg(windows)]
 #[path = "../tests/pipes/mod.rs"]
 mod pipes;
 
@@ -21,7 +24,6 @@ fn main() {
     use csi_proxy_server::{Config, Context};
     use csi_proxy_transport::{serve_apis, ConnPolicy, Endpoints};
     use csi_proxy_wire::{v1, v2alpha1, Group, APIS};
-    use std::time::{Duration, Instant};
 
     let calls: usize = std::env::var("WIN_BLOCK_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
     let root = std::env::temp_dir().join(format!("csi-proxy-bench-win-{}", std::process::id()));
@@ -33,27 +35,11 @@ fn main() {
     };
     let volume = RealWin32.volume_name_for_mount_point(r"C:\").unwrap();
 
-    fn summary(mut t: Vec<Duration>) -> (Duration, Duration, Duration) {
-        t.sort();
-        (t[t.len() / 2], t[t.len() * 99 / 100], t[t.len() - 1])
-    }
     let mut rows = Vec::new();
 
     // The host calls alone.
     let host = NativeHost::new(host_config());
-    let mut direct = |name: &'static str, f: &dyn Fn()| {
-        for _ in 0..50 {
-            f();
-        }
-        let t = (0..calls)
-            .map(|_| {
-                let start = Instant::now();
-                f();
-                start.elapsed()
-            })
-            .collect();
-        rows.push((name, "host call", summary(t)));
-    };
+    let mut direct = |name: &'static str, f: &dyn Fn()| rows.push((name, "host call", latency::time(calls, f)));
     direct("GetVolumeStats", &|| assert!(host.volume_stats(&volume).unwrap().total_bytes > 0));
     direct("IsVolumeFormatted", &|| assert!(host.is_volume_formatted(&volume).unwrap()));
     direct("GetClosestVolumeIDFromTargetPath", &|| drop(host.closest_volume_to_path(&deep).unwrap()));
@@ -79,18 +65,9 @@ fn main() {
         let mut d = v1::disk_client::DiskClient::new(pipes::channel(Group::Disk, "v1").await);
         let mut c = v2alpha1::volume_client::VolumeClient::new(pipes::channel(Group::Volume, "v2alpha1").await);
         macro_rules! measure {
-            ($name:expr, $call:expr) => {{
-                for _ in 0..50 {
-                    $call.await.unwrap();
-                }
-                let mut t = Vec::with_capacity(calls);
-                for _ in 0..calls {
-                    let start = Instant::now();
-                    $call.await.unwrap();
-                    t.push(start.elapsed());
-                }
-                ($name, "named pipe", summary(t))
-            }};
+            ($name:expr, $call:expr) => {
+                ($name, "named pipe", latency::time_rpc!(calls, $call))
+            };
         }
         let id = volume.clone();
         let rows = vec![
@@ -116,9 +93,8 @@ fn main() {
 
     println!("win_block: {calls} calls per RPC on Wine's C: volume and disk 0 (Wine, indicative only)");
     println!("{:<34} {:<11} {:>10} {:>10} {:>10}", "rpc", "via", "p50 µs", "p99 µs", "max µs");
-    for (name, via, (p50, p99, max)) in rows {
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
-        println!("{name:<34} {via:<11} {:>10.1} {:>10.1} {:>10.1}", us(p50), us(p99), us(max));
+    for (name, via, figures) in rows {
+        println!("{name:<34} {via:<11} {}", figures.micros());
     }
 }
 
