@@ -37,6 +37,13 @@ const MAXIMUM_REPARSE_DATA_BUFFER_SIZE: usize = 16 * 1024;
 #[derive(Debug)]
 pub struct Handle(HANDLE);
 
+impl Handle {
+    /// The raw handle, for a call that borrows it; it stays owned here.
+    pub fn raw(&self) -> HANDLE {
+        self.0
+    }
+}
+
 impl Drop for Handle {
     fn drop(&mut self) {
         // SAFETY: we own the handle; it was returned open by CreateFileW or NtCreateFile and is

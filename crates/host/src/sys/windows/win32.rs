@@ -2,6 +2,7 @@
 //! named in the trait, with only the buffer handling around it. Failures are `io::Error`s that
 //! carry the Win32 code, which the logic in `crate::win` matches on.
 
+use super::nt::Handle;
 use crate::win::{Access, Win32};
 use std::io;
 use std::ptr::{null, null_mut};
@@ -12,15 +13,14 @@ use windows_sys::Win32::Devices::DeviceAndDriverInstallation::{
     CR_NO_SUCH_DEVICE_INTERFACE, CR_OUT_OF_MEMORY, CR_SUCCESS,
 };
 use windows_sys::Win32::Foundation::{
-    CloseHandle, SetLastError, ERROR_FILE_NOT_FOUND, ERROR_INSUFFICIENT_BUFFER, ERROR_INVALID_NAME,
-    ERROR_INVALID_PARAMETER, ERROR_MORE_DATA, ERROR_NO_MORE_FILES, ERROR_PATH_NOT_FOUND, GENERIC_READ, GENERIC_WRITE,
-    HANDLE, INVALID_HANDLE_VALUE, MAX_PATH,
+    SetLastError, ERROR_FILE_NOT_FOUND, ERROR_INSUFFICIENT_BUFFER, ERROR_INVALID_NAME, ERROR_INVALID_PARAMETER,
+    ERROR_MORE_DATA, ERROR_NO_MORE_FILES, ERROR_PATH_NOT_FOUND, GENERIC_READ, GENERIC_WRITE, HANDLE,
+    INVALID_HANDLE_VALUE, MAX_PATH,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    CreateFileW, DeleteVolumeMountPointW, FindFirstVolumeW, FindNextVolumeW, FindVolumeClose, FlushFileBuffers,
-    GetDiskFreeSpaceExW, GetFileAttributesW, GetVolumeInformationW, GetVolumeNameForVolumeMountPointW,
-    GetVolumePathNameW, GetVolumePathNamesForVolumeNameW, SetVolumeMountPointW, FILE_SHARE_READ, FILE_SHARE_WRITE,
-    INVALID_FILE_ATTRIBUTES, OPEN_EXISTING,
+    DeleteVolumeMountPointW, FindFirstVolumeW, FindNextVolumeW, FindVolumeClose, FlushFileBuffers, GetDiskFreeSpaceExW,
+    GetFileAttributesW, GetVolumeInformationW, GetVolumeNameForVolumeMountPointW, GetVolumePathNameW,
+    GetVolumePathNamesForVolumeNameW, SetVolumeMountPointW, INVALID_FILE_ATTRIBUTES,
 };
 use windows_sys::Win32::System::Ioctl::GUID_DEVINTERFACE_DISK;
 use windows_sys::Win32::System::IO::DeviceIoControl;
@@ -110,7 +110,7 @@ impl Win32 for RealWin32 {
             Access::Read => GENERIC_READ,
             Access::ReadWrite => GENERIC_READ | GENERIC_WRITE,
         };
-        let device = Device::open(path, access)?;
+        let device = open_device(path, access)?;
         let in_len = u32::try_from(input.len()).map_err(|_| os_error(ERROR_INVALID_PARAMETER))?;
         let in_ptr = if input.is_empty() { null() } else { input.as_ptr().cast() };
         with_growing_buffer(IOCTL_FIRST, IOCTL_BOUND, |out| {
@@ -120,7 +120,7 @@ impl Win32 for RealWin32 {
             // FILE_FLAG_OVERLAPPED).
             call_bool("DeviceIoControl", || unsafe {
                 DeviceIoControl(
-                    device.0,
+                    device.raw(),
                     code,
                     in_ptr,
                     in_len,
@@ -168,9 +168,9 @@ impl Win32 for RealWin32 {
     }
 
     fn flush(&self, device: &str) -> io::Result<()> {
-        let device = Device::open(device, GENERIC_READ | GENERIC_WRITE)?;
+        let device = open_device(device, GENERIC_READ | GENERIC_WRITE)?;
         // SAFETY: an open handle with write access.
-        call_bool("FlushFileBuffers", || unsafe { FlushFileBuffers(device.0) })
+        call_bool("FlushFileBuffers", || unsafe { FlushFileBuffers(device.raw()) })
     }
 
     fn set_mount_point(&self, dir: &str, volume: &str) -> io::Result<()> {
@@ -267,39 +267,11 @@ impl Drop for FindVolume {
     }
 }
 
-/// A device opened with CreateFileW, closed on drop.
-struct Device(HANDLE);
-
-impl Device {
-    /// Opens an existing device (or file) shared read/write, for synchronous I/O.
-    fn open(path: &str, access: u32) -> io::Result<Device> {
-        let p = wide_z(path)?;
-        checked(
-            "CreateFileW",
-            |&h| h == INVALID_HANDLE_VALUE,
-            // SAFETY: `p` is NUL-terminated and outlives the call; no security attributes and
-            // no template.
-            || unsafe {
-                CreateFileW(
-                    p.as_ptr(),
-                    access,
-                    FILE_SHARE_READ | FILE_SHARE_WRITE,
-                    null(),
-                    OPEN_EXISTING,
-                    0,
-                    null_mut(),
-                )
-            },
-        )
-        .map(Device)
-    }
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        // SAFETY: we own the handle, returned open by CreateFileW, and close it once.
-        unsafe { CloseHandle(self.0) };
-    }
+/// Opens an existing device (or file) shared read/write, for synchronous I/O, through the
+/// filesystem group's opener. A name with a NUL is refused first: Windows would cut it short.
+fn open_device(path: &str, access: u32) -> io::Result<Handle> {
+    wide_z(path)?;
+    super::nt::open_path(path, access, 0)
 }
 
 /// Runs `fill` on a zeroed buffer of `first` bytes and returns what it wrote (the count it
