@@ -25,6 +25,10 @@ pub enum Error {
     /// This build has no implementation of the operation on this OS.
     #[error("{operation} is not implemented on {os}")]
     Unimplemented { operation: &'static str, os: &'static str },
+    /// The call ran into concurrent work on the same object (a disk locked by another process,
+    /// a path that changed type while it was walked); retrying may succeed.
+    #[error("{0}")]
+    Aborted(String),
     /// A dependency of the host (service, device, tool) is temporarily unreachable.
     #[error("{0}")]
     Unavailable(String),

@@ -16,7 +16,7 @@ use csi_proxy_host::Error;
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
-use support::{is_root, run, LoopDisk};
+use support::{is_root, run, LoopDisk, UdevSim};
 
 const MIB: u64 = 1 << 20;
 
@@ -86,22 +86,56 @@ fn cleanup(base: &Path) {
 /// One partitioned loop disk in an [`Env`]. Fields drop in order: mounts go before the disk.
 struct Case {
     env: Env,
+    /// Re-reading the disk's table as udev would, for the stress test.
+    udev: Option<UdevSim>,
     disk: LoopDisk,
     id: String,
 }
 
 impl Case {
     fn new(tag: &str, fs_type: FsType, size: u64) -> Case {
+        Self::build(tag, fs_type, size, false)
+    }
+
+    /// A case whose disk a [`UdevSim`] works on from before it is partitioned.
+    fn with_udev(tag: &str, fs_type: FsType, size: u64) -> Case {
+        Self::build(tag, fs_type, size, true)
+    }
+
+    fn build(tag: &str, fs_type: FsType, size: u64, udev: bool) -> Case {
         let env = Env::new(tag, fs_type);
         let disk = LoopDisk::new(tag, size);
+        let udev = udev.then(|| UdevSim::start(&disk.dev));
         env.block.partition_disk(disk.number()).unwrap();
         let ids = env.block.list_volumes_on_disk(disk.number(), 0).unwrap();
         assert_eq!(ids.len(), 1, "{ids:?}");
-        Case { id: ids[0].clone(), env, disk }
+        Case { id: ids[0].clone(), env, udev, disk }
     }
 
     fn node(&self) -> PathBuf {
         self.env.block.volume(&self.id).unwrap().node
+    }
+
+    /// The volume's partition node, for the test's own tools, with the disk locked as
+    /// partitioning tools lock it (udev stays away until the lock is dropped). The backend
+    /// waits for that lock: drop it before the next call.
+    fn locked_node(&self) -> (support::DiskFlock, PathBuf) {
+        let index = self.env.block.volume(&self.id).unwrap().index;
+        self.disk.lock_with_partition(index)
+    }
+
+    /// The kind of filesystem blkid sees on the volume (under the disk's lock).
+    fn blkid_type(&self) -> String {
+        let (_lock, node) = self.locked_node();
+        blkid_type(&node)
+    }
+
+    /// Runs a test tool on the volume's node (`{}` in `argv`), under the disk's lock.
+    fn run_on_node(&self, argv: &[&str]) -> String {
+        let (_lock, node) = self.locked_node();
+        let node = s(&node);
+        let argv: Vec<&str> = argv.iter().map(|a| if *a == "{}" { node.as_str() } else { a }).collect();
+        run(&argv)
     }
 
     fn size(&self) -> u64 {
@@ -195,13 +229,17 @@ fn lifecycle(fs_type: FsType) {
     }
     let _namespaces = shared();
     tools_present(fs_type);
-    let c = Case::new(&format!("life-{fs_type}"), fs_type, 512 * MIB);
+    lifecycle_of(&Case::new(&format!("life-{fs_type}"), fs_type, 512 * MIB), fs_type);
+}
+
+/// [`lifecycle`] on a case made by the caller.
+fn lifecycle_of(c: &Case, fs_type: FsType) {
     let (b, id) = (&c.env.block, c.id.as_str());
 
     assert!(!b.is_volume_formatted(id).unwrap());
     b.format_volume(id).unwrap();
     assert!(b.is_volume_formatted(id).unwrap());
-    assert_eq!(blkid_type(&c.node()), fs_type.name());
+    assert_eq!(c.blkid_type(), fs_type.name());
 
     let target = c.env.dir("pods/p1/volumes/vol mnt");
     b.mount_volume(id, &target).unwrap();
@@ -275,6 +313,50 @@ fn lifecycle(fs_type: FsType) {
     assert_eq!(b.volume_stats(id).unwrap().total_bytes, after.total_bytes);
     b.unmount_volume(id, &target).unwrap();
     assert_eq!(mounted_at(&target), Vec::<String>::new());
+}
+
+/// The lifecycle while something re-reads the disk's partition table as udev does (see
+/// [`UdevSim`]): after every close-after-write of the disk, again and again for a few hundred
+/// milliseconds whenever the disk is not locked. Every re-read makes the partitions' sysfs
+/// entries and nodes vanish for a moment; calls that resolved a volume without the disk's lock
+/// failed on that at random ("has no partition device", a sysfs file gone). Needs a kernel with
+/// partition parsers (the storage VM's): elsewhere a re-read only drops the partitions.
+#[test]
+fn lifecycle_while_udev_rereads_tables() {
+    if !is_root() {
+        eprintln!("skipped: needs root for loop devices and mounts");
+        return;
+    }
+    let _namespaces = shared();
+    for (round, fs_type) in [FsType::Ext4, FsType::Ntfs, FsType::Ext4, FsType::Xfs].into_iter().enumerate() {
+        tools_present(fs_type);
+        let mut c = Case::with_udev(&format!("udev-{round}-{fs_type}"), fs_type, 512 * MIB);
+        if !support::kernel_reads_tables(&c.disk) {
+            c.env.block.partition_disk(c.disk.number()).unwrap();
+            eprintln!("skipped: this kernel has no partition-table parsers (run it in the storage VM)");
+            return;
+        }
+        lifecycle_of(&c, fs_type);
+        // Another table write and its re-reads, then IsVolumeFormatted at once, again and again.
+        let (b, id) = (&c.env.block, c.id.as_str());
+        let target = c.env.dir("pods/udev");
+        for i in 0..5 {
+            b.partition_disk(c.disk.number()).unwrap();
+            c.grow_disk(c.disk.size() + 64 * MIB);
+            // xfs grows only while mounted.
+            if fs_type == FsType::Xfs {
+                b.mount_volume(id, &target).unwrap();
+            }
+            b.resize_volume(id, 0).unwrap();
+            assert!(b.is_volume_formatted(id).unwrap());
+            b.mount_volume(id, &target).unwrap();
+            assert!(b.volume_stats(id).unwrap().total_bytes > (700 + 60 * i) * MIB, "round {i}");
+            b.unmount_volume(id, &target).unwrap();
+        }
+        let tally = c.udev.take().unwrap().finish();
+        eprintln!("{fs_type}: {tally:?}");
+        assert!(tally.rereads > 0 && tally.locked > 0, "the simulator re-read tables and was kept out: {tally:?}");
+    }
 }
 
 #[test]
@@ -527,7 +609,7 @@ fn offline_growth_refuses_a_volume_mounted_elsewhere() {
         .unwrap();
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(other.stdout.take().unwrap()), &mut line).unwrap();
-    let result = std::panic::catch_unwind(|| {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         assert_eq!(line.trim(), "mounted");
         assert!(mounted_at(&hidden).is_empty(), "not visible here");
         c.grow_disk(256 * MIB);
@@ -542,7 +624,7 @@ fn offline_growth_refuses_a_volume_mounted_elsewhere() {
         precondition(b.resize_volume(id, 0).unwrap_err(), &[id, "in use elsewhere"]);
         assert!(c.size() > size);
         precondition(b.format_volume(id).unwrap_err(), &[id, "ext4"]);
-    });
+    }));
     other.kill().unwrap();
     other.wait().unwrap();
     if let Err(panic) = result {
@@ -578,14 +660,14 @@ fn dirty_ntfs_is_not_grown() {
     let (b, id) = (&c.env.block, c.id.as_str());
     b.format_volume(id).unwrap();
     // ntfsresize (shrinking here) leaves the volume marked dirty.
-    run(&["ntfsresize", "-f", "-P", "-s", "128M", &s(&c.node())]);
+    c.run_on_node(&["ntfsresize", "-f", "-P", "-s", "128M", "{}"]);
     precondition(b.resize_volume(id, 0).unwrap_err(), &[id, "dirty"]);
     c.grow_disk(384 * MIB);
     let size = c.size();
     precondition(b.resize_volume(id, size + 120 * MIB).unwrap_err(), &[id, "dirty", "nothing was changed"]);
     assert_eq!(c.size(), size);
     // Checked and cleaned by the operator: grown over everything.
-    run(&["ntfsfix", "-d", &s(&c.node())]);
+    c.run_on_node(&["ntfsfix", "-d", "{}"]);
     b.resize_volume(id, 0).unwrap();
     assert!(c.size() > size + 100 * MIB);
     let target = c.env.dir("pods/nt");
@@ -594,7 +676,7 @@ fn dirty_ntfs_is_not_grown() {
     b.unmount_volume(id, &target).unwrap();
     // Clean after the growth: ntfsresize's own dirty mark was cleared (its --info refuses a
     // dirty volume).
-    run(&["ntfsresize", "--info", "-P", &s(&c.node())]);
+    c.run_on_node(&["ntfsresize", "--info", "-P", "{}"]);
 }
 
 /// A filesystem our own probe does not know (minix) is still seen, through libblkid: the volume
@@ -607,17 +689,17 @@ fn libblkid_catches_what_our_probe_does_not_know() {
     }
     let _namespaces = shared();
     let c = Case::new("minix", FsType::Ext4, 64 * MIB);
-    let node = s(&c.node());
-    run(&["mkfs.minix", &node]);
-    let head = |node: &str| {
+    c.run_on_node(&["mkfs.minix", "{}"]);
+    let head = || {
         use std::io::Read;
+        let (_lock, node) = c.locked_node();
         let mut b = vec![0u8; 4096];
         fs::File::open(node).unwrap().read_exact(&mut b).unwrap();
         b
     };
-    let before = head(&node);
-    assert_eq!(blkid_type(&c.node()), "minix", "the test tool made what we meant");
+    let before = head();
+    assert_eq!(c.blkid_type(), "minix", "the test tool made what we meant");
     assert!(c.env.block.is_volume_formatted(&c.id).unwrap());
     precondition(c.env.block.format_volume(&c.id).unwrap_err(), &[&c.id, "libblkid"]);
-    assert_eq!(head(&node), before, "nothing was written");
+    assert_eq!(head(), before, "nothing was written");
 }

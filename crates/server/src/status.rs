@@ -11,6 +11,7 @@ pub fn code_of(err: &Error) -> Code {
         Error::FailedPrecondition(_) => Code::FailedPrecondition,
         Error::PermissionDenied(_) => Code::PermissionDenied,
         Error::Unimplemented { .. } => Code::Unimplemented,
+        Error::Aborted(_) => Code::Aborted,
         Error::Unavailable(_) => Code::Unavailable,
         Error::Internal(_) => Code::Internal,
     }
@@ -56,6 +57,7 @@ mod tests {
             (Error::precondition("dir not empty"), Code::FailedPrecondition),
             (Error::denied("outside roots"), Code::PermissionDenied),
             (Error::Unimplemented { operation: "Disk.Rescan", os: "linux" }, Code::Unimplemented),
+            (Error::Aborted("disk 7 is locked".into()), Code::Aborted),
             (Error::Unavailable("wmi down".into()), Code::Unavailable),
             (Error::internal("boom"), Code::Internal),
         ];

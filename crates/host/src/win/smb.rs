@@ -135,6 +135,7 @@ pub(crate) fn map_message(e: Error, f: impl FnOnce(String) -> String) -> Error {
         Error::AlreadyExists(m) => Error::AlreadyExists(f(m)),
         Error::FailedPrecondition(m) => Error::FailedPrecondition(f(m)),
         Error::PermissionDenied(m) => Error::PermissionDenied(f(m)),
+        Error::Aborted(m) => Error::Aborted(f(m)),
         Error::Unavailable(m) => Error::Unavailable(f(m)),
         Error::Internal(m) => Error::Internal(f(m)),
         e @ Error::Unimplemented { .. } => e,

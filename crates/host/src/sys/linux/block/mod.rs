@@ -14,6 +14,7 @@
 
 mod blkid;
 mod blkpg;
+mod disklock;
 pub mod disks;
 mod gpt_table;
 mod loopdev;

@@ -36,6 +36,7 @@
 //! backup first, a GPT with one bad copy is rewritten from the good one, a missing protective
 //! MBR is added, and the kernel sync runs on every call.
 
+use super::disklock::{DiskLock, HeldVolume, Lock};
 use super::gpt_table::{aligned_extent, classify_mbr, Entry, Guid, Mbr, Table, MICROSOFT_RESERVED};
 use super::{blkpg, loopdev, probe, Block, Disk, Volume};
 use crate::{Error, Result};
@@ -247,8 +248,26 @@ impl Block {
         format!("disk {} ({})", disk.number, disk.name)
     }
 
-    /// Opens `/dev/<name>` of a disk and checks that it is that disk.
-    fn open_disk(&self, disk: &Disk, access: Access) -> Result<OpenDisk> {
+    /// Opens `/dev/<name>` of a disk for reading and checks that it is that disk.
+    fn open_disk(&self, disk: &Disk) -> Result<OpenDisk> {
+        self.open_disk_as(disk, Access::Read)
+    }
+
+    /// Opens the disk whose exclusive lock is held for writing (`exclusive`: and fails with
+    /// FailedPrecondition when anyone holds the disk or a partition of it). Writing is only
+    /// possible this way: a close after writing makes udev re-read the table, which it must not
+    /// do while we work (see `disklock`).
+    fn open_disk_for_write(&self, lock: &DiskLock, exclusive: bool) -> Result<OpenDisk> {
+        if lock.mode != Lock::Exclusive {
+            return Err(Error::internal(format!(
+                "{}: opened for writing under a shared lock",
+                Self::disk_label(&lock.disk)
+            )));
+        }
+        self.open_disk_as(&lock.disk, if exclusive { Access::Exclusive } else { Access::Write })
+    }
+
+    fn open_disk_as(&self, disk: &Disk, access: Access) -> Result<OpenDisk> {
         let path = self.dev.join(&disk.name);
         let flags = match access {
             Access::Read => OFlags::RDONLY,
@@ -315,14 +334,21 @@ impl Block {
             };
             let number = u32::try_from(read_num("partition", &number)?)
                 .map_err(|_| Error::internal(format!("{} is out of range", path.join("partition").display())))?;
-            let attr = |file: &str| -> Result<u64> {
-                let text = std::fs::read_to_string(path.join(file))
-                    .map_err(|e| Error::io(format!("reading {}", path.join(file).display()), e))?;
+            // Ok(None): the partition went away while it was being read (a table re-read by
+            // someone who does not lock the disk): it is not there.
+            let attr = |file: &str| -> Result<Option<u64>> {
+                let text = match std::fs::read_to_string(path.join(file)) {
+                    Ok(text) => text,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(Error::io(format!("reading {}", path.join(file).display()), e)),
+                };
                 read_num(file, &text)?
                     .checked_mul(SYSFS_SECTOR)
+                    .map(Some)
                     .ok_or_else(|| Error::internal(format!("{} is out of range", path.join(file).display())))
             };
-            parts.insert(number, KernelPartition { number, name, start: attr("start")?, size: attr("size")? });
+            let (Some(start), Some(size)) = (attr("start")?, attr("size")?) else { continue };
+            parts.insert(number, KernelPartition { number, name, start, size });
         }
         Ok(parts)
     }
@@ -560,8 +586,9 @@ impl Block {
     /// only when something is to be written (a close after writing makes udev, where it runs,
     /// re-read the partitions), and exclusively when a table or partition is to be created.
     pub fn partition(&self, disk: &Disk) -> Result<()> {
+        let lock = self.lock_disk(disk, Lock::Exclusive)?;
         let label = Self::disk_label(disk);
-        let od = self.open_disk(disk, Access::Read)?;
+        let od = self.open_disk(disk)?;
         let table = match self.inspect(disk, &od)? {
             Err(()) => return Ok(()), // an MBR table: already partitioned
             Ok(Some(table)) if !self.incomplete(&od, &table)? => return self.sync_kernel(disk, &od, &table),
@@ -573,12 +600,12 @@ impl Block {
                 "{label} is in use (mounted, or held by another device); refusing to write a partition table: {e}"
             ))
         };
-        let (od, exclusive) = match self.open_disk(disk, Access::Exclusive) {
+        let (od, exclusive) = match self.open_disk_for_write(&lock, true) {
             Ok(od) => (od, true),
             // In use: only a table with a valid primary copy may be completed (a backup copy
             // rewritten, a protective MBR added); nothing is created or rewritten at its start.
             Err(Error::FailedPrecondition(e)) => match &table {
-                Some(t) if t.primary_ok => (self.open_disk(disk, Access::Write)?, false),
+                Some(t) if t.primary_ok => (self.open_disk_for_write(&lock, false)?, false),
                 Some(_) => return Err(Self::busy_primary(&label)),
                 None => return Err(in_use(e)),
             },
@@ -606,14 +633,15 @@ impl Block {
     /// Re-reads one disk's GPT from the medium and tells the kernel; nothing is written to the
     /// disk. Disks without a GPT are left alone.
     pub fn refresh(&self, disk: &Disk) -> Result<()> {
-        let od = self.open_disk(disk, Access::Read)?;
+        let _lock = self.lock_disk(disk, Lock::Exclusive)?;
+        let od = self.open_disk(disk)?;
         if self.sysfs.join("class/block").join(&disk.name).join("loop/backing_file").exists() {
             loopdev::set_capacity(&od.file)
                 .map_err(|e| os_err(format!("LOOP_SET_CAPACITY on {}", od.path.display()), e))?;
         }
         blkpg::flush_buffers(&od.file).map_err(|e| os_err(format!("BLKFLSBUF on {}", od.path.display()), e))?;
         // The size may have changed: open again.
-        let od = self.open_disk(disk, Access::Read)?;
+        let od = self.open_disk(disk)?;
         match od.table()? {
             Some(table) => self.sync_kernel(disk, &od, &table),
             None => Ok(()),
@@ -674,7 +702,7 @@ impl Block {
     /// The volumes (GPT partitions) of one disk, in table order. MBR disks and disks without a
     /// table have none. A volume the kernel does not have yet has an empty `name` and `node`.
     pub fn volumes_of(&self, disk: &Disk) -> Result<Vec<Volume>> {
-        let od = self.open_disk(disk, Access::Read)?;
+        let od = self.open_disk(disk)?;
         let Some(table) = od.table()? else { return Ok(Vec::new()) };
         let kernel = self.kernel_partitions(disk)?;
         let entries = table.entries();
@@ -692,7 +720,7 @@ impl Block {
         }
         let mut found = Vec::new();
         for disk in self.disks()? {
-            let od = match self.open_disk(&disk, Access::Read) {
+            let od = match self.open_disk(&disk) {
                 Ok(od) => od,
                 Err(e @ Error::PermissionDenied(_)) => {
                     tracing::debug!("looking for volume {volume_id}: {e}");
@@ -738,12 +766,25 @@ impl Block {
         }
     }
 
+    /// The volume `volume_id` if `disk`'s table has it (the lookup of [`Self::hold_volume`], once
+    /// the disk is locked).
+    pub(crate) fn volume_on(&self, disk: &Disk, volume_id: &str) -> Result<Option<Volume>> {
+        let guid = parse_volume_id(volume_id)?;
+        let od = self.open_disk(disk)?;
+        let Some(table) = od.table()? else { return Ok(None) };
+        let entries = table.entries();
+        remember(disk.number, &entries);
+        let Some(entry) = entries.iter().find(|e| e.guid == guid) else { return Ok(None) };
+        let kernel = self.kernel_partitions(disk)?;
+        Ok(Some(self.volume_of(disk, &od, entry, &kernel)))
+    }
+
     /// The volume from the table of the disk it was last seen on, if it is still there.
     fn volume_where_last_seen(&self, guid: &Guid) -> Option<Volume> {
         let Seen::On(number) = *LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner()).get(guid)? else { return None };
         let found = (|| {
             let disk = self.disk(number).ok()?;
-            let od = self.open_disk(&disk, Access::Read).ok()?;
+            let od = self.open_disk(&disk).ok()?;
             let entry = od.table().ok()??.entries().into_iter().find(|e| e.guid == *guid)?;
             let kernel = self.kernel_partitions(&disk).ok()?;
             Some(self.volume_of(&disk, &od, &entry, &kernel))
@@ -759,8 +800,14 @@ impl Block {
     /// refused (FailedPrecondition naming both sizes); the current size is a no-op. The backup
     /// table moves to the end of the disk first, so space a grown disk added is usable.
     pub fn grow_partition(&self, volume: &Volume, size_bytes: u64) -> Result<Volume> {
+        self.grow_held(&self.hold_volume(&volume.id, Lock::Exclusive)?, size_bytes)
+    }
+
+    /// [`Self::grow_partition`] of a volume whose disk is locked.
+    pub(crate) fn grow_held(&self, held: &HeldVolume, size_bytes: u64) -> Result<Volume> {
+        let volume = &held.volume;
         let guid = parse_volume_id(&volume.id)?;
-        let disk = self.disk(volume.disk)?;
+        let disk = held.lock.disk.clone();
         let label = Self::disk_label(&disk);
         // The table and the new end of the partition; decided on a read-only descriptor, then
         // again on the writing one when there is something to write.
@@ -777,13 +824,13 @@ impl Block {
                 .map_err(|why| Error::precondition(format!("volume {} on {label}: {why}", volume.id)))?;
             Ok((table, entry, last))
         };
-        let mut od = self.open_disk(&disk, Access::Read)?;
+        let mut od = self.open_disk(&disk)?;
         let (mut table, mut entry, mut last) = plan(&od)?;
         if last != entry.last_lba || !table.healthy() {
             self.check_writable(&disk)?;
             // A primary copy is rewritten from the backup only when nobody holds the disk.
             let exclusive = !table.primary_ok;
-            od = match self.open_disk(&disk, if exclusive { Access::Exclusive } else { Access::Write }) {
+            od = match self.open_disk_for_write(&held.lock, exclusive) {
                 Err(Error::FailedPrecondition(_)) if exclusive => return Err(Self::busy_primary(&label)),
                 other => other?,
             };

@@ -67,6 +67,7 @@
 //! node's path (mountinfo shows it), and the new mount's device is checked before it is
 //! attached.
 
+use super::disklock::{HeldVolume, Lock};
 use super::mountinfo::{self, Mount};
 use super::probe;
 use super::tools::{self, Grow};
@@ -92,7 +93,7 @@ const FILLED_SLACK: u64 = 16 << 20;
 const UNMOUNT_BUSY_WAIT: Duration = Duration::from_millis(500);
 /// How long a missing partition node is waited for: where udev runs, it re-reads a partition
 /// table after the disk was written, and the partitions' nodes disappear for a moment.
-const NODE_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const NODE_WAIT: Duration = Duration::from_secs(5);
 /// `CAP_SYS_RESOURCE`: what ext4's online resize checks.
 const CAP_SYS_RESOURCE: u32 = 24;
 
@@ -100,26 +101,30 @@ const CAP_SYS_RESOURCE: u32 = 24;
 type DevNum = (u32, u32);
 
 impl Block {
+    // Each call resolves its volume with its disk locked (see `disklock`): exclusively for what
+    // writes, shared for what reads the partition device. GetVolumeStats reads a mounted
+    // filesystem only, which no table re-read can take away (the kernel refuses while a
+    // partition is in use), so it does not wait behind a long format of another volume.
     pub fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
-        self.mount(&self.volume(volume_id)?, target_path)
+        self.mount(&self.hold_volume(volume_id, Lock::Exclusive)?, target_path)
     }
     pub fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
-        self.unmount(&self.volume(volume_id)?, target_path)
+        self.unmount(&self.hold_volume(volume_id, Lock::Exclusive)?, target_path)
     }
     pub fn is_volume_formatted(&self, volume_id: &str) -> Result<bool> {
-        self.is_formatted(&self.volume(volume_id)?)
+        self.is_formatted(&self.hold_volume(volume_id, Lock::Shared)?)
     }
     pub fn format_volume(&self, volume_id: &str) -> Result<()> {
-        self.format(&self.volume(volume_id)?)
+        self.format(&self.hold_volume(volume_id, Lock::Exclusive)?)
     }
     pub fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
-        self.resize(&self.volume(volume_id)?, size_bytes)
+        self.resize(&self.hold_volume(volume_id, Lock::Exclusive)?, size_bytes)
     }
     pub fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
         self.stats(&self.volume(volume_id)?)
     }
     pub fn flush_volume(&self, volume_id: &str) -> Result<()> {
-        self.flush(&self.volume(volume_id)?)
+        self.flush(&self.hold_volume(volume_id, Lock::Shared)?)
     }
 
     pub fn volume_at_path(&self, target_path: &str) -> Result<String> {
@@ -256,7 +261,7 @@ impl Block {
     }
 
     /// IsVolumeFormatted on a resolved volume.
-    pub fn is_formatted(&self, v: &Volume) -> Result<bool> {
+    pub(crate) fn is_formatted(&self, v: &HeldVolume) -> Result<bool> {
         // The volumes asked about are mostly formatted, and a filesystem's signature sits at its
         // start (the deepest, btrfs's, at 64 KiB): look there first, and read the whole probe
         // range (start and end of the device) only when the start shows nothing.
@@ -273,7 +278,7 @@ impl Block {
     }
 
     /// FormatVolume on a resolved volume.
-    pub fn format(&self, v: &Volume) -> Result<()> {
+    pub(crate) fn format(&self, v: &HeldVolume) -> Result<()> {
         let device = self.open_device(v)?;
         if let Some(kind) = self.probe_device(v, &device)? {
             return Err(Error::precondition(format!(
@@ -308,7 +313,7 @@ impl Block {
     }
 
     /// MountVolume on a resolved volume.
-    pub fn mount(&self, v: &Volume, target_path: &str) -> Result<()> {
+    pub(crate) fn mount(&self, v: &HeldVolume, target_path: &str) -> Result<()> {
         let (dir, canonical) = self.fs.contained_dir(target_path)?;
         self.refuse_root(v, target_path, &canonical)?;
         let device = self.open_device(v)?;
@@ -408,7 +413,7 @@ impl Block {
     }
 
     /// UnmountVolume on a resolved volume.
-    pub fn unmount(&self, v: &Volume, target_path: &str) -> Result<()> {
+    pub(crate) fn unmount(&self, v: &HeldVolume, target_path: &str) -> Result<()> {
         let dev = self.devnum_of(v)?;
         let (dir, canonical) = match self.fs.contained_dir(target_path) {
             // No directory: nothing can be mounted there.
@@ -479,7 +484,7 @@ impl Block {
     }
 
     /// WriteVolumeCache on a resolved volume.
-    pub fn flush(&self, v: &Volume) -> Result<()> {
+    pub(crate) fn flush(&self, v: &HeldVolume) -> Result<()> {
         let dev = self.devnum_of(v)?;
         let mounts = read_mounts()?;
         if let Some((m, fd)) = self.open_mount_of(dev, &mounts) {
@@ -492,7 +497,7 @@ impl Block {
     }
 
     /// ResizeVolume on a resolved volume.
-    pub fn resize(&self, v: &Volume, size_bytes: u64) -> Result<()> {
+    pub(crate) fn resize(&self, v: &HeldVolume, size_bytes: u64) -> Result<()> {
         let grow_to = match size_bytes {
             0 => Some(0),
             s if s > v.size.saturating_add(RESIZE_TOLERANCE) => Some(s),
@@ -536,12 +541,12 @@ impl Block {
         let (v, device) = match grow_to {
             Some(s) => {
                 tracing::info!(volume = %v.id, size = s, "growing the partition");
-                let v = self.grow_partition(v, s)?;
+                let v = self.grow_held(v, s)?;
                 // Checked again: the kernel's partition may have been replaced.
                 let device = self.open_device(&v)?;
                 (v, device)
             }
-            None => (v.clone(), device),
+            None => (v.volume.clone(), device),
         };
         let (Some(kind), Some(plan)) = (kind, plan) else { return Ok(()) };
         // A filesystem that already fills its partition has nothing to grow, whatever its state.
