@@ -74,3 +74,35 @@ impl Error {
         }
     }
 }
+
+/// The longest value an error or log quotes whole; longer ones are cut (see [`clip`]).
+pub const QUOTED_MAX: usize = 512;
+
+/// `value` as an error message or a log line quotes it: whole when it is at most [`QUOTED_MAX`]
+/// bytes, else its start, cut on a character boundary, and a marker saying how much was left out.
+pub fn clip(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.len() <= QUOTED_MAX {
+        return value.into();
+    }
+    let mut end = QUOTED_MAX;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…[{} more bytes cut]", &value[..end], value.len() - end).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_values_are_cut_on_a_character_boundary_with_a_marker() {
+        assert_eq!(clip("short"), "short");
+        let exact = "a".repeat(QUOTED_MAX);
+        assert_eq!(clip(&exact), exact);
+        let long = format!("{}é{}", "a".repeat(QUOTED_MAX - 1), "b".repeat(1000));
+        let cut = clip(&long);
+        assert!(cut.starts_with(&"a".repeat(QUOTED_MAX - 1)), "{cut}");
+        assert!(cut.ends_with("…[1002 more bytes cut]"), "{cut}");
+    }
+}

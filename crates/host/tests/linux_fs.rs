@@ -621,6 +621,61 @@ fn mount_points() {
     }
 }
 
+/// Rmdir(force) and RmdirContents never delete a mounted filesystem's files, at the top of the
+/// tree or anywhere below, and a refusal deletes nothing at all: the tree is checked before
+/// anything is removed. (Rmdir(force) of a mount point used to empty the mounted volume, then
+/// answer "is a mount point"; a mount deep in a tree stopped the removal only after the entries
+/// walked before it were gone.) Needs root for mount(2).
+#[test]
+fn refusals_for_mount_points_remove_nothing() {
+    if !is_root() {
+        eprintln!("skipped: needs root for mount(2) (CI runs as root)");
+        return;
+    }
+    use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
+    let f = Fixture::new("mounts-keep");
+    let pods = f.base.join("kubelet/pods");
+    let m = pods.join("p1/volumes/vol");
+    fs::create_dir_all(&m).unwrap();
+    for sibling in ["a", "p0", "p1/x", "zz"] {
+        fs::create_dir_all(pods.join(sibling)).unwrap();
+        fs::write(pods.join(sibling).join("file"), "sibling").unwrap();
+    }
+    mount("tmpfs", &m, "tmpfs", MountFlags::empty(), None).unwrap();
+    fs::create_dir_all(m.join("sub/deeper")).unwrap();
+    fs::write(m.join("precious"), "keep").unwrap();
+    fs::write(m.join("sub/deeper/data"), "keep").unwrap();
+    let checks = || {
+        let intact = || {
+            assert_eq!(fs::read_to_string(m.join("precious")).unwrap(), "keep");
+            assert_eq!(fs::read_to_string(m.join("sub/deeper/data")).unwrap(), "keep");
+            for sibling in ["a", "p0", "p1/x", "zz"] {
+                assert_eq!(fs::read_to_string(pods.join(sibling).join("file")).unwrap(), "sibling", "{sibling}");
+            }
+        };
+        let refused = |e: Error, needle: &str| {
+            intact();
+            assert!(
+                matches!(&e, Error::FailedPrecondition(msg) if msg.contains(needle) && msg.contains("nothing was removed")),
+                "{e:?}"
+            );
+        };
+        refused(f.host.rmdir(&s(&m), true).unwrap_err(), "is a mount point");
+        refused(f.host.rmdir_contents(&s(&m)).unwrap_err(), "is a mount point");
+        refused(f.host.rmdir(&s(&pods), true).unwrap_err(), "mount point at p1/volumes/vol");
+        refused(f.host.rmdir_contents(&s(&pods)).unwrap_err(), "mount point at p1/volumes/vol");
+        refused(f.host.rmdir(&s(&pods.join("p1")), true).unwrap_err(), "mount point at volumes/vol");
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(checks));
+    unmount(&m, UnmountFlags::DETACH).unwrap();
+    if let Err(p) = outcome {
+        std::panic::resume_unwind(p);
+    }
+    // Unmounted: the same tree goes.
+    f.host.rmdir(&s(&pods), true).unwrap();
+    assert!(!pods.exists());
+}
+
 mod property {
     //! Random trees of directories and links, random paths through them: whatever the
     //! operations answer, nothing outside the roots ever changes, and whatever Mkdir or

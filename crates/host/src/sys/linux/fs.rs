@@ -106,6 +106,15 @@ impl Filesystem {
             return rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty())
                 .map_err(|e| io_err(path, "removing", e));
         }
+        // A mount point is never emptied, nor its tree removed: its files are another
+        // filesystem's (a volume's data). lstat of a mount point shows the mounted root, so its
+        // own device says nothing; the mount is told against its parent.
+        let parent_dev = rustix::fs::fstat(&dir).map_err(|e| io_err(path, "checking", e))?.st_dev;
+        if is_mount_root(&dir, &name, parent_dev).map_err(|e| io_err(path, "checking", e))? {
+            return Err(Error::precondition(format!(
+                "{path} is a mount point; unmount it first (nothing was removed)"
+            )));
+        }
         if force {
             let child = open_dir(&dir, &name).map_err(|e| io_err(path, "opening", e))?;
             remove_contents(path, child, st.st_dev)?;
@@ -125,6 +134,12 @@ impl Filesystem {
         }
         let dir = target.walker.top()?;
         let dev = rustix::fs::fstat(&dir).map_err(|e| io_err(path, "checking", e))?.st_dev;
+        if is_mount_root(&dir, "", dev).map_err(|e| io_err(path, "checking", e))? {
+            return Err(Error::precondition(format!(
+                "{path} is a mount point; its contents are a mounted filesystem's, unmount it first (nothing was \
+                 removed)"
+            )));
+        }
         remove_contents(path, dir, dev)
     }
 
@@ -485,22 +500,37 @@ fn open_dir(dir: impl AsFd, name: &str) -> rustix::io::Result<OwnedFd> {
     rustix::fs::openat(dir, name, OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
 }
 
+/// Whether `name` in `dir` (`""`: `dir` itself) is the root of a mount. `dev`: the device of the
+/// filesystem it would be on if it were not (the parent's; for `dir` itself, its own).
 fn is_mount_root(dir: impl AsFd, name: &str, dev: u64) -> rustix::io::Result<bool> {
     use rustix::fs::{StatxAttributes, StatxFlags};
     let dir = dir.as_fd();
-    match rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BASIC_STATS) {
+    let flags = if name.is_empty() { AtFlags::EMPTY_PATH } else { AtFlags::SYMLINK_NOFOLLOW };
+    match rustix::fs::statx(dir, name, flags, StatxFlags::BASIC_STATS) {
         Ok(stx) if stx.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT) => {
             Ok(stx.stx_attributes.contains(StatxAttributes::MOUNT_ROOT))
         }
-        // Kernels before 5.8 lack the attribute; a different device is the classic test.
-        _ => Ok(rustix::fs::fstat(dir)?.st_dev != dev),
+        // Kernels before 5.8 lack the attribute; a different device than the parent's is the
+        // classic test.
+        _ if name.is_empty() => Ok(lstat(dir, "..")?.st_dev != dev),
+        _ => Ok(lstat(dir, name)?.st_dev != dev),
     }
 }
 
 /// Empties the directory `top`, never following a link and never descending into another
-/// filesystem (a mount point below is an error: its data is not ours to delete). Iterative, so
-/// a deep tree can't exhaust the stack.
+/// filesystem: a mount point anywhere below, a tree deeper than [`MAX_DEPTH`] or a name that is
+/// not UTF-8 refuses the whole call. The tree is checked first and only then removed, so a
+/// refusal deletes nothing (a mount made between the two walks still stops the second one).
+/// Iterative, so a deep tree can't exhaust the stack.
 fn remove_contents(path: &str, top: OwnedFd, dev: u64) -> Result<()> {
+    let again = rustix::fs::openat(&top, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| io_err(path, "opening", e))?;
+    walk_tree(path, again, dev, false)?;
+    walk_tree(path, top, dev, true)
+}
+
+/// One walk of [`remove_contents`]: `remove` false only checks.
+fn walk_tree(path: &str, top: OwnedFd, dev: u64, remove: bool) -> Result<()> {
     struct Level {
         fd: OwnedFd,
         name: String,
@@ -529,7 +559,7 @@ fn remove_contents(path: &str, top: OwnedFd, dev: u64) -> Result<()> {
     while let Some(level) = levels.last_mut() {
         let Some(name) = level.pending.pop() else {
             let done = levels.pop().expect("non-empty");
-            if let Some(parent) = levels.last() {
+            if let (Some(parent), true) = (levels.last(), remove) {
                 rustix::fs::unlinkat(&parent.fd, done.name.as_str(), AtFlags::REMOVEDIR)
                     .map_err(|e| io_err(path, &format!("removing {}", done.name), e))?;
             }
@@ -541,18 +571,24 @@ fn remove_contents(path: &str, top: OwnedFd, dev: u64) -> Result<()> {
             Err(e) => return Err(io_err(path, &format!("checking {name}"), e)),
         };
         if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-            rustix::fs::unlinkat(&level.fd, name.as_str(), AtFlags::empty())
-                .map_err(|e| io_err(path, &format!("removing {name}"), e))?;
+            if remove {
+                rustix::fs::unlinkat(&level.fd, name.as_str(), AtFlags::empty())
+                    .map_err(|e| io_err(path, &format!("removing {name}"), e))?;
+            }
             continue;
         }
+        let nothing = if remove { "" } else { " (nothing was removed)" };
         if st.st_dev != dev || is_mount_root(&level.fd, &name, dev).unwrap_or(false) {
+            let below: Vec<&str> =
+                levels.iter().skip(1).map(|l| l.name.as_str()).chain([name.as_str()]).collect();
             return Err(Error::precondition(format!(
-                "{path} contains a mount point at {name}; unmount it before removing the tree"
+                "{path} contains a mount point at {}; unmount it before removing the tree{nothing}",
+                crate::error::clip(&below.join("/"))
             )));
         }
         if levels.len() >= MAX_DEPTH {
             return Err(Error::precondition(format!(
-                "{path} is more than {MAX_DEPTH} directories deep; refusing to remove it"
+                "{path} is more than {MAX_DEPTH} directories deep; refusing to remove it{nothing}"
             )));
         }
         let child = open_dir(&levels.last().expect("non-empty").fd, &name)
