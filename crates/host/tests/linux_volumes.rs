@@ -15,6 +15,7 @@ use csi_proxy_host::types::FsType;
 use csi_proxy_host::Error;
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use support::{is_root, run, LoopDisk, UdevSim};
 
@@ -677,6 +678,32 @@ fn dirty_ntfs_is_not_grown() {
     // Clean after the growth: ntfsresize's own dirty mark was cleared (its --info refuses a
     // dirty volume).
     c.run_on_node(&["ntfsresize", "--info", "-P", "{}"]);
+}
+
+/// A volume another process holds open exclusively — a mkfs still running for a daemon that
+/// was killed (mke2fs holds its device with O_EXCL until it is done, and writes the superblock
+/// last, so the volume still probes blank) — is not formatted again.
+#[test]
+fn a_volume_held_exclusively_is_not_formatted() {
+    if !is_root() {
+        eprintln!("skipped: needs root for loop devices");
+        return;
+    }
+    let _namespaces = shared();
+    let c = Case::new("held", FsType::Ext4, 64 * MIB);
+    let (lock, node) = c.locked_node();
+    let held = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::EXCL.bits() as i32)
+        .open(&node)
+        .unwrap();
+    drop(lock);
+    assert!(!c.env.block.is_volume_formatted(&c.id).unwrap(), "blank while the other writer works");
+    precondition(c.env.block.format_volume(&c.id).unwrap_err(), &[&c.id, "in use elsewhere", "refusing to format"]);
+    drop(held);
+    assert!(!c.env.block.is_volume_formatted(&c.id).unwrap(), "nothing was written");
+    c.env.block.format_volume(&c.id).unwrap();
 }
 
 /// A filesystem our own probe does not know (minix) is still seen, through libblkid: the volume

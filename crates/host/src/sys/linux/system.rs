@@ -49,13 +49,10 @@ pub struct Systemctl {
 
 impl Runner for Systemctl {
     fn run(&self, program: &str, args: &[String]) -> std::io::Result<Output> {
-        let mut child = Command::new(program)
-            .args(args)
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
+        let mut cmd = Command::new(program);
+        cmd.args(args).env("LC_ALL", "C").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        super::die_with_daemon(&mut cmd);
+        let mut child = cmd.spawn()?;
         let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
         std::thread::scope(|s| {
             // Both pipes are drained while the child runs, so that it never blocks on a full one.

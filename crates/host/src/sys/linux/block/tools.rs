@@ -2,7 +2,8 @@
 //!
 //! Every tool gets an argv vector (never a shell), stdin from /dev/null, a clean environment
 //! with `LC_ALL=C` (messages we match are English) and a fixed `PATH`; it is looked up in that
-//! `PATH` only, so what runs does not depend on the daemon's environment. Devices and mount
+//! `PATH` only, so what runs does not depend on the daemon's environment. It dies with the
+//! daemon ([`super::super::die_with_daemon`]). Devices and mount
 //! points reach tools as `/proc/self/fd/N` of descriptors the caller checked ([`FdPath`]).
 
 use crate::types::FsType;
@@ -115,6 +116,7 @@ pub(crate) fn command(argv: &[OsString]) -> Result<Command> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    super::super::die_with_daemon(&mut cmd);
     Ok(cmd)
 }
 
@@ -250,6 +252,59 @@ mod tests {
         assert_eq!(lines, ["LC_ALL=C", &format!("PATH={SEARCH_PATH}")]);
         let e = run_with(&["false".into()], &[]).unwrap_err();
         assert!(e.to_string().starts_with("false failed (exit status 1)"), "{e}");
+    }
+
+    /// The "daemon" of [`a_tool_dies_with_the_daemon`]: a copy of this test binary that runs a
+    /// tool which records its PID and waits, and never returns on its own.
+    #[test]
+    fn daemon_side_of_a_tool_dies_with_the_daemon() {
+        let Ok(pid_file) = std::env::var("CSI_PROXY_TEST_PID_FILE") else { return };
+        let _ = run_with(&["sh".into(), "-c".into(), "echo $$ > \"$0\"; exec sleep 120".into(), pid_file.into()], &[]);
+    }
+
+    /// A daemon killed with SIGKILL while a tool runs takes the tool with it (before, a killed
+    /// daemon's mkfs went on writing the device the restarted daemon then saw as blank).
+    #[test]
+    fn a_tool_dies_with_the_daemon() {
+        let pid_file = std::env::temp_dir().join(format!("csi-proxy-tool-pid-{}", std::process::id()));
+        let _ = std::fs::remove_file(&pid_file);
+        let mut daemon = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "sys::linux::block::tools::tests::daemon_side_of_a_tool_dies_with_the_daemon"])
+            .env("CSI_PROXY_TEST_PID_FILE", &pid_file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let read_pid = || std::fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<i32>().ok());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let tool = loop {
+            if let Some(pid) = read_pid() {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "the tool never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let alive = || {
+            // A zombie still has a /proc entry: look at its state too.
+            std::fs::read_to_string(format!("/proc/{tool}/stat"))
+                .is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+        };
+        assert!(alive(), "tool {tool} runs");
+        daemon.kill().unwrap();
+        daemon.wait().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while alive() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let survived = alive();
+        if survived {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(tool).unwrap(),
+                rustix::process::Signal::KILL,
+            );
+        }
+        let _ = std::fs::remove_file(&pid_file);
+        assert!(!survived, "tool {tool} outlived the daemon that started it");
     }
 
     #[test]
