@@ -122,6 +122,9 @@ fn plant_links(f: &Fixture) {
     f.link("pods/../../outside", "kubelet/rel-climb");
     f.link(&f.p("kubelet-evil"), "kubelet/to-sibling");
     f.link("esc-abs", "kubelet/chain");
+    // Dangling: `missing` does not exist, so the `..` after it can't be resolved yet; once it
+    // exists (or is made a link) the target leads wherever it then leads.
+    f.link("missing/../../outside/cs", "kubelet/dangling-dotdot");
     fs::create_dir_all(f.base.join("kubelet/pods/p2/keep")).unwrap();
     f.link(&outside, "kubelet/pods/p2/esc");
     f.link(&f.p("outside/secret"), "kubelet/pods/p2/keep/secret-link");
@@ -249,6 +252,18 @@ fn attacks() -> Vec<Attack> {
             "link escape: create",
             "CreateSymlink to /etc",
             |f| f.host.create_symlink("/etc", &f.p("kubelet/l")),
+            Want::Denied,
+        ),
+        (
+            "link escape: create",
+            "CreateSymlink to a dangling link whose target has `..` after the missing part",
+            |f| f.host.create_symlink(&f.p("kubelet/dangling-dotdot"), &f.p("kubelet/l")),
+            Want::Denied,
+        ),
+        (
+            "link escape: create",
+            "Mkdir kubelet/dangling-dotdot/x",
+            |f| f.host.mkdir(&f.p("kubelet/dangling-dotdot/x")),
             Want::Denied,
         ),
         (
@@ -497,13 +512,68 @@ fn attack_table() {
 }
 
 #[test]
-fn denial_names_path_resolution_and_roots() {
+fn denial_names_path_and_roots() {
     let f = Fixture::new("denial");
     plant_links(&f);
     let e = f.host.mkdir(&f.p("kubelet/esc-abs/new")).unwrap_err().to_string();
     assert!(e.contains(&f.p("kubelet/esc-abs/new")), "{e}");
-    assert!(e.contains(&f.p("outside")), "{e}");
     assert!(e.contains(&f.p("kubelet")) && e.contains(&f.p("work")), "{e}");
+}
+
+/// A refusal for a path that leads outside the roots is the same text whatever is out there
+/// (a file, a directory, nothing, a link loop, the daemon's own working directory or
+/// descriptors), apart from the path as given: nothing about the outside is learnt from it.
+/// (Texts used to say where the path resolved to, and told a file from an absent entry.)
+#[test]
+fn refusals_tell_nothing_about_the_outside() {
+    let f = Fixture::new("tell");
+    plant_links(&f);
+    fs::create_dir_all(f.base.join("outside/dir/sub")).unwrap();
+    symlink("loop2", f.base.join("outside/loop1")).unwrap();
+    symlink("loop1", f.base.join("outside/loop2")).unwrap();
+    f.link("/proc/self/cwd", "kubelet/cwd");
+    f.link("/proc/self/fd/0", "kubelet/fd0");
+    let outside_targets = [
+        "esc-abs/secret",
+        "esc-abs/missing",
+        "esc-abs/dir",
+        "esc-abs/dir/sub",
+        "esc-abs/secret/x",
+        "esc-abs/missing/x",
+        "esc-abs/loop1",
+        "esc-abs/loop1/x",
+        "cwd",
+        "cwd/x",
+        "fd0",
+        "fd0/x",
+    ];
+    type Op = fn(&Fixture, &str) -> Result<(), Error>;
+    let ops: [(&str, Op); 6] = [
+        ("PathExists", |f, p| f.host.path_exists(p).map(drop)),
+        ("Mkdir", |f, p| f.host.mkdir(p)),
+        ("Rmdir", |f, p| f.host.rmdir(p, false)),
+        ("IsSymlink", |f, p| f.host.is_symlink(p).map(drop)),
+        ("RmdirContents", |f, p| f.host.rmdir_contents(p)),
+        ("CreateSymlink source", |f, p| f.host.create_symlink(p, &f.p("kubelet/new-link"))),
+    ];
+    let cwd = std::env::current_dir().unwrap();
+    for (op, call) in ops {
+        let mut texts = BTreeMap::new();
+        for rel in outside_targets {
+            // PathExists and Rmdir take a final link as itself: only paths below one lead out.
+            if matches!(op, "Rmdir" | "PathExists") && !rel.contains('/') {
+                continue;
+            }
+            let path = f.p(&format!("kubelet/{rel}"));
+            let e = match call(&f, &path) {
+                Err(e @ Error::PermissionDenied(_)) => e.to_string(),
+                other => panic!("{op} {rel}: {other:?}"),
+            };
+            assert!(!e.contains(&f.p("outside")) && !e.contains(&s(&cwd)), "{op} {rel}: {e}");
+            texts.entry(e.replace(&path, "<path>")).or_insert_with(Vec::new).push(rel);
+        }
+        assert_eq!(texts.len(), 1, "{op} answers differently depending on the outside: {texts:#?}");
+    }
 }
 
 #[test]

@@ -35,13 +35,17 @@ impl Roots {
 
     /// The refusal for a path whose canonical form is outside every root. `canonical` is shown
     /// when it differs from what the caller sent, so an operator sees which link led outside.
-    pub fn outside(&self, path: &str, canonical: Option<&str>) -> Error {
-        match canonical {
-            Some(c) if c != path => Error::denied(format!(
-                "path {path} resolves to {c}, which is not within the working directories {self}"
-            )),
-            _ => Error::denied(format!("path {path} is not within the working directories {self}")),
+    ///
+    /// The text names the path as given and the roots, never where the path led: it is the same
+    /// whatever exists outside (a file, a directory, nothing, a link and its target), so a link
+    /// inside a root can't be used to explore the host (the daemon's own `/proc/self/cwd`,
+    /// `/proc/self/fd/N`, what is in `/etc`). The resolution goes to the debug log, for the
+    /// operator.
+    pub fn outside(&self, path: &str, resolved: Option<&str>) -> Error {
+        if let Some(r) = resolved {
+            tracing::debug!(path = %crate::error::clip(path), resolved = %crate::error::clip(r), "refused: outside the working directories");
         }
+        Error::denied(format!("path {} is not within the working directories {self}", crate::error::clip(path)))
     }
 }
 
@@ -93,10 +97,11 @@ mod tests {
     }
 
     #[test]
-    fn outside_names_path_roots_and_resolution() {
+    fn outside_names_path_and_roots_never_the_resolution() {
         let roots = Roots::new(vec!["/a".into(), "/var/lib/kubelet".into()]);
         let e = roots.outside("/var/lib/kubelet/l/x", Some("/etc/x")).to_string();
-        assert!(e.contains("/var/lib/kubelet/l/x") && e.contains("/etc/x"), "{e}");
+        assert!(e.contains("/var/lib/kubelet/l/x") && !e.contains("/etc"), "{e}");
+        assert_eq!(e, roots.outside("/var/lib/kubelet/l/x", Some("/proc/1/cwd")).to_string());
         let e = roots.outside("/etc", None).to_string();
         assert_eq!(e, "path /etc is not within the working directories [/a, /var/lib/kubelet]");
         let win = Roots::new(vec![r"C:\var\lib\kubelet".into()]);

@@ -293,11 +293,8 @@ impl Volumes {
     fn final_components(&self, target: &str, path: &str) -> Result<Vec<String>> {
         let raw = self.win32.final_path(path).map_err(|e| os(format!("resolving {path} (for {target})"), e))?;
         wp::components(&raw).ok_or_else(|| {
-            Error::denied(format!(
-                "path {target} resolves to {}, which cannot be checked against the working directories {}",
-                shown(&raw),
-                self.roots
-            ))
+            // A form we cannot compare is outside as far as the caller is told.
+            self.roots.outside(target, Some(&shown(&raw)))
         })
     }
 

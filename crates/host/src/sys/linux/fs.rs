@@ -424,6 +424,19 @@ impl<'r> Walker<'r> {
             let st = match lstat(dir, &name) {
                 Ok(st) => st,
                 Err(Errno::NOENT) => {
+                    // What is missing may later be made a link to anywhere, so a `..` after it
+                    // (from a link's target) can't be resolved now, nor compared as text.
+                    if queue.iter().any(|(n, _)| n == "..") {
+                        let at = display(&[self.names(), vec![name.clone()]].concat());
+                        if !self.entered {
+                            return Err(self.given.outside(path, None));
+                        }
+                        return Err(Error::denied(format!(
+                            "path {path}: {at} does not exist, and the path goes on with `..` (from the target of \
+                             link {}); where that leads can't be known until it exists",
+                            last_link.as_deref().unwrap_or("?")
+                        )));
+                    }
                     let through_link = if from_link { last_link } else { None };
                     queue.push_front((name, from_link));
                     return Ok(Walked::Missing { rest: queue, through_link });
@@ -438,6 +451,10 @@ impl<'r> Walker<'r> {
                 }
                 FileType::Symlink => {
                     self.links += 1;
+                    // Outside the roots a loop is just "outside": what is out there is not told.
+                    if self.links > MAX_LINKS && !self.entered {
+                        return Err(self.given.outside(path, None));
+                    }
                     if self.links > MAX_LINKS {
                         return Err(Error::precondition(format!(
                             "path {path}: more than {MAX_LINKS} links while resolving it (a link loop?)"

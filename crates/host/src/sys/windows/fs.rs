@@ -320,12 +320,8 @@ impl Filesystem {
     /// The canonical components of an open handle; a form we cannot compare is refused.
     fn canonical_of(&self, h: &Handle, path: &str) -> Result<Vec<String>> {
         let raw = nt::final_path(h).map_err(|e| io(path, "resolving", e))?;
-        wp::components(&raw).ok_or_else(|| {
-            Error::denied(format!(
-                "path {path} resolves to {raw}, which cannot be checked against the working directories {}",
-                self.roots
-            ))
-        })
+        // A form we cannot compare is outside as far as the caller is told.
+        wp::components(&raw).ok_or_else(|| self.roots.outside(path, Some(&raw)))
     }
 
     /// Opens the directory a link at `dir\name` leads to, provided it is inside the roots.
