@@ -94,11 +94,12 @@ pub fn open_log_file(path: &Path) -> anyhow::Result<File> {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("cannot create directory {} for log file {}", parent.display(), path.display()))?;
     }
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .with_context(|| format!("cannot open log file {}", path.display()))
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true);
+    // Logs name volumes, paths and callers' requests: not for every local user to read.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o640);
+    options.open(path).with_context(|| format!("cannot open log file {}", path.display()))
 }
 
 /// Keeps logging set up; flushes the log file when dropped (keep it alive until `main` ends).
@@ -212,6 +213,20 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// A new log file is readable by its owner and group only (it was world-readable).
+    #[cfg(unix)]
+    #[test]
+    fn new_log_files_are_not_world_readable() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("mode");
+        let path = dir.join("sub/csi-proxy.log");
+        drop(open_log_file(&path).unwrap());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o007, 0, "mode {mode:o}");
+        assert_eq!(mode & 0o600, 0o600, "mode {mode:o}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -746,6 +746,64 @@ fn refusals_for_mount_points_remove_nothing() {
     assert!(!pods.exists());
 }
 
+/// A path component that another writer keeps swapping between a directory and a link (an
+/// atomic exchange, as fast as it can) while calls walk through it: a call either succeeds or
+/// answers a code that says what happened — Aborted ("changed, retry") for the race itself —
+/// never InvalidArgument (it used to be "Invalid argument (os error 22)": readlink of what had
+/// just become a directory) nor Internal.
+#[test]
+fn a_component_changing_type_mid_call_is_a_retryable_error() {
+    let f = Fixture::new("swap-race");
+    let k = f.base.join("kubelet");
+    fs::create_dir_all(k.join("pods/a/b")).unwrap();
+    fs::create_dir_all(k.join("swap/a/b")).unwrap();
+    symlink("pods", k.join("other")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, k) = (stop.clone(), k.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    k.join("swap").as_path(),
+                    rustix::fs::CWD,
+                    k.join("other").as_path(),
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .unwrap();
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut calls = 0u32;
+    while std::time::Instant::now() < deadline && calls < 200_000 {
+        let path = f.p("kubelet/swap/a/b");
+        let outcome = match calls % 3 {
+            0 => f.host.path_exists(&path).map(drop),
+            1 => f.host.is_symlink(&f.p("kubelet/swap/a")).map(drop),
+            _ => f.host.mkdir(&path),
+        };
+        let key = match outcome {
+            Ok(()) => "ok".to_string(),
+            Err(Error::Aborted(_)) => "aborted".to_string(),
+            Err(Error::NotFound(_)) => "not found".to_string(),
+            Err(e) => format!("{e:?}"),
+        };
+        *seen.entry(key).or_default() += 1;
+        calls += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    eprintln!("{calls} calls during {swaps} swaps: {seen:?}");
+    let unexpected: Vec<_> = seen.keys().filter(|k| !["ok", "aborted", "not found"].contains(&k.as_str())).collect();
+    assert!(unexpected.is_empty(), "{unexpected:#?}");
+    assert!(seen.get("ok").copied().unwrap_or(0) > 0, "{seen:?}");
+}
+
 mod property {
     //! Random trees of directories and links, random paths through them: whatever the
     //! operations answer, nothing outside the roots ever changes, and whatever Mkdir or

@@ -103,8 +103,10 @@ impl Filesystem {
         };
         if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
             // Files and links go as themselves, like Go's os.Remove; a link's target is untouched.
-            return rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty())
-                .map_err(|e| io_err(path, "removing", e));
+            return rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty()).map_err(|e| match e {
+                Errno::ISDIR => changed(path),
+                e => io_err(path, "removing", e),
+            });
         }
         // A mount point is never emptied, nor its tree removed: its files are another
         // filesystem's (a volume's data). lstat of a mount point shows the mounted root, so its
@@ -116,7 +118,10 @@ impl Filesystem {
             )));
         }
         if force {
-            let child = open_dir(&dir, &name).map_err(|e| io_err(path, "opening", e))?;
+            let child = open_dir(&dir, &name).map_err(|e| match e {
+                Errno::LOOP | Errno::NOTDIR | Errno::NOENT => changed(path),
+                e => io_err(path, "opening", e),
+            })?;
             remove_contents(path, child, st.st_dev)?;
         }
         match rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::REMOVEDIR) {
@@ -445,7 +450,7 @@ impl<'r> Walker<'r> {
             };
             match FileType::from_raw_mode(st.st_mode) {
                 FileType::Directory => {
-                    let fd = open_dir(dir, &name).map_err(|e| self.stopped(path, &name, e))?;
+                    let fd = open_dir(dir, &name).map_err(|e| self.raced(path, &name, e))?;
                     self.stack.push((fd, name));
                     self.check_position(path)?;
                 }
@@ -461,7 +466,7 @@ impl<'r> Walker<'r> {
                         )));
                     }
                     let target = rustix::fs::readlinkat(dir, name.as_str(), Vec::new())
-                        .map_err(|e| self.stopped(path, &name, e))?;
+                        .map_err(|e| self.raced(path, &name, e))?;
                     let target = target.to_str().map_err(|_| {
                         Error::invalid(format!("path {path}: link {name} has a target that is not UTF-8"))
                     })?;
@@ -496,6 +501,17 @@ impl<'r> Walker<'r> {
 
     /// An error while resolving: outside the roots it only says "outside", so a failure there
     /// reveals nothing about what exists.
+    /// An error acting on `name` after lstat said what it is: errors that mean it is no longer
+    /// that (a directory swapped for a link: ELOOP or ENOTDIR; a link for a directory: EINVAL
+    /// from readlink; gone: ENOENT) are a race with another writer, which a retry resolves.
+    fn raced(&self, path: &str, name: &str, e: Errno) -> Error {
+        if self.entered && matches!(e, Errno::LOOP | Errno::NOTDIR | Errno::INVAL | Errno::NOENT) {
+            let at = display(&[self.names(), vec![name.to_string()]].concat());
+            return Error::Aborted(format!("path {path}: {at} changed while it was being resolved; retry the call"));
+        }
+        self.stopped(path, name, e)
+    }
+
     fn stopped(&self, path: &str, name: &str, e: Errno) -> Error {
         let at = display(&[self.names(), vec![name.to_string()]].concat());
         if !self.entered {
@@ -630,6 +646,11 @@ fn kind(t: FileType) -> &'static str {
         FileType::BlockDevice => "a block device",
         FileType::Unknown => "of unknown type",
     }
+}
+
+/// The entry at `path` is no longer what it was a moment ago (another writer swapped it).
+fn changed(path: &str) -> Error {
+    Error::Aborted(format!("{path} changed while it was being removed; retry the call"))
 }
 
 fn io_err(path: &str, doing: &str, e: Errno) -> Error {
