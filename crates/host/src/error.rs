@@ -91,9 +91,41 @@ pub fn clip(value: &str) -> std::borrow::Cow<'_, str> {
     format!("{}…[{} more bytes cut]", &value[..end], value.len() - end).into()
 }
 
+/// The longest message an error carries out of the daemon (a gRPC status, a log line).
+pub const MESSAGE_MAX: usize = 2048;
+
+/// `message` bounded to about [`MESSAGE_MAX`] bytes: a longer one keeps its start and its end
+/// (where the reason usually is) around a marker saying how much was cut. The last line of
+/// defence: a request value quoted whole (a 4 MB path) must not come back as a 4 MB status,
+/// which clients refuse, nor fill the log.
+pub fn bound_message(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.len() <= MESSAGE_MAX {
+        return message.into();
+    }
+    let mut head = MESSAGE_MAX * 3 / 4;
+    while !message.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = message.len() - MESSAGE_MAX / 4;
+    while !message.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}…[{} bytes cut]…{}", &message[..head], tail - head, &message[tail..]).into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_messages_keep_their_start_and_end() {
+        assert_eq!(bound_message("short"), "short");
+        let long = format!("start {} end: the reason", "é".repeat(3_000_000));
+        let bounded = bound_message(&long);
+        assert!(bounded.len() <= MESSAGE_MAX + 40, "{}", bounded.len());
+        assert!(bounded.starts_with("start é") && bounded.ends_with("é end: the reason"), "{bounded}");
+        assert!(bounded.contains(" bytes cut]…"), "{bounded}");
+    }
 
     #[test]
     fn long_values_are_cut_on_a_character_boundary_with_a_marker() {

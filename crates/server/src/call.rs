@@ -2,6 +2,7 @@
 
 use crate::status::{code_of, go_code_name, to_status};
 use crate::Context;
+use csi_proxy_host::error::{bound_message, clip};
 use csi_proxy_host::{Error, Result};
 use std::fmt::Debug;
 use std::time::Instant;
@@ -78,19 +79,24 @@ impl Context {
         if let Some(o) = &self.0.observer {
             o.handled(service, method, go_code_name(code), elapsed);
         }
-        let request = shown.as_deref().unwrap_or("-");
+        // Requests and errors can quote values of any size: the log line is bounded like the
+        // status (see `bound_message`).
+        let request = bound_message(shown.as_deref().unwrap_or("-"));
+        let request = request.as_ref();
         match result {
             Ok(resp) => {
                 tracing::debug!(target: "csi_proxy::call", %service, %method, request, ?elapsed, "ok");
                 Ok(Response::new(resp))
             }
             Err(e) => {
+                let status = to_status(&e);
+                let error = status.message();
                 if code == Code::Internal {
-                    tracing::error!(target: "csi_proxy::call", %service, %method, request, ?elapsed, error = %e, "failed");
+                    tracing::error!(target: "csi_proxy::call", %service, %method, request, ?elapsed, error, "failed");
                 } else {
-                    tracing::info!(target: "csi_proxy::call", %service, %method, request, ?elapsed, code = ?code, error = %e, "failed");
+                    tracing::info!(target: "csi_proxy::call", %service, %method, request, ?elapsed, code = ?code, error, "failed");
                 }
-                Err(to_status(&e))
+                Err(status)
             }
         }
     }
@@ -121,12 +127,13 @@ pub fn parse_disk_number(field: &str, value: &str) -> Result<u32> {
     }
     if !value.bytes().all(|b| b.is_ascii_digit()) {
         return Err(Error::invalid(format!(
-            "{field} {value:?} is not a decimal disk number (expected digits 0-9 only)"
+            "{field} {:?} is not a decimal disk number (expected digits 0-9 only)",
+            clip(value)
         )));
     }
-    value
-        .parse::<u32>()
-        .map_err(|_| Error::invalid(format!("{field} {value:?} is out of range: disk numbers go up to {}", u32::MAX)))
+    value.parse::<u32>().map_err(|_| {
+        Error::invalid(format!("{field} {:?} is out of range: disk numbers go up to {}", clip(value), u32::MAX))
+    })
 }
 
 /// Converts a size or count that the wire carries as int64 into the host's unsigned form.

@@ -16,6 +16,11 @@ pub mod status;
 pub mod versions;
 
 use csi_proxy_host::Hosts;
+
+/// The largest request message a call accepts (gRPC's default is 4 MiB). The largest real
+/// requests hold two paths of at most 32,000 UTF-16 units each; anything bigger is refused (tonic
+/// answers OutOfRange, naming both sizes) before it is decoded.
+pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 use csi_proxy_wire::Api;
 use std::sync::Arc;
 use std::time::Duration;

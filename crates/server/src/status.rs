@@ -17,8 +17,9 @@ pub fn code_of(err: &Error) -> Code {
     }
 }
 
+/// The status of a failed call; its message bounded (see `bound_message`).
 pub fn to_status(err: &Error) -> Status {
-    Status::new(code_of(err), err.to_string())
+    Status::new(code_of(err), csi_proxy_host::error::bound_message(&err.to_string()))
 }
 
 /// Go's spelling of a code, as upstream's metrics label `grpc_code` carries it.

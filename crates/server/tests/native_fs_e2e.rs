@@ -125,7 +125,11 @@ macro_rules! current_shape {
                 Code::PermissionDenied,
                 "working directories",
             );
-            assert_status(c.is_symlink(is_ln(&t.p("kubelet/esc"))).await, Code::PermissionDenied, "working directories");
+            assert_status(
+                c.is_symlink(is_ln(&t.p("kubelet/esc"))).await,
+                Code::PermissionDenied,
+                "working directories",
+            );
             assert!(t.base.join("outside/keep").is_file());
         }
     };

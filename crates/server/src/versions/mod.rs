@@ -83,7 +83,9 @@ where
     macro_rules! pick {
         ($($group:ident, $version:literal => $server:path;)*) => {
             match (api.group, api.version) {
-                $((Group::$group, $version) => tower::util::BoxCloneSyncService::new(<$server>::new(h)),)*
+                $((Group::$group, $version) => tower::util::BoxCloneSyncService::new(
+                    <$server>::new(h).max_decoding_message_size(crate::MAX_REQUEST_BYTES),
+                ),)*
                 (g, v) => unreachable!("no API {g} {v}: csi_proxy_wire::APIS and this table disagree"),
             }
         };
