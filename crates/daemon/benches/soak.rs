@@ -87,8 +87,11 @@ mod linux {
                     .get_volume_id_from_target_path(v1::GetVolumeIdFromTargetPathRequest { target_path: existing.clone() })
                     .await
                     .is_err(),
-                _ => system.get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {}).await.is_ok()
-                    || true, // no serial in a VM or container is an answer as well
+                // No serial in a VM or a container (NotFound) is an answer as well.
+                _ => !matches!(
+                    system.get_bios_serial_number(v1alpha1::GetBiosSerialNumberRequest {}).await,
+                    Err(s) if s.code() != tonic::Code::NotFound
+                ),
             };
             calls.fetch_add(1, Ordering::Relaxed);
             if !ok {

@@ -34,6 +34,13 @@ pub const DEFAULT_SOCKET_DIR: &str = "/run/csi-proxy";
 pub const DEFAULT_CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Default of `-handshake-timeout`.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of `-progress-timeout`.
+pub const DEFAULT_PROGRESS_TIMEOUT: Duration = csi_proxy_transport::ServeOptions::DEFAULT_PROGRESS_TIMEOUT;
+/// Default of `-max-connections-per-endpoint`.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT: usize =
+    csi_proxy_transport::ServeOptions::DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT;
+/// Default of `-max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = csi_proxy_transport::ServeOptions::DEFAULT_MAX_CONNECTIONS;
 
 /// Everything the command line configures.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +65,13 @@ pub struct Options {
     pub connection_idle_timeout: Duration,
     /// `-handshake-timeout`: limit on a new connection's HTTP/2 handshake (zero: none).
     pub handshake_timeout: Duration,
+    /// `-progress-timeout`: limit on a started frame arriving and on a write the client does
+    /// not take (zero: none).
+    pub progress_timeout: Duration,
+    /// `-max-connections-per-endpoint`: open connections allowed on one pipe or socket.
+    pub max_connections_per_endpoint: usize,
+    /// `-max-connections`: open connections allowed over all endpoints.
+    pub max_connections: usize,
     /// `-allowed-service` (repeatable): the only services StartService/StopService may act on.
     /// `None` when the flag is absent (any service, as upstream); an empty value adds no name, so
     /// `-allowed-service=` alone allows none.
@@ -79,6 +93,9 @@ impl Default for Options {
             pipe_sddl: None,
             connection_idle_timeout: DEFAULT_CONNECTION_IDLE_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            progress_timeout: DEFAULT_PROGRESS_TIMEOUT,
+            max_connections_per_endpoint: DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             allowed_services: None,
             linux_fs_type: FsType::default(),
         }
@@ -164,6 +181,9 @@ enum Target {
     PipeSddl,
     ConnectionIdleTimeout,
     HandshakeTimeout,
+    ProgressTimeout,
+    MaxConnectionsPerEndpoint,
+    MaxConnections,
     AllowedService,
     LinuxFsType,
     /// A klog flag accepted for compatibility only.
@@ -351,7 +371,30 @@ const FLAGS: &[Spec] = &[
         kind: Kind::Duration,
         target: Target::HandshakeTimeout,
         default: "10s",
-        help: "Drop a new connection that has not completed its HTTP/2 handshake within this time (0: no limit)",
+        help:
+            "Drop a new connection whose HTTP/2 preface and first frame have not arrived within this time (0: no limit)",
+    },
+    Spec {
+        name: "progress-timeout",
+        kind: Kind::Duration,
+        target: Target::ProgressTimeout,
+        default: "10s",
+        help: "Drop a connection whose client leaves a started frame unfinished, or takes none of the server's data, \
+               for this long; also how long an idle connection told to go away may linger (0: no limit)",
+    },
+    Spec {
+        name: "max-connections-per-endpoint",
+        kind: Kind::Uint,
+        target: Target::MaxConnectionsPerEndpoint,
+        default: "256",
+        help: "Open client connections allowed on one pipe or socket; further ones are closed at once and logged",
+    },
+    Spec {
+        name: "max-connections",
+        kind: Kind::Uint,
+        target: Target::MaxConnections,
+        default: "2048",
+        help: "Open client connections allowed over all pipes or sockets; further ones are closed at once and logged",
     },
     Spec {
         name: "allowed-service",
@@ -463,6 +506,15 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
         Target::PipeSddl => opts.pipe_sddl = non_empty(value),
         Target::ConnectionIdleTimeout => opts.connection_idle_timeout = duration,
         Target::HandshakeTimeout => opts.handshake_timeout = duration,
+        Target::ProgressTimeout => opts.progress_timeout = duration,
+        Target::MaxConnectionsPerEndpoint | Target::MaxConnections => {
+            let n = usize::try_from(uint).ok().filter(|&n| n > 0).ok_or_else(|| invalid("a positive integer"))?;
+            if spec.target == Target::MaxConnections {
+                opts.max_connections = n;
+            } else {
+                opts.max_connections_per_endpoint = n;
+            }
+        }
         Target::AllowedService => {
             let list = opts.allowed_services.get_or_insert_with(Vec::new);
             if !value.is_empty() {
@@ -616,6 +668,8 @@ mod tests {
         assert_eq!(o.pipe_sddl, None);
         assert_eq!(o.connection_idle_timeout, Duration::from_secs(300));
         assert_eq!(o.handshake_timeout, Duration::from_secs(10));
+        assert_eq!(o.progress_timeout, Duration::from_secs(10));
+        assert_eq!((o.max_connections_per_endpoint, o.max_connections), (256, 2048));
         assert_eq!(o.allowed_prefixes(), vec![DEFAULT_KUBELET_PATH.to_string()]);
         assert_eq!(o.allowed_services, None);
         assert_eq!(o.linux_fs_type, FsType::Ext4);
@@ -828,6 +882,13 @@ mod tests {
         assert_eq!(o.connection_idle_timeout, Duration::from_secs(30));
         assert_eq!(o.handshake_timeout, Duration::from_millis(250));
         assert_eq!(run(&["-connection-idle-timeout=0"]).connection_idle_timeout, Duration::ZERO);
+        assert_eq!(run(&["-progress-timeout=0"]).progress_timeout, Duration::ZERO);
+        assert_eq!(run(&["-progress-timeout", "1m"]).progress_timeout, Duration::from_secs(60));
+        let o = run(&["-max-connections-per-endpoint=8", "-max-connections", "100"]);
+        assert_eq!((o.max_connections_per_endpoint, o.max_connections), (8, 100));
+        for bad in ["-max-connections=0", "-max-connections-per-endpoint=-1", "-max-connections=x"] {
+            assert!(matches!(fail(&[bad]), FlagError::InvalidValue { .. }), "{bad}");
+        }
         let e = fail(&["-handshake-timeout=10"]);
         assert!(e.to_string().contains("for flag -handshake-timeout: expected a duration"), "{e}");
     }

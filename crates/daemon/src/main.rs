@@ -8,7 +8,7 @@ mod winsvc;
 use anyhow::Context as _;
 use csi_proxy_metrics::Metrics;
 use csi_proxy_server::{CallObserver, Config, Context};
-use csi_proxy_transport::{ConnPolicy, Endpoints};
+use csi_proxy_transport::{ConnPolicy, Endpoints, ServeOptions};
 use flags::{Options, ParseOutcome};
 use std::future::Future;
 use std::process::ExitCode;
@@ -61,10 +61,24 @@ fn run(opts: Options) -> anyhow::Result<()> {
 /// provider, a dead SMB server) is abandoned so that Stop always completes.
 pub(crate) const STOP_BUDGET: Duration = Duration::from_secs(10);
 
+/// Threads the runtime may add for host work (a call's host work runs on a thread of its own
+/// while it blocks; tokio's default allows 512). Bounded, so that a burst of calls, or calls
+/// piling up behind a hung device, cannot grow the daemon's threads and memory without limit: the
+/// calls beyond it wait their turn.
+const HOST_THREADS: usize = 64;
+/// How long an idle host thread is kept for the next call (tokio's default: 10 s). Threads that
+/// come and go at every burst cost a thread creation per call and leave memory behind in the
+/// allocator.
+const HOST_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(120);
+
 /// Serves until `shutdown` completes, on a runtime of its own.
 fn run_until(opts: Options, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(HOST_THREADS)
+        .thread_keep_alive(HOST_THREAD_KEEP_ALIVE)
+        .build()
+        .context("starting the async runtime")?;
     let result = runtime.block_on(serve(opts, shutdown));
     // Dropping the runtime would wait for blocking host calls without bound.
     runtime.shutdown_timeout(STOP_BUDGET);
@@ -127,20 +141,53 @@ async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'stati
     let endpoints = Endpoints::UnixDir(opts.socket_dir.clone());
     #[cfg(windows)]
     let endpoints = Endpoints::Pipes { sddl: opts.pipe_sddl.clone() };
-    let policy = ConnPolicy { handshake_timeout: opts.handshake_timeout, idle_timeout: opts.connection_idle_timeout };
+    let mut options = ServeOptions {
+        conn: ConnPolicy { handshake_timeout: opts.handshake_timeout, idle_timeout: opts.connection_idle_timeout },
+        progress_timeout: opts.progress_timeout,
+        max_connections_per_endpoint: opts.max_connections_per_endpoint,
+        max_connections: opts.max_connections,
+    };
+    fit_connections_to_fd_limit(&mut options);
 
     let shutdown = async move {
         shutdown.await;
         tracing::info!("shutting down");
         let _ = stop_tx.send(true);
     };
-    csi_proxy_transport::serve_apis(csi_proxy_wire::APIS, &endpoints, |api| ctx.service(api), policy, shutdown)
+    csi_proxy_transport::serve_apis(csi_proxy_wire::APIS, &endpoints, |api| ctx.service(api), options, shutdown)
         .await
         .context("cannot serve the API endpoints")?;
     if let Some(t) = metrics_task {
         t.await.context("metrics task")?.context("metrics endpoint")?;
     }
     Ok(())
+}
+
+/// Descriptors kept free of connections, for listeners, logs and host work.
+const FD_RESERVE: u64 = 256;
+
+/// Raises the soft open-file limit to the hard one (as Go does at start), and keeps the
+/// connection limits within what is left, so connections can never starve host work of
+/// descriptors.
+fn fit_connections_to_fd_limit(options: &mut ServeOptions) {
+    match csi_proxy_transport::limits::raise_nofile_limit() {
+        Ok(limit) => {
+            tracing::info!(soft = ?limit.soft, hard = ?limit.hard, "open-file limit");
+            if let Some(soft) = limit.soft {
+                let room = usize::try_from(soft.saturating_sub(FD_RESERVE).max(1)).unwrap_or(usize::MAX);
+                if options.max_connections > room {
+                    tracing::warn!(
+                        requested = options.max_connections,
+                        allowed = room,
+                        open_file_limit = soft,
+                        "lowering -max-connections to fit the open-file limit"
+                    );
+                    options.max_connections = room;
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "keeping the open-file limit as it is"),
+    }
 }
 
 /// Completes on Ctrl-C, or SIGTERM on unix.

@@ -49,7 +49,7 @@ async fn huge_values_in_refusals_are_cut_in_statuses_and_logs() {
     let huge = "v".repeat(csi_proxy_server::MAX_REQUEST_BYTES + 1);
     bounded(
         volume.is_volume_formatted(v1::IsVolumeFormattedRequest { volume_id: huge }).await,
-        Code::ResourceExhausted,
+        Code::OutOfRange,
     );
 
     let log = common::logs::text();

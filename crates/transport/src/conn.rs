@@ -1,17 +1,22 @@
-//! Per-connection timeouts.
+//! Per-connection limits: timeouts and the in-flight count they respect.
 //!
-//! Upstream's Go client opens one connection per client only to check that the pipe exists and
-//! never uses or closes it. Such a connection costs one task here and never delays anyone, but it
-//! must not live forever: a connection that has not sent a byte within the handshake timeout is
-//! closed. A connection that goes quiet later is closed after the idle timeout, but never while
-//! one of its calls is still being handled (a format or resize may take minutes with no bytes
-//! moving).
+//! - **Handshake**: the HTTP/2 preface and the client's first frame must arrive within the
+//!   handshake timeout of accept. Upstream's Go client opens one connection per client only to
+//!   check that the pipe exists and never uses it; such a connection is dropped then.
+//! - **Progress**: once a frame has started arriving, the rest must follow within the progress
+//!   timeout (a client trickling a byte every few seconds is dropped), and a write the client
+//!   does not take (it stopped reading) may wait at most that long.
+//! - **Idle**: a connection with no call in flight for the idle timeout is closed gracefully by
+//!   the server loop (HTTP/2 GOAWAY, then calls that raced it finish), not here.
+//!
+//! Handshake and progress failures surface as `TimedOut` errors from [`Watched`], which ends
+//! the HTTP/2 connection at once: those peers are broken or hostile.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -20,21 +25,10 @@ use tokio::time::{Instant, Sleep};
 /// Timeouts applied to every accepted connection; zero disables a timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnPolicy {
-    /// Time allowed between accept and the first byte from the client.
+    /// Time allowed between accept and the end of the client's HTTP/2 preface and first frame.
     pub handshake_timeout: Duration,
-    /// Time allowed without any traffic while no call is in flight.
+    /// Time allowed with no call in flight before the connection is closed gracefully.
     pub idle_timeout: Duration,
-}
-
-/// Stands in for "never": far enough to never fire, near enough not to overflow `Instant`.
-const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-fn effective(d: Duration) -> Duration {
-    if d.is_zero() {
-        NEVER
-    } else {
-        d
-    }
 }
 
 impl Default for ConnPolicy {
@@ -43,104 +37,216 @@ impl Default for ConnPolicy {
     }
 }
 
-/// Number of calls a connection is currently handling; shared with the request path.
-#[derive(Debug, Clone, Default)]
-pub struct InFlight(Arc<AtomicUsize>);
+/// Stands in for "never": far enough to never fire, near enough not to overflow `Instant`.
+const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+pub(crate) fn effective(d: Duration) -> Duration {
+    if d.is_zero() {
+        NEVER
+    } else {
+        d
+    }
+}
+
+/// Calls a connection is currently handling, and when the last one ended; shared with the
+/// request path.
+#[derive(Debug, Clone)]
+pub struct InFlight(Arc<InFlightInner>);
+
+#[derive(Debug)]
+struct InFlightInner {
+    count: AtomicUsize,
+    last_end: Mutex<Instant>,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight(Arc::new(InFlightInner { count: AtomicUsize::new(0), last_end: Mutex::new(Instant::now()) }))
+    }
+}
 
 impl InFlight {
     /// Marks one call as in flight until the returned guard is dropped.
     pub fn enter(&self) -> InFlightGuard {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        self.0.count.fetch_add(1, Ordering::AcqRel);
         InFlightGuard(self.0.clone())
     }
 
     pub fn count(&self) -> usize {
-        self.0.load(Ordering::Acquire)
+        self.0.count.load(Ordering::Acquire)
+    }
+
+    /// When the connection became idle (no call in flight): `None` while a call is in flight.
+    pub fn idle_since(&self) -> Option<Instant> {
+        let last = *self.0.last_end.lock().unwrap_or_else(|e| e.into_inner());
+        (self.count() == 0).then_some(last)
     }
 }
 
-pub struct InFlightGuard(Arc<AtomicUsize>);
+pub struct InFlightGuard(Arc<InFlightInner>);
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        *self.0.last_end.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.0.count.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-/// Wraps a connection and ends it (as end-of-file on the read side) when a timeout of its
-/// [`ConnPolicy`] expires.
-pub struct IdleGuard<IO> {
-    io: IO,
-    policy: ConnPolicy,
-    in_flight: InFlight,
-    seen_bytes: bool,
-    expired: bool,
-    // Boxed so that the guard stays Unpin, as hyper wants its IO.
-    deadline: Pin<Box<Sleep>>,
+const PREFACE_LEN: usize = 24;
+const FRAME_HEADER_LEN: usize = 9;
+
+/// Follows frame boundaries in the client's byte stream (only lengths; no validation).
+#[derive(Debug, Default)]
+struct Frames {
+    /// Octets of the preface still to come; then frames.
+    preface_left: usize,
+    header: [u8; 3],
+    header_seen: usize,
+    payload_left: usize,
+    complete: u64,
 }
 
-impl<IO> IdleGuard<IO> {
-    pub fn new(io: IO, policy: ConnPolicy, in_flight: InFlight) -> Self {
-        IdleGuard {
+impl Frames {
+    fn new() -> Self {
+        Frames { preface_left: PREFACE_LEN, ..Frames::default() }
+    }
+
+    fn mid_frame(&self) -> bool {
+        self.preface_left > 0 && self.preface_left < PREFACE_LEN || self.header_seen > 0 || self.payload_left > 0
+    }
+
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.preface_left > 0 {
+                let n = self.preface_left.min(data.len());
+                self.preface_left -= n;
+                data = &data[n..];
+            } else if self.payload_left > 0 {
+                let n = self.payload_left.min(data.len());
+                self.payload_left -= n;
+                data = &data[n..];
+                if self.payload_left == 0 {
+                    self.complete += 1;
+                }
+            } else {
+                let n = (FRAME_HEADER_LEN - self.header_seen).min(data.len());
+                for (i, &b) in data[..n].iter().enumerate() {
+                    if self.header_seen + i < 3 {
+                        self.header[self.header_seen + i] = b;
+                    }
+                }
+                self.header_seen += n;
+                data = &data[n..];
+                if self.header_seen == FRAME_HEADER_LEN {
+                    self.header_seen = 0;
+                    let h = self.header;
+                    self.payload_left = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
+                    if self.payload_left == 0 {
+                        self.complete += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Timeouts a [`Watched`] connection enforces; zero disables one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Watch {
+    pub handshake: Duration,
+    pub progress: Duration,
+}
+
+/// Wraps a connection and fails its reads or writes with `TimedOut` when the client misses
+/// the handshake or stops making progress (see the module documentation).
+pub struct Watched<IO> {
+    io: IO,
+    watch: Watch,
+    frames: Frames,
+    /// Until the handshake is done: its deadline; then the deadline of the frame arriving.
+    read_deadline: Option<Pin<Box<Sleep>>>,
+    handshake_done: bool,
+    write_deadline: Option<Pin<Box<Sleep>>>,
+}
+
+fn timed_out(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what.to_string())
+}
+
+impl<IO> Watched<IO> {
+    pub(crate) fn new(io: IO, watch: Watch) -> Self {
+        Watched {
             io,
-            policy,
-            in_flight,
-            seen_bytes: false,
-            expired: false,
-            deadline: Box::pin(tokio::time::sleep(effective(policy.handshake_timeout))),
+            watch,
+            frames: Frames::new(),
+            read_deadline: Some(Box::pin(tokio::time::sleep(effective(watch.handshake)))),
+            handshake_done: false,
+            write_deadline: None,
         }
     }
 
-    fn touch(&mut self) {
-        self.seen_bytes = true;
-        self.deadline.as_mut().reset(Instant::now() + effective(self.policy.idle_timeout));
+    /// Polls `deadline` (set to `after` from now if unset); true once it has passed.
+    fn expired(deadline: &mut Option<Pin<Box<Sleep>>>, after: Duration, cx: &mut Context<'_>) -> bool {
+        let d = deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(effective(after))));
+        d.as_mut().poll(cx).is_ready()
+    }
+
+    fn wrote(&mut self, r: &Poll<io::Result<usize>>, cx: &mut Context<'_>) -> Option<io::Error> {
+        match r {
+            Poll::Ready(Ok(n)) if *n > 0 => self.write_deadline = None,
+            Poll::Pending if Self::expired(&mut self.write_deadline, self.watch.progress, cx) => {
+                tracing::debug!(timeout = ?self.watch.progress, "closing a connection whose client takes no data");
+                return Some(timed_out("the client took no data within the progress timeout"));
+            }
+            _ => {}
+        }
+        None
     }
 }
 
-impl<IO: AsyncRead + Unpin> AsyncRead for IdleGuard<IO> {
+impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.expired {
-            return Poll::Ready(Ok(()));
-        }
         let before = buf.filled().len();
-        if let Poll::Ready(r) = Pin::new(&mut this.io).poll_read(cx, buf) {
-            if buf.filled().len() > before {
-                this.touch();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                this.frames.feed(&buf.filled()[before..]);
+                if !this.handshake_done && this.frames.complete > 0 {
+                    this.handshake_done = true;
+                    this.read_deadline = None;
+                }
+                if this.handshake_done && !this.frames.mid_frame() {
+                    this.read_deadline = None;
+                }
+                Poll::Ready(r)
             }
-            return Poll::Ready(r);
+            Poll::Pending => {
+                if this.handshake_done && !this.frames.mid_frame() {
+                    return Poll::Pending; // between frames: the idle timeout's business
+                }
+                let after = this.watch.progress;
+                if Self::expired(&mut this.read_deadline, after, cx) {
+                    let what = if this.handshake_done {
+                        "the client did not finish a frame within the progress timeout"
+                    } else {
+                        "the client did not complete the HTTP/2 handshake in time"
+                    };
+                    tracing::debug!(reason = what, "closing a connection");
+                    return Poll::Ready(Err(timed_out(what)));
+                }
+                Poll::Pending
+            }
         }
-        if this.deadline.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        if this.seen_bytes && this.in_flight.count() > 0 {
-            // Busy, not idle: look again after another idle period.
-            this.deadline.as_mut().reset(Instant::now() + effective(this.policy.idle_timeout));
-            let _ = this.deadline.as_mut().poll(cx);
-            return Poll::Pending;
-        }
-        tracing::debug!(handshake = !this.seen_bytes, "closing a connection that stayed silent past its timeout");
-        this.expired = true;
-        Poll::Ready(Ok(()))
     }
 }
 
-impl<IO: AsyncWrite + Unpin> AsyncWrite for IdleGuard<IO> {
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let r = Pin::new(&mut this.io).poll_write(cx, data);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) && this.seen_bytes {
-            this.touch();
+        let r = Pin::new(&mut self.io).poll_write(cx, data);
+        match self.wrote(&r, cx) {
+            Some(e) => Poll::Ready(Err(e)),
+            None => r,
         }
-        r
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
@@ -148,16 +254,36 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for IdleGuard<IO> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) && this.seen_bytes {
-            this.touch();
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        match self.wrote(&r, cx) {
+            Some(e) => Poll::Ready(Err(e)),
+            None => r,
         }
-        r
     }
 
     fn is_write_vectored(&self) -> bool {
         self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        let progress = self.watch.progress;
+        if r.is_pending() && Self::expired(&mut self.write_deadline, progress, cx) {
+            return Poll::Ready(Err(timed_out("the client took no data within the progress timeout")));
+        }
+        if r.is_ready() {
+            self.write_deadline = None;
+        }
+        r
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_shutdown(cx);
+        let progress = self.watch.progress;
+        if r.is_pending() && Self::expired(&mut self.write_deadline, progress, cx) {
+            return Poll::Ready(Err(timed_out("the client took no data within the progress timeout")));
+        }
+        r
     }
 }
 
@@ -166,75 +292,103 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    const POLICY: ConnPolicy =
-        ConnPolicy { handshake_timeout: Duration::from_secs(10), idle_timeout: Duration::from_secs(60) };
+    const WATCH: Watch = Watch { handshake: Duration::from_secs(10), progress: Duration::from_secs(5) };
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    const SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
 
-    #[tokio::test(start_paused = true)]
-    async fn silent_connection_ends_after_handshake_timeout() {
-        let (_client, server) = tokio::io::duplex(64);
-        let mut g = IdleGuard::new(server, POLICY, InFlight::default());
-        let start = Instant::now();
-        let mut b = [0u8; 8];
-        assert_eq!(g.read(&mut b).await.unwrap(), 0);
-        assert_eq!(start.elapsed(), POLICY.handshake_timeout);
+    async fn read_all(g: &mut Watched<tokio::io::DuplexStream>) -> io::Result<usize> {
+        let mut b = [0u8; 64];
+        let mut total = 0;
+        loop {
+            match g.read(&mut b).await? {
+                0 => return Ok(total),
+                n => total += n,
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn idle_connection_ends_but_not_while_a_call_is_in_flight() {
-        let (mut client, server) = tokio::io::duplex(64);
-        let in_flight = InFlight::default();
-        let mut g = IdleGuard::new(server, POLICY, in_flight.clone());
-        client.write_all(b"x").await.unwrap();
-        let mut b = [0u8; 8];
-        assert_eq!(g.read(&mut b).await.unwrap(), 1);
-
-        let call = in_flight.enter();
+    async fn silent_connection_fails_at_the_handshake_timeout() {
+        let (_client, server) = tokio::io::duplex(64);
+        let mut g = Watched::new(server, WATCH);
         let start = Instant::now();
-        let read = tokio::spawn(async move {
-            let n = g.read(&mut b).await.unwrap();
-            (n, Instant::now())
-        });
-        tokio::time::sleep(POLICY.idle_timeout * 3).await;
-        assert!(!read.is_finished(), "closed while a call was in flight");
-        drop(call);
-        let (n, at) = read.await.unwrap();
-        assert_eq!(n, 0);
-        assert!(at - start >= POLICY.idle_timeout * 3);
-        assert!(at - start <= POLICY.idle_timeout * 5);
+        let e = read_all(&mut g).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(start.elapsed(), WATCH.handshake);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_preface_fails_at_the_handshake_timeout() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut g = Watched::new(server, WATCH);
+        let start = Instant::now();
+        let reader = tokio::spawn(async move { (read_all(&mut g).await, Instant::now()) });
+        for &b in PREFACE {
+            if client.write_all(&[b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let (r, at) = reader.await.unwrap();
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert_eq!(at - start, WATCH.handshake);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_frame_fails_at_the_progress_timeout_and_idle_gaps_do_not() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut g = Watched::new(server, WATCH);
+        client.write_all(PREFACE).await.unwrap();
+        client.write_all(SETTINGS).await.unwrap();
+        let reader = tokio::spawn(async move { (read_all(&mut g).await, Instant::now()) });
+        // Whole frames far apart are fine: waiting between frames is not this timeout's job.
+        for _ in 0..3 {
+            tokio::time::sleep(WATCH.progress * 3).await;
+            client.write_all(SETTINGS).await.unwrap();
+        }
+        assert!(!reader.is_finished());
+        // A frame that starts and then trickles is not.
+        let start = Instant::now();
+        for &b in &[0u8, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8] {
+            if client.write_all(&[b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let (r, at) = reader.await.unwrap();
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert!(at - start <= WATCH.progress, "{:?}", at - start);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_does_not_read_fails_writes_at_the_progress_timeout() {
+        let (_client, server) = tokio::io::duplex(16);
+        let mut g = Watched::new(server, WATCH);
+        let start = Instant::now();
+        let e = g.write_all(&[7u8; 1000]).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(start.elapsed(), WATCH.progress);
     }
 
     #[tokio::test(start_paused = true)]
     async fn zero_disables_the_timeouts() {
-        let (_client, server) = tokio::io::duplex(64);
-        let policy = ConnPolicy { handshake_timeout: Duration::ZERO, idle_timeout: Duration::ZERO };
-        let mut g = IdleGuard::new(server, policy, InFlight::default());
+        let (mut client, server) = tokio::io::duplex(16);
+        let mut g = Watched::new(server, Watch { handshake: Duration::ZERO, progress: Duration::ZERO });
+        client.write_all(&PREFACE[..3]).await.unwrap();
         let mut b = [0u8; 8];
-        let r = tokio::time::timeout(Duration::from_secs(10 * 365 * 24 * 3600), g.read(&mut b)).await;
-        assert!(r.is_err(), "a disabled timeout closed the connection");
+        assert_eq!(g.read(&mut b).await.unwrap(), 3);
+        let long = Duration::from_secs(10 * 365 * 24 * 3600);
+        assert!(tokio::time::timeout(long, g.read(&mut b)).await.is_err());
+        assert!(tokio::time::timeout(long, g.write_all(&[0; 100])).await.is_err());
     }
 
     #[tokio::test(start_paused = true)]
-    async fn traffic_postpones_the_idle_timeout() {
-        let (mut client, server) = tokio::io::duplex(64);
-        let mut g = IdleGuard::new(server, POLICY, InFlight::default());
-        let reader = tokio::spawn(async move {
-            let mut total = 0;
-            let mut b = [0u8; 8];
-            loop {
-                let n = g.read(&mut b).await.unwrap();
-                if n == 0 {
-                    return (total, Instant::now());
-                }
-                total += n;
-            }
-        });
-        let start = Instant::now();
-        for _ in 0..5 {
-            client.write_all(b"y").await.unwrap();
-            tokio::time::sleep(POLICY.idle_timeout / 2).await;
-        }
-        let (total, at) = reader.await.unwrap();
-        assert_eq!(total, 5);
-        assert!(at - start >= POLICY.idle_timeout * 2, "closed too early");
+    async fn in_flight_tracks_when_the_last_call_ended() {
+        let f = InFlight::default();
+        let g = f.enter();
+        assert_eq!(f.idle_since(), None);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        drop(g);
+        assert_eq!(f.idle_since(), Some(Instant::now()));
     }
 }

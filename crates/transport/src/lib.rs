@@ -4,13 +4,19 @@
 //! - [`pipe`]: `\\.\pipe\csi-proxy-<group>-<version>` (Windows).
 //! - [`authority`]: rewrites the `:authority` values that Go and Python clients send on pipes and
 //!   sockets, which stock `h2` would reject, before the bytes reach the HTTP/2 server.
-//! - [`conn`]: per-connection handshake/idle timeouts and the in-flight count they respect.
+//! - [`conn`]: per-connection handshake, progress and idle timeouts and the in-flight count
+//!   they respect; [`ServeOptions`] adds the limits on connections.
+//! - [`limits`]: the process's open-file limit.
 //!
 //! This crate knows HTTP/2 (hyper) but not gRPC: it serves any `tower` service over
 //! `http::Request`, which the server crate builds from the generated gRPC code.
 
 pub mod authority;
 pub mod conn;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod limits;
 #[cfg(windows)]
 pub mod pipe;
 #[cfg(unix)]
@@ -19,15 +25,18 @@ pub mod unix;
 pub use conn::ConnPolicy;
 
 use bytes::Bytes;
-use conn::{IdleGuard, InFlight};
+use conn::{effective, InFlight, Watch, Watched};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Service, ServiceExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -43,10 +52,100 @@ pub trait Listener: Send + 'static {
 /// How long open connections may finish their calls once shutdown starts.
 const DRAIN: Duration = Duration::from_secs(5);
 
+/// Everything that bounds connections: their timeouts and how many may be open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeOptions {
+    pub conn: ConnPolicy,
+    /// Time a started frame may take to arrive in full, and a write may wait for the client
+    /// to take data; also how long a connection told to go away (idle) may linger without a
+    /// call in flight. Zero disables it.
+    pub progress_timeout: Duration,
+    /// Open connections allowed per endpoint; more are accepted and closed at once.
+    pub max_connections_per_endpoint: usize,
+    /// Open connections allowed over all endpoints of [`serve_apis`].
+    pub max_connections: usize,
+}
+
+impl ServeOptions {
+    pub const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT: usize = 256;
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 2048;
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ConnPolicy::default().into()
+    }
+}
+
+impl From<ConnPolicy> for ServeOptions {
+    fn from(conn: ConnPolicy) -> Self {
+        ServeOptions {
+            conn,
+            progress_timeout: Self::DEFAULT_PROGRESS_TIMEOUT,
+            max_connections_per_endpoint: Self::DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Logs refused connections: the first at once, then at most one line per interval with the
+/// count since, so a flood cannot flood the log.
+#[derive(Debug, Default)]
+struct Refusals {
+    count: AtomicU64,
+    last_log: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Refusals {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn refused(&self, listener: &str, which: &str, limit: usize) {
+        let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut last = self.last_log.lock().unwrap_or_else(|e| e.into_inner());
+        let now = tokio::time::Instant::now();
+        if last.is_none_or(|t| now - t >= Self::EVERY) {
+            *last = Some(now);
+            self.count.store(0, Ordering::Relaxed);
+            tracing::warn!(
+                listener = %listener,
+                limit,
+                refused_since_last_report = n,
+                "refusing a connection: {which} connection limit reached (raise it with -{})",
+                if which == "per-endpoint" { "max-connections-per-endpoint" } else { "max-connections" },
+            );
+        }
+    }
+}
+
 /// Serves `service` on every connection `listener` accepts until `shutdown` completes; then
 /// stops accepting, asks open connections to finish (HTTP/2 GOAWAY) and waits briefly for them.
-pub async fn serve<L, S, B>(mut listener: L, service: S, policy: ConnPolicy, shutdown: impl Future<Output = ()>)
-where
+/// `options` is a [`ConnPolicy`] or full [`ServeOptions`].
+pub async fn serve<L, S, B>(
+    listener: L,
+    service: S,
+    options: impl Into<ServeOptions>,
+    shutdown: impl Future<Output = ()>,
+) where
+    L: Listener,
+    S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let options = options.into();
+    let total = Arc::new(Semaphore::new(options.max_connections.min(Semaphore::MAX_PERMITS)));
+    serve_limited(listener, service, options, total, Arc::default(), shutdown).await
+}
+
+async fn serve_limited<L, S, B>(
+    mut listener: L,
+    service: S,
+    options: ServeOptions,
+    total: Arc<Semaphore>,
+    refusals: Arc<Refusals>,
+    shutdown: impl Future<Output = ()>,
+) where
     L: Listener,
     S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -56,13 +155,25 @@ where
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
     let name = listener.describe();
+    let here = Arc::new(Semaphore::new(options.max_connections_per_endpoint.min(Semaphore::MAX_PERMITS)));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(io) => {
-                    conns.spawn(serve_connection(io, service.clone(), policy, stop_rx.clone()));
+                    let permits = match (here.clone().try_acquire_owned(), total.clone().try_acquire_owned()) {
+                        (Ok(a), Ok(b)) => (a, b),
+                        (Err(_), _) => {
+                            refusals.refused(&name, "per-endpoint", options.max_connections_per_endpoint);
+                            continue; // dropping `io` closes it
+                        }
+                        (_, Err(_)) => {
+                            refusals.refused(&name, "total", options.max_connections);
+                            continue;
+                        }
+                    };
+                    conns.spawn(serve_connection(io, service.clone(), options, stop_rx.clone(), permits));
                 }
                 Err(e) => {
                     // Accept errors (e.g. out of descriptors) are transient: log, pause, go on.
@@ -78,18 +189,39 @@ where
     conns.shutdown().await;
 }
 
-async fn serve_connection<IO, S, B>(io: IO, service: S, policy: ConnPolicy, mut stop: watch::Receiver<bool>)
-where
+/// Settings hyper's HTTP/2 server gets; the `:authority` adapter must agree on the limits.
+fn http2_builder() -> hyper::server::conn::http2::Builder<TokioExecutor> {
+    let limits = authority::H2Limits::SERVER;
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    // Message sizes are enforced by the gRPC codec; here we bound concurrent streams per
+    // connection so one client cannot exhaust the blocking pool.
+    builder
+        .max_concurrent_streams(256)
+        .max_frame_size(limits.max_frame_size as u32)
+        .max_header_list_size(limits.max_header_list_size as u32);
+    builder
+}
+
+async fn serve_connection<IO, S, B>(
+    io: IO,
+    service: S,
+    options: ServeOptions,
+    mut stop: watch::Receiver<bool>,
+    permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+) where
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    let _permits = permits;
     let in_flight = InFlight::default();
-    let io = authority::AuthorityFix::new(IdleGuard::new(io, policy, in_flight.clone()));
+    let watch = Watch { handshake: options.conn.handshake_timeout, progress: options.progress_timeout };
+    let io = authority::AuthorityFix::new(Watched::new(io, watch));
+    let calls = in_flight.clone();
     let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
-        let guard = in_flight.enter();
+        let guard = calls.enter();
         let call = service.clone().oneshot(req);
         async move {
             let resp = call.await;
@@ -97,21 +229,48 @@ where
             resp
         }
     });
-    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    // grpc-go's default limits: 4 MiB messages are enforced by the gRPC codec; here we only
-    // bound concurrent streams per connection so one client cannot exhaust the blocking pool.
-    builder.max_concurrent_streams(256);
-    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    let conn = http2_builder().serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
-    tokio::select! {
-        r = conn.as_mut() => {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "connection ended with an error");
+
+    let idle = effective(options.conn.idle_timeout);
+    let grace = effective(options.progress_timeout);
+    // Fires when the connection may have been idle long enough; checked against `in_flight`.
+    let timer = tokio::time::sleep(idle);
+    tokio::pin!(timer);
+    let mut going_away = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
             }
-        }
-        _ = async { let _ = stop.wait_for(|s| *s).await; } => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
+            _ = async { let _ = stop.wait_for(|s| *s).await; } => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+                return;
+            }
+            _ = &mut timer => {
+                let wait = if going_away { grace } else { idle };
+                match in_flight.idle_since() {
+                    None => timer.as_mut().reset(tokio::time::Instant::now() + wait),
+                    Some(since) if since.elapsed() < wait => timer.as_mut().reset(since + wait),
+                    Some(_) if going_away => {
+                        tracing::debug!("closing a connection that did not finish after being told to go away");
+                        return;
+                    }
+                    Some(_) => {
+                        // GOAWAY first, so that a call the client sends meanwhile is still
+                        // served and the client reconnects for the next one (a plain close
+                        // loses such a call with an EOF error).
+                        tracing::debug!(timeout = ?options.conn.idle_timeout, "closing an idle connection gracefully");
+                        conn.as_mut().graceful_shutdown();
+                        going_away = true;
+                        timer.as_mut().reset(tokio::time::Instant::now() + grace);
+                    }
+                }
+            }
         }
     }
 }
@@ -144,7 +303,7 @@ pub async fn serve_apis<F, S, B>(
     apis: &[csi_proxy_wire::Api],
     endpoints: &Endpoints,
     make: F,
-    policy: ConnPolicy,
+    options: impl Into<ServeOptions>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError>
 where
@@ -154,6 +313,10 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    let options = options.into();
+    // One pool of connections for all endpoints, and one place that reports refusals.
+    let total = Arc::new(Semaphore::new(options.max_connections.min(Semaphore::MAX_PERMITS)));
+    let refusals = Arc::new(Refusals::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     let stopped = move || {
@@ -172,7 +335,7 @@ where
             }
             for (api, l) in listeners {
                 tracing::info!(api = %api.service_name(), socket = %l.path().display(), "listening");
-                servers.spawn(serve(l, make(api), policy, stopped()));
+                servers.spawn(serve_limited(l, make(api), options, total.clone(), refusals.clone(), stopped()));
             }
             // The lock lives as long as the servers.
             let stop = stopped();
@@ -189,7 +352,7 @@ where
             }
             for (api, l) in listeners {
                 tracing::info!(api = %api.service_name(), pipe = %api.pipe_path(), "listening");
-                servers.spawn(serve(l, make(api), policy, stopped()));
+                servers.spawn(serve_limited(l, make(api), options, total.clone(), refusals.clone(), stopped()));
             }
         }
     }
@@ -197,4 +360,219 @@ where
     let _ = stop_tx.send(true);
     while servers.join_next().await.is_some() {}
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    fn options(idle: Duration) -> ServeOptions {
+        ServeOptions {
+            conn: ConnPolicy { handshake_timeout: Duration::from_secs(10), idle_timeout: idle },
+            progress_timeout: Duration::from_secs(5),
+            ..ServeOptions::default()
+        }
+    }
+
+    fn permits() -> (OwnedSemaphorePermit, OwnedSemaphorePermit) {
+        let s = Arc::new(Semaphore::new(2));
+        (s.clone().try_acquire_owned().unwrap(), s.try_acquire_owned().unwrap())
+    }
+
+    /// Answers every request with `size` octets.
+    fn service(
+        size: usize,
+    ) -> impl Service<http::Request<Incoming>, Response = http::Response<String>, Error = Infallible, Future: Send>
+           + Clone
+           + Send
+           + 'static {
+        tower::service_fn(move |_req: http::Request<Incoming>| async move {
+            Ok::<_, Infallible>(http::Response::new("y".repeat(size)))
+        })
+    }
+
+    /// A server connection on one end of an in-memory pipe; the other end is returned.
+    fn connect(options: ServeOptions, size: usize) -> (tokio::io::DuplexStream, tokio::task::JoinHandle<()>) {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let _keep = _stop_tx;
+            serve_connection(server, service(size), options, stop_rx, permits()).await
+        });
+        (client, task)
+    }
+
+    /// A unary-style call; `Err(true)` if it failed in a way a gRPC client retries on a new
+    /// connection (the request was refused before the server processed it), `Err(false)` if
+    /// the call was lost.
+    async fn call(send: &mut h2::client::SendRequest<Bytes>) -> Result<(), bool> {
+        let ready = send.clone().ready().await.map_err(|_| true)?;
+        *send = ready;
+        let req = http::Request::post("http://localhost/x").body(()).unwrap();
+        let (resp, _body) = send.send_request(req, true).map_err(|_| true)?;
+        match resp.await {
+            Ok(r) => {
+                let mut body = r.into_body();
+                while let Some(chunk) = body.data().await {
+                    chunk.map_err(|_| false)?;
+                }
+                Ok(())
+            }
+            Err(e) if e.reason() == Some(h2::Reason::REFUSED_STREAM) => Err(true),
+            Err(e) if e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR) => Err(true),
+            Err(_) => Err(false),
+        }
+    }
+
+    async fn client(io: tokio::io::DuplexStream) -> h2::client::SendRequest<Bytes> {
+        let (send, conn) = h2::client::handshake(io).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        send
+    }
+
+    /// Like grpc-go with one long-lived client: a call made just as the idle timeout expires
+    /// succeeds, on the same connection or (after a GOAWAY refused it) on a new one.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_made_as_the_idle_timeout_expires_is_not_lost() {
+        let idle = Duration::from_secs(1);
+        let ms = Duration::from_millis(1);
+        let offsets = [idle - ms * 2, idle - ms, idle, idle + ms, idle + ms * 2, idle * 2];
+        let mut reconnects = 0;
+        for round in 0..4 {
+            for &after in &offsets {
+                let (io, _server) = connect(options(idle), 10);
+                let mut send = client(io).await;
+                call(&mut send).await.expect("first call");
+                tokio::time::sleep(after).await;
+                match call(&mut send).await {
+                    Ok(()) => {}
+                    Err(true) => {
+                        reconnects += 1;
+                        let (io, _server) = connect(options(idle), 10);
+                        let mut send = client(io).await;
+                        call(&mut send).await.expect("call on a new connection");
+                    }
+                    Err(false) => panic!("round {round}: a call made {after:?} after the last was lost"),
+                }
+            }
+        }
+        // Calls well after the timeout found the connection gone away and reconnected.
+        assert!(reconnects >= 4, "{reconnects}");
+    }
+
+    /// An idle connection ends with a GOAWAY the client sees, then closes.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_gets_a_goaway_and_closes() {
+        let (io, server) = connect(options(Duration::from_secs(1)), 10);
+        let (mut send, conn) = h2::client::handshake(io).await.unwrap();
+        let driver = tokio::spawn(conn);
+        call(&mut send).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(30), driver).await.expect("connection not closed").unwrap();
+        // h2's client ends cleanly after a graceful GOAWAY; an abrupt close is an error.
+        assert!(r.is_ok(), "{r:?}");
+        tokio::time::timeout(Duration::from_secs(30), server).await.unwrap().unwrap();
+    }
+
+    /// A client sending a frame a byte at a time is dropped at the progress timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_slowloris_client_is_dropped() {
+        let (mut io, server) = connect(options(Duration::from_secs(300)), 10);
+        io.write_all(PREFACE).await.unwrap();
+        io.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+        let trickle = tokio::spawn(async move {
+            for b in [0u8, 0, 5, 1, 4, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x41, 0x80].iter().cycle() {
+                if io.write_all(&[*b]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        });
+        let start = tokio::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(60), server).await.expect("slowloris kept open").unwrap();
+        assert!(start.elapsed() <= Duration::from_secs(10), "{:?}", start.elapsed());
+        trickle.abort();
+    }
+
+    /// A client that sends a request and never reads the answer is dropped at the progress
+    /// timeout, idle timeout or not.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_reads_is_dropped() {
+        let (client_io, server) = tokio::io::duplex(1024);
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let server = tokio::spawn(async move {
+            serve_connection(server, service(4 << 20), options(Duration::from_secs(5)), stop_rx, permits()).await
+        });
+        let (_rx, mut tx) = tokio::io::split(client_io);
+        tx.write_all(PREFACE).await.unwrap();
+        tx.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+        // HEADERS, stream 1, END_STREAM | END_HEADERS: POST http / :authority localhost.
+        let mut block = vec![0x83, 0x86, 0x84, 0x41, 0x09];
+        block.extend_from_slice(b"localhost");
+        let mut frame = vec![0, 0, block.len() as u8, 1, 5, 0, 0, 0, 1];
+        frame.extend(block);
+        tx.write_all(&frame).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(120), server).await.expect("a non-reading client kept open").unwrap();
+    }
+
+    /// Connections beyond the per-endpoint or total limit are closed at once; the ones within
+    /// keep being served, and a freed slot is usable again.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn connections_are_limited_per_endpoint_and_in_total() {
+        use tokio::io::AsyncReadExt;
+        let dir = std::env::temp_dir().join(format!("csi-proxy-limits-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let apis = &csi_proxy_wire::APIS[..2];
+        let opts =
+            ServeOptions { max_connections_per_endpoint: 2, max_connections: 3, ..options(Duration::from_secs(300)) };
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let endpoints = Endpoints::UnixDir(dir.clone());
+        let server = tokio::spawn(async move {
+            let mut rx = stop_rx;
+            serve_apis(apis, &endpoints, |_| service(1), opts, async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+            .await
+        });
+        let path = |i: usize| unix::socket_path(&dir, &apis[i]);
+        while !path(1).exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Served: the server's SETTINGS arrive. Refused: end of stream and nothing else.
+        async fn open(p: std::path::PathBuf) -> (tokio::net::UnixStream, bool) {
+            let mut s = tokio::net::UnixStream::connect(p).await.unwrap();
+            s.write_all(PREFACE).await.unwrap();
+            s.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+            let mut b = [0u8; 9];
+            let served =
+                tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut b)).await.expect("no answer").is_ok();
+            (s, served)
+        }
+        let (a1, ok1) = open(path(0)).await;
+        let (_a2, ok2) = open(path(0)).await;
+        let (_a3, ok3) = open(path(0)).await;
+        assert_eq!((ok1, ok2, ok3), (true, true, false), "per endpoint");
+        let (_b1, okb1) = open(path(1)).await;
+        let (_b2, okb2) = open(path(1)).await;
+        assert_eq!((okb1, okb2), (true, false), "in total");
+        drop(a1);
+        let mut freed = false;
+        for _ in 0..100 {
+            if open(path(1)).await.1 {
+                freed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(freed, "a freed slot was not reused");
+        drop((_a2, _a3, _b1, _b2));
+        let _ = stop_tx.send(true);
+        server.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

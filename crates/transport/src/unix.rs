@@ -23,6 +23,12 @@ pub enum BindError {
     NotASocket { path: PathBuf },
     #[error("{what} {path}: {source}")]
     Io { what: &'static str, path: PathBuf, source: io::Error },
+    #[error(
+        "socket directory {dir} {why}; refusing to serve there (another user could replace a socket). Use a \
+         directory owned by uid {uid} that only it can write to (e.g. chown {uid} and chmod 0755 it), or remove it and \
+         let the daemon create it"
+    )]
+    UnsafeDir { dir: PathBuf, why: String, uid: u32 },
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> BindError + 'a {
@@ -47,10 +53,12 @@ impl DirLock {
     }
 }
 
-/// Creates `dir` (0755) if needed and takes its lock, so that two daemons never share a
-/// directory even if they start at the same instant.
+/// Creates `dir` (0755) if needed, checks that nobody but this daemon's user can change what is in
+/// it, and takes its lock, so that two daemons never share a directory even if they start at the
+/// same instant.
 pub fn lock_dir(dir: &Path) -> Result<DirLock, BindError> {
     DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(io_err("creating socket directory", dir))?;
+    check_dir_owner(dir)?;
     let path = dir.join("csi-proxy.lock");
     let file = OpenOptions::new()
         .create(true)
@@ -63,6 +71,29 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, BindError> {
         Err(fs::TryLockError::WouldBlock) => Err(BindError::Locked { dir: dir.to_path_buf(), lock: path }),
         Err(fs::TryLockError::Error(e)) => Err(BindError::Io { what: "locking", path, source: e }),
     }
+}
+
+/// A directory that was there before may belong to someone else: whoever can write to it can
+/// replace a socket with one of their own, and the node plugins would talk to them. It must be a
+/// real directory (not a link), owned by the daemon's user, writable by nobody else.
+fn check_dir_owner(dir: &Path) -> Result<(), BindError> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = rustix::process::geteuid().as_raw();
+    let unsafe_dir = |why: String| BindError::UnsafeDir { dir: dir.to_path_buf(), why, uid };
+    let meta = fs::symlink_metadata(dir).map_err(io_err("checking socket directory", dir))?;
+    if meta.file_type().is_symlink() {
+        return Err(unsafe_dir("is a symbolic link".into()));
+    }
+    if !meta.is_dir() {
+        return Err(unsafe_dir("is not a directory".into()));
+    }
+    if meta.uid() != uid {
+        return Err(unsafe_dir(format!("is owned by uid {}", meta.uid())));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(unsafe_dir(format!("has mode {:04o}: others can write to it", meta.mode() & 0o7777)));
+    }
+    Ok(())
 }
 
 /// A listening socket for one API.
@@ -143,6 +174,39 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// A socket directory someone else could write to is refused before anything is bound in
+    /// it (it used to be accepted silently): others-writable, group-writable, another owner, a
+    /// link. The daemon's own 0755 directory is fine.
+    #[test]
+    fn socket_directories_others_can_change_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempdir("owner");
+        let ok = dir.join("mine");
+        drop(lock_dir(&ok).unwrap());
+        let refused = |d: &Path, needle: &str| match lock_dir(d) {
+            Err(e @ BindError::UnsafeDir { .. }) => {
+                assert!(e.to_string().contains(needle) && e.to_string().contains(&d.display().to_string()), "{e}")
+            }
+            other => panic!("{}: {other:?}", d.display()),
+        };
+        for (name, mode, needle) in [("world", 0o777, "mode 0777"), ("group", 0o775, "mode 0775"), ("sticky", 0o1777, "mode 1777")] {
+            let d = dir.join(name);
+            fs::create_dir(&d).unwrap();
+            fs::set_permissions(&d, Permissions::from_mode(mode)).unwrap();
+            refused(&d, needle);
+            assert!(!d.join("csi-proxy.lock").exists(), "nothing was made in {}", d.display());
+        }
+        std::os::unix::fs::symlink(&ok, dir.join("link")).unwrap();
+        refused(&dir.join("link"), "symbolic link");
+        if rustix::process::geteuid().is_root() {
+            let d = dir.join("theirs");
+            fs::create_dir(&d).unwrap();
+            std::os::unix::fs::chown(&d, Some(65534), None).unwrap();
+            refused(&d, "owned by uid 65534");
+        }
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]

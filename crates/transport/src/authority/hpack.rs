@@ -1,16 +1,13 @@
-//! Just enough HPACK (RFC 7541) for two jobs that share one walk over a block's representations
-//! ([`walk_block`]):
+//! Just enough HPACK (RFC 7541) for two jobs:
 //!
-//! - [`BlockRewriter`] finds `:authority` literals in a request header block and replaces values
-//!   `http::uri::Authority` rejects, while mirroring the server decoder's dynamic table so that
-//!   names referenced by index are known. It never materialises header lists: it copies the
-//!   block unchanged except for the values it replaces.
-//! - [`HeaderDecoder`] decodes header blocks into header lists, for tests that read raw server
-//!   frames.
+//! - the building blocks of the streaming `:authority` rewriter in the parent module: integers,
+//!   a Huffman decoder that can be fed a string piece by piece, the static table's name lengths,
+//!   and [`placeholder_payload`], which builds a replacement value of the same encoded and
+//!   decoded length;
+//! - [`HeaderDecoder`], a plain header block decoder for tests that read raw server frames.
 
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::ops::Range;
 
 /// Why a header block could not be decoded. For [`AuthorityFix`](super::AuthorityFix), any of
 /// these means the adapter stops interpreting the connection and lets the HTTP/2 server see
@@ -66,8 +63,52 @@ pub(crate) fn decode_int(buf: &[u8], prefix_bits: u8) -> Result<(usize, usize), 
     Err(HpackError::IntegerOverflow)
 }
 
+/// An HPACK integer read one octet at a time, with h2's limit of five octets in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IntStep {
+    /// Expecting the first octet, whose low `prefix` bits start the value.
+    First {
+        prefix: u8,
+    },
+    More {
+        value: usize,
+        shift: u32,
+        octets: usize,
+    },
+}
+
+impl IntStep {
+    /// Takes the next octet; the value once complete.
+    pub(crate) fn feed(&mut self, b: u8) -> Result<Option<usize>, HpackError> {
+        match *self {
+            IntStep::First { prefix } => {
+                let mask = (((1u16) << prefix) - 1) as u8;
+                let value = usize::from(b & mask);
+                if value < usize::from(mask) {
+                    return Ok(Some(value));
+                }
+                *self = IntStep::More { value, shift: 0, octets: 1 };
+                Ok(None)
+            }
+            IntStep::More { value, shift, octets } => {
+                // Four continuation octets carry at most 28 bits: no overflow even on 32 bits.
+                let value = value + (usize::from(b & 0x7f) << shift);
+                if b & 0x80 == 0 {
+                    return Ok(Some(value));
+                }
+                if octets + 1 == MAX_CONTINUATION_OCTETS + 1 {
+                    return Err(HpackError::IntegerOverflow);
+                }
+                *self = IntStep::More { value, shift: shift + 7, octets: octets + 1 };
+                Ok(None)
+            }
+        }
+    }
+}
+
 /// Appends `value` as an HPACK integer; `flags` supplies the bits above the prefix.
-pub(crate) fn encode_int(mut value: usize, prefix_bits: u8, flags: u8, out: &mut Vec<u8>) {
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn encode_int(mut value: usize, prefix_bits: u8, flags: u8, out: &mut Vec<u8>) {
     let mask = (((1u16) << prefix_bits) - 1) as usize;
     if value < mask {
         out.push(flags | value as u8);
@@ -158,43 +199,71 @@ const fn build_canonical() -> Canonical {
 
 static CANONICAL: Canonical = build_canonical();
 
-/// Decodes a Huffman-coded string. Strings in header blocks are short, so a bit-at-a-time walk
-/// over the canonical code is plenty fast and needs no large lookup table.
-pub(crate) fn huffman_decode(input: &[u8]) -> Result<Vec<u8>, HpackError> {
-    let t = &CANONICAL;
-    let mut out = Vec::with_capacity(input.len() + input.len() / 2);
-    let mut code = 0u32;
-    let mut len = 0usize;
-    for &byte in input {
-        for shift in (0..8).rev() {
-            code = (code << 1) | u32::from((byte >> shift) & 1);
-            len += 1;
-            if len > MAX_CODE_LEN {
-                // Unreachable for a complete code like HPACK's; kept so bad input can't panic.
-                return Err(HpackError::Huffman);
+/// A Huffman decoder that can be fed a string in pieces (a value may span frames). Strings are
+/// short, so a bit-at-a-time walk over the canonical code is plenty fast and needs no table.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HuffmanStream {
+    code: u32,
+    len: usize,
+    decoded: usize,
+    failed: bool,
+}
+
+impl HuffmanStream {
+    /// Decodes `input`, appending symbols to `out` while it has room (`limit` symbols in all).
+    pub(crate) fn feed(&mut self, input: &[u8], out: &mut Vec<u8>, limit: usize) {
+        let t = &CANONICAL;
+        for &byte in input {
+            if self.failed {
+                return;
             }
-            let offset = code.wrapping_sub(t.first_code[len]);
-            if code >= t.first_code[len] && offset < t.count[len] {
-                let sym = t.symbols[(t.first_index[len] + offset) as usize];
-                if sym == EOS {
-                    return Err(HpackError::Huffman);
+            for shift in (0..8).rev() {
+                self.code = (self.code << 1) | u32::from((byte >> shift) & 1);
+                self.len += 1;
+                if self.len > MAX_CODE_LEN {
+                    // Unreachable for a complete code like HPACK's; kept so bad input can't panic.
+                    self.failed = true;
+                    return;
                 }
-                out.push(sym as u8);
-                code = 0;
-                len = 0;
+                let offset = self.code.wrapping_sub(t.first_code[self.len]);
+                if self.code >= t.first_code[self.len] && offset < t.count[self.len] {
+                    let sym = t.symbols[(t.first_index[self.len] + offset) as usize];
+                    if sym == EOS {
+                        self.failed = true;
+                        return;
+                    }
+                    if out.len() < limit {
+                        out.push(sym as u8);
+                    }
+                    self.decoded += 1;
+                    self.code = 0;
+                    self.len = 0;
+                }
             }
         }
     }
-    // Leftover bits must be padding: fewer than 8 of them, all ones (a prefix of EOS).
-    if len > 7 || code != (1u32 << len) - 1 {
-        return Err(HpackError::Huffman);
+
+    /// Number of symbols decoded, once the whole string has been fed; an error for EOS inside
+    /// the string or padding that is not a prefix of EOS (fewer than 8 one bits), as h2 rules.
+    pub(crate) fn finish(&self) -> Result<usize, HpackError> {
+        if self.failed || self.len > 7 || self.code != (1u32 << self.len) - 1 {
+            return Err(HpackError::Huffman);
+        }
+        Ok(self.decoded)
     }
+}
+
+/// Decodes a whole Huffman-coded string.
+pub(crate) fn huffman_decode(input: &[u8]) -> Result<Vec<u8>, HpackError> {
+    let mut h = HuffmanStream::default();
+    let mut out = Vec::with_capacity(input.len() + input.len() / 2);
+    h.feed(input, &mut out, usize::MAX);
+    h.finish()?;
     Ok(out)
 }
 
-/// Test helper: the encoder half, built from the same canonical code.
-#[cfg(test)]
-pub(crate) fn huffman_encode(input: &[u8]) -> Vec<u8> {
+/// Huffman-encodes `input`, padding the last octet with one bits.
+pub fn huffman_encode(input: &[u8]) -> Vec<u8> {
     let t = &CANONICAL;
     // Recover each symbol's code from its rank within its length.
     let mut codes = [0u32; 257];
@@ -221,6 +290,69 @@ pub(crate) fn huffman_encode(input: &[u8]) -> Vec<u8> {
         out.push(((acc << pad) as u8) | ((1u8 << pad) - 1));
     }
     out
+}
+
+// ===== placeholders =====
+
+/// Characters a placeholder is made of: each is valid anywhere in an `http::uri::Authority`
+/// and its Huffman code is 5 bits plus the given extra (RFC 7541 Appendix B). With these,
+/// `k` characters can carry any number of extra bits from 0 to `8k` except `8k - 1` (and 4
+/// for a single character), which [`reachable`] encodes.
+const PLACEHOLDER_CHARS: [(usize, u8); 7] =
+    [(8, b'$'), (6, b'\''), (5, b'!'), (3, b'&'), (2, b'x'), (1, b'b'), (0, b'a')];
+
+fn reachable(chars: usize, extra: usize) -> bool {
+    extra == 0 || (extra <= 8 * chars && extra != 8 * chars - 1 && !(chars == 1 && extra == 4))
+}
+
+/// The bytes to put in place of a string literal's payload so that it decodes to a valid
+/// `:authority` of `decoded_len` octets while keeping its `encoded_len` octets on the wire, its
+/// Huffman flag and its length prefix: then no frame changes size, so `h2` sees the same frame
+/// layout, CONTINUATION count and header-list size as it would have for a client that sent a
+/// valid authority. Plain literals get `x` repeated; Huffman-coded ones a mix of characters
+/// whose codes add up to the same number of octets. `None` when no such value exists (a
+/// Huffman string averaging more than 13 bits per character, such as a run of backslashes or
+/// non-ASCII text); the value is then left for `h2` to refuse.
+pub(crate) fn placeholder_payload(huffman: bool, encoded_len: usize, decoded_len: usize) -> Option<Vec<u8>> {
+    if decoded_len == 0 {
+        return None;
+    }
+    let payload = if !huffman {
+        if encoded_len != decoded_len {
+            return None;
+        }
+        vec![b'x'; decoded_len]
+    } else {
+        // Total code bits must fill exactly `encoded_len` octets with 0-7 bits of padding.
+        let base = 5 * decoded_len;
+        let top = 8 * encoded_len;
+        let low = base.max(top.checked_sub(7)?);
+        let extra = (low..=top).map(|bits| bits - base).find(|&e| reachable(decoded_len, e))?;
+        let mut text = Vec::with_capacity(decoded_len);
+        let mut left = extra;
+        for i in 0..decoded_len {
+            let rest = decoded_len - i - 1;
+            let &(add, ch) = PLACEHOLDER_CHARS.iter().find(|&&(add, _)| add <= left && reachable(rest, left - add))?;
+            text.push(ch);
+            left -= add;
+        }
+        let coded = huffman_encode(&text);
+        if coded.len() != encoded_len {
+            return None;
+        }
+        debug_assert!(huffman_decode(&coded).is_ok_and(|d| d == text));
+        coded
+    };
+    Some(payload)
+}
+
+/// The decoded placeholder, for tests and logs.
+pub(crate) fn placeholder_text(huffman: bool, payload: &[u8]) -> Vec<u8> {
+    if huffman {
+        huffman_decode(payload).unwrap_or_default()
+    } else {
+        payload.to_vec()
+    }
 }
 
 /// Decodes a string literal (§5.2). Returns the decoded bytes and the octets consumed.
@@ -300,8 +432,16 @@ const STATIC_TABLE: [(&str, &str); 61] = [
     ("www-authenticate", ""),
 ];
 
+/// Length of the name of static table entry `index` (1..=61).
+pub(crate) fn static_name_len(index: usize) -> usize {
+    STATIC_TABLE[index - 1].0.len()
+}
+
+/// Number of entries in the static table.
+pub(crate) const STATIC_ENTRIES: usize = STATIC_TABLE.len();
+
 /// Per-entry overhead the RFC adds to name and value lengths (§4.1).
-const ENTRY_OVERHEAD: usize = 32;
+pub(crate) const ENTRY_OVERHEAD: usize = 32;
 
 /// The dynamic table, kept entry-for-entry identical to the one in the server's decoder.
 #[derive(Debug, Default)]
@@ -378,14 +518,10 @@ impl DynamicTable {
 struct Field {
     name: Bytes,
     value: Bytes,
-    /// For a literal representation, where its value string (length prefix included) lies in
-    /// the block; `None` for an indexed field.
-    literal_value: Option<Range<usize>>,
 }
 
 /// Walks one complete header block, updating `table` exactly as a decoder would, and calls
-/// `on_field` with each header field in order. When a literal is to be added to the table, the
-/// table stores the value `on_field` returns instead of the decoded one, if it returns any.
+/// `on_field` with each header field in order.
 ///
 /// `limit` is the SETTINGS_HEADER_TABLE_SIZE the decoding side advertised: the ceiling for
 /// dynamic table size updates. On error the table may be partly updated.
@@ -393,7 +529,7 @@ fn walk_block(
     table: &mut DynamicTable,
     limit: usize,
     block: &[u8],
-    mut on_field: impl FnMut(&Field) -> Option<Bytes>,
+    mut on_field: impl FnMut(&Field),
 ) -> Result<(), HpackError> {
     let mut seen_field = false;
     let mut pos = 0;
@@ -408,7 +544,7 @@ fn walk_block(
             let (name, value) = table.entry(index)?;
             pos += n;
             seen_field = true;
-            on_field(&Field { name, value, literal_value: None });
+            on_field(&Field { name, value });
             continue;
         }
 
@@ -438,105 +574,17 @@ fn walk_block(
         } else {
             table.entry(name_index)?.0
         };
-        let value_start = pos;
         let (value, n) = decode_string(&block[pos..])?;
         pos += n;
         seen_field = true;
 
-        let field = Field { name, value, literal_value: Some(value_start..pos) };
-        let stored = on_field(&field);
+        let field = Field { name, value };
+        on_field(&field);
         if indexing {
-            table.insert(field.name, stored.unwrap_or(field.value));
+            table.insert(field.name, field.value);
         }
     }
     Ok(())
-}
-
-// ===== block rewriting =====
-
-const AUTHORITY: &[u8] = b":authority";
-
-/// Result of walking a block that needed at least one replacement.
-#[derive(Debug)]
-pub(crate) struct Rewritten {
-    /// The new header block fragment.
-    pub(crate) block: Vec<u8>,
-    /// The `:authority` values that were replaced, in order.
-    pub(crate) originals: Vec<Bytes>,
-}
-
-/// True when h2's server would refuse `value` as `:authority` and a placeholder of the same
-/// length would be accepted instead.
-fn needs_placeholder(value: &Bytes) -> bool {
-    if http::uri::Authority::from_maybe_shared(value.clone()).is_ok() {
-        return false;
-    }
-    // An empty value has no same-length replacement that h2 accepts; leave it to be rejected.
-    !value.is_empty() && http::uri::Authority::from_maybe_shared(placeholder(value.len())).is_ok()
-}
-
-fn placeholder(len: usize) -> Bytes {
-    Bytes::from(vec![b'x'; len])
-}
-
-/// Mirror of the server's HPACK decoder state, able to rewrite header blocks.
-#[derive(Debug)]
-pub(crate) struct BlockRewriter {
-    table: DynamicTable,
-    /// SETTINGS_HEADER_TABLE_SIZE the server advertised: the ceiling for size updates.
-    limit: usize,
-}
-
-impl BlockRewriter {
-    pub(crate) fn new(header_table_size: usize) -> Self {
-        BlockRewriter { table: DynamicTable::new(header_table_size), limit: header_table_size }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn table(&self) -> &DynamicTable {
-        &self.table
-    }
-
-    /// Walks one complete header block, updating the dynamic table exactly as a decoder would.
-    ///
-    /// Returns `Ok(None)` when nothing needs changing. Otherwise returns the block with every
-    /// rejected `:authority` literal value swapped for `x` repeated to the same decoded length.
-    /// Keeping the length keeps the entry size, and with it all later eviction decisions,
-    /// identical on both sides; the server's table simply holds the placeholder instead.
-    ///
-    /// On error the table may be partly updated; the caller must stop interpreting the
-    /// connection.
-    pub(crate) fn rewrite(&mut self, block: &[u8]) -> Result<Option<Rewritten>, HpackError> {
-        let mut out = Vec::new();
-        let mut originals = Vec::new();
-        // `block[..copied]` has been accounted for in `out` (only once `out` is in use).
-        let mut copied = 0;
-
-        walk_block(&mut self.table, self.limit, block, |field| {
-            let value_at = field.literal_value.clone()?;
-            if &field.name[..] != AUTHORITY || !needs_placeholder(&field.value) {
-                return None;
-            }
-            // Same representation type and name encoding; only the value changes, to a plain
-            // (non-Huffman) literal of the same decoded length.
-            let replacement = placeholder(field.value.len());
-            if out.is_empty() {
-                out.reserve(block.len() + 16);
-            }
-            out.extend_from_slice(&block[copied..value_at.start]);
-            encode_int(replacement.len(), 7, 0x00, &mut out);
-            out.extend_from_slice(&replacement);
-            copied = value_at.end;
-            originals.push(field.value.clone());
-            Some(replacement)
-        })?;
-
-        if originals.is_empty() {
-            return Ok(None);
-        }
-        out.extend_from_slice(&block[copied..]);
-        Ok(Some(Rewritten { block: out, originals }))
-    }
 }
 
 // ===== decoding =====
@@ -573,7 +621,6 @@ impl HeaderDecoder {
         let mut headers = Vec::new();
         walk_block(&mut self.table, self.limit, block, |field| {
             headers.push((field.name.clone(), field.value.clone()));
-            None
         })?;
         Ok(headers)
     }
@@ -673,39 +720,6 @@ mod tests {
         assert_eq!(t.entries().count(), 0);
         assert_eq!(&t.entry(1).unwrap().0[..], b":authority");
         assert_eq!(&t.entry(61).unwrap().0[..], b"www-authenticate");
-    }
-
-    #[test]
-    fn rfc_c6_responses_with_huffman_and_eviction() {
-        // RFC 7541 C.6: three responses with a 256-octet table, so entries get evicted.
-        let mut r = BlockRewriter::new(256);
-        let c61 = hex("4882 6402 5885 aec3 771a 4b61 96d0 7abe 9410 54d4 44a8 2005 9504 0b81 66e0 82a6
-             2d1b ff6e 919d 29ad 1718 63c7 8f0b 97c8 e9ae 82ae 43d3");
-        assert!(r.rewrite(&c61).unwrap().is_none());
-        let expect_61: Vec<(&[u8], &[u8])> = vec![
-            (b"location", b"https://www.example.com"),
-            (b"date", b"Mon, 21 Oct 2013 20:13:21 GMT"),
-            (b"cache-control", b"private"),
-            (b":status", b"302"),
-        ];
-        assert_eq!(r.table().entries().collect::<Vec<_>>(), expect_61);
-        assert_eq!(r.table().size(), 222);
-
-        assert!(r.rewrite(&hex("4883 640e ffc1 c0bf")).unwrap().is_none());
-        assert_eq!(r.table().size(), 222);
-        assert_eq!(r.table().entries().next().unwrap(), (&b":status"[..], &b"307"[..]));
-
-        let c63 = hex("88c1 6196 d07a be94 1054 d444 a820 0595 040b 8166 e084 a62d 1bff c05a 839b d9ab
-             77ad 94e7 821d d7f2 e6c7 b335 dfdf cd5b 3960 d5af 2708 7f36 72c1 ab27 0fb5 291f
-             9587 3160 65c0 03ed 4ee5 b106 3d50 07");
-        assert!(r.rewrite(&c63).unwrap().is_none());
-        let expect_63: Vec<(&[u8], &[u8])> = vec![
-            (b"set-cookie", b"foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"),
-            (b"content-encoding", b"gzip"),
-            (b"date", b"Mon, 21 Oct 2013 20:13:22 GMT"),
-        ];
-        assert_eq!(r.table().entries().collect::<Vec<_>>(), expect_63);
-        assert_eq!(r.table().size(), 215);
     }
 
     fn as_strs(headers: &[(Bytes, Bytes)]) -> Vec<(&str, &str)> {
@@ -820,125 +834,79 @@ mod tests {
     }
 
     #[test]
-    fn decoder_sees_the_rewritten_block() {
-        let bad = br"\\.\pipe\csi-proxy-disk-v1";
-        let mut block = vec![0x83, 0x86];
-        block.extend(authority_literal(bad, true));
-        block.extend([0x44, 0x01, b'/']);
-        // The original block decodes to the original value...
-        let mut plain = HeaderDecoder::new(4096);
-        let original = plain.decode(&block).unwrap();
-        assert_eq!(original[2], (Bytes::from_static(b":authority"), Bytes::from_static(bad)));
-        // ...and the rewritten one to the placeholder, with everything else the same, also
-        // through the dynamic table on the next block.
-        let mut r = BlockRewriter::new(4096);
-        let rw = r.rewrite(&block).unwrap().unwrap();
-        let mut d = HeaderDecoder::new(4096);
-        let mut fixed = d.decode(&rw.block).unwrap();
-        assert_eq!(&fixed[2].1[..], &vec![b'x'; bad.len()][..]);
-        fixed[2].1 = Bytes::from_static(bad);
-        assert_eq!(fixed, original);
-        assert_eq!(
-            as_strs(&d.decode(&[0x83, 0xbf, 0xbe]).unwrap()),
-            vec![(":method", "POST"), (":authority", "xxxxxxxxxxxxxxxxxxxxxxxxxx"), (":path", "/"),]
-        );
-        assert!(r.rewrite(&[0x83, 0xbf, 0xbe]).unwrap().is_none());
-    }
-
-    /// Literal `:authority` with incremental indexing, name by static index 1.
-    fn authority_literal(value: &[u8], huffman: bool) -> Vec<u8> {
-        let mut b = vec![0x41];
-        if huffman {
-            let coded = huffman_encode(value);
-            encode_int(coded.len(), 7, 0x80, &mut b);
-            b.extend_from_slice(&coded);
-        } else {
-            encode_int(value.len(), 7, 0x00, &mut b);
-            b.extend_from_slice(value);
+    fn streaming_huffman_matches_whole_string_decoding() {
+        let text = br"%5C%5C.%5C%5Cpipe%5C%5Ccsi-proxy-disk-v1 \\.\pipe\x";
+        let coded = huffman_encode(text);
+        for split in 0..=coded.len() {
+            let mut h = HuffmanStream::default();
+            let mut out = Vec::new();
+            h.feed(&coded[..split], &mut out, usize::MAX);
+            h.feed(&coded[split..], &mut out, usize::MAX);
+            assert_eq!(h.finish(), Ok(text.len()));
+            assert_eq!(out, text);
         }
-        b
+        // The output limit bounds what is kept, not what is counted.
+        let mut h = HuffmanStream::default();
+        let mut out = Vec::new();
+        h.feed(&coded, &mut out, 3);
+        assert_eq!((h.finish(), out.len()), (Ok(text.len()), 3));
     }
 
     #[test]
-    fn rewrites_rejected_authority_and_keeps_table_in_step() {
-        let bad = br"\\.\pipe\csi-proxy-disk-v1";
-        let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
-        block.extend(authority_literal(bad, true));
-        block.extend([0x44, 0x01, b'/']); // :path "/" with indexing
-        let mut r = BlockRewriter::new(4096);
-        let rw = r.rewrite(&block).unwrap().expect("rewritten");
-        assert_eq!(rw.originals, vec![Bytes::from_static(bad)]);
-        let mut expected = vec![0x83, 0x86, 0x41, bad.len() as u8];
-        expected.extend(std::iter::repeat_n(b'x', bad.len()));
-        expected.extend([0x44, 0x01, b'/']);
-        assert_eq!(rw.block, expected);
-        // The table holds the placeholder, with the original's size.
-        let entries: Vec<_> = r.table().entries().collect();
-        assert_eq!(entries[1], (&b":authority"[..], &vec![b'x'; bad.len()][..]));
-        assert_eq!(r.table().size(), (32 + 5 + 1) + (32 + 10 + bad.len()));
-
-        // Later blocks: indexed reference is copied; a literal with the dynamic name gets fixed.
-        let mut block2 = vec![0xbf]; // index 63 = the :authority entry
-        block2.extend([0x0f, 0x30, 0x02, b'%', b'%']); // without indexing, name index 63
-        let rw2 = r.rewrite(&block2).unwrap().expect("rewritten");
-        assert_eq!(rw2.block, vec![0xbf, 0x0f, 0x30, 0x02, b'x', b'x']);
-    }
-
-    #[test]
-    fn literal_names_and_never_indexed_are_handled() {
-        // Never-indexed, literal Huffman name ":authority", plain bad value.
-        let mut block = vec![0x10];
-        let name = huffman_encode(b":authority");
-        encode_int(name.len(), 7, 0x80, &mut block);
-        block.extend(&name);
-        block.extend([0x03, b'a', b' ', b'b']);
-        let mut r = BlockRewriter::new(4096);
-        let rw = r.rewrite(&block).unwrap().unwrap();
-        let mut expected = block[..block.len() - 4].to_vec();
-        expected.extend([0x03, b'x', b'x', b'x']);
-        assert_eq!(rw.block, expected);
-        assert_eq!(r.table().size(), 0);
-    }
-
-    #[test]
-    fn valid_and_empty_authorities_are_left_alone() {
-        let mut r = BlockRewriter::new(4096);
-        let mut block = authority_literal(b"localhost", true);
-        block.extend(authority_literal(b"localhost:8080", false));
-        block.extend(authority_literal(b"", false));
-        assert!(r.rewrite(&block).unwrap().is_none());
-    }
-
-    #[test]
-    fn size_updates_follow_h2_rules() {
-        let mut r = BlockRewriter::new(4096);
-        // 0x3f e1 1f = 4096 is allowed; 4097 is not.
-        assert!(r.rewrite(&[0x3f, 0xe1, 0x1f]).unwrap().is_none());
-        assert_eq!(r.rewrite(&[0x3f, 0xe2, 0x1f]).unwrap_err(), HpackError::TableSizeTooLarge(4097));
-        assert_eq!(r.rewrite(&[0x82, 0x20]).unwrap_err(), HpackError::TableSizeMisplaced);
-        assert!(r.rewrite(&[0x20, 0x82]).unwrap().is_none());
-    }
-
-    #[test]
-    fn malformed_blocks_error_without_panicking() {
-        let mut r = BlockRewriter::new(4096);
-        assert_eq!(r.rewrite(&[0x80]).unwrap_err(), HpackError::BadIndex(0));
-        assert_eq!(r.rewrite(&[0xbe]).unwrap_err(), HpackError::BadIndex(62));
-        assert_eq!(r.rewrite(&[0x41, 0x05, b'a']).unwrap_err(), HpackError::Truncated);
-        assert_eq!(r.rewrite(&[0x40]).unwrap_err(), HpackError::Truncated);
-        // Pseudo-random garbage must never panic.
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..2000 {
-            let len = (x % 40) as usize;
-            let mut buf = Vec::with_capacity(len);
-            for _ in 0..len {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                buf.push(x as u8);
+    fn placeholder_alphabet_has_the_code_lengths_it_assumes() {
+        for (extra, ch) in PLACEHOLDER_CHARS {
+            assert_eq!(usize::from(CODE_LENGTHS[usize::from(ch)]), 5 + extra, "{}", ch as char);
+        }
+        let all: Vec<u8> = PLACEHOLDER_CHARS.iter().map(|&(_, c)| c).collect();
+        assert!(http::uri::Authority::try_from(&all[..]).is_ok());
+        // `reachable` agrees with brute force for small counts.
+        for k in 0..4usize {
+            let mut sums = std::collections::BTreeSet::from([0usize]);
+            for _ in 0..k {
+                sums = sums.iter().flat_map(|s| PLACEHOLDER_CHARS.iter().map(move |&(a, _)| s + a)).collect();
             }
-            let _ = BlockRewriter::new(4096).rewrite(&buf);
-            let _ = huffman_decode(&buf);
+            for extra in 0..=8 * k + 2 {
+                assert_eq!(reachable(k, extra), sums.contains(&extra), "k={k} extra={extra}");
+            }
         }
+    }
+
+    #[test]
+    fn placeholders_keep_both_lengths_and_are_valid_authorities() {
+        let originals: [&[u8]; 5] = [
+            br"\\.\pipe\csi-proxy-disk-v1",
+            b"%5C%5C.%5C%5Cpipe%5C%5Ccsi-proxy-disk-v1",
+            b"/run/csi-proxy/csi-proxy-disk-v1.sock",
+            b"a b",
+            b"0",
+        ];
+        for original in originals {
+            for huffman in [false, true] {
+                let encoded = if huffman { huffman_encode(original) } else { original.to_vec() };
+                let p = placeholder_payload(huffman, encoded.len(), original.len()).expect("placeholder");
+                assert_eq!(p.len(), encoded.len());
+                let text = placeholder_text(huffman, &p);
+                assert_eq!(text.len(), original.len());
+                assert!(http::uri::Authority::try_from(&text[..]).is_ok(), "{text:?}");
+            }
+        }
+        // Every length pair a Huffman string can have, up to a size, either works or is
+        // denser than 13 bits per character.
+        for decoded in 1..40usize {
+            for encoded in (5 * decoded).div_ceil(8)..=(30 * decoded).div_ceil(8) {
+                match placeholder_payload(true, encoded, decoded) {
+                    Some(p) => {
+                        assert_eq!(p.len(), encoded);
+                        let text = huffman_decode(&p).unwrap();
+                        assert_eq!(text.len(), decoded);
+                        assert!(http::uri::Authority::try_from(&text[..]).is_ok());
+                    }
+                    None => assert!(8 * encoded - 7 > 13 * decoded, "{decoded}/{encoded}"),
+                }
+            }
+        }
+        assert_eq!(placeholder_payload(false, 3, 3).unwrap(), b"xxx");
+        assert_eq!(placeholder_payload(false, 0, 0), None);
+        assert_eq!(placeholder_payload(true, 8, 2), None, "30 bits per character");
     }
 }

@@ -5,33 +5,75 @@
 //! releases), and other stacks send percent-encoded socket paths. `h2`'s server parses the value
 //! with `http::uri::Authority` and resets the stream with PROTOCOL_ERROR when that fails
 //! (hyperium/h2#442). The value carries no meaning for csi-proxy, so [`AuthorityFix`] sits
-//! between the connection and the HTTP/2 server and replaces such values with a placeholder
-//! before `h2` ever sees them.
+//! between the connection and the HTTP/2 server and replaces such values before `h2` sees them.
 //!
-//! The adapter follows the HTTP/2 frame layer just far enough to collect header blocks
-//! (HEADERS + CONTINUATION), and HPACK just far enough to know each field's name and to keep a
-//! copy of the decoder's dynamic table. Everything else is forwarded as it arrives.
+//! The adapter is a pass-through with exactly one change: the payload octets of an
+//! `:authority` string literal that is valid UTF-8 but not a valid authority are overwritten,
+//! in place, with a placeholder of the same decoded length *and* the same encoded length (see
+//! [`hpack::placeholder_payload`]). No frame changes size, so `h2` applies its own limits
+//! (frame size, CONTINUATION count, header-list size) to exactly the frames the client sent.
+//!
+//! To know which octets those are, the adapter follows the frame layer and HPACK as `h2`'s
+//! decoder does, representation by representation, as bytes arrive. It keeps for itself only
+//! a copy of the dynamic table's names and sizes. Bytes are handed on as soon as they are read,
+//! except from the first payload octet of a candidate `:authority` value to its last: those are
+//! held back (with any frame headers and padding in between) until the value can be judged.
+//! `h2` cannot use an incomplete representation either, and buffers at least as much for it.
+//! Wherever `h2` would end the connection (oversized frame, misplaced or excess CONTINUATION,
+//! undecodable HPACK, …) the adapter releases what it holds and forwards everything after it
+//! untouched, so `h2` sees the same bytes and reaches the same verdict.
 //!
 //! The same HPACK code also backs [`HeaderDecoder`], a plain header block decoder for tests
 //! that read the server's raw frames.
 
 mod hpack;
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::BytesMut;
 use pin_project_lite::pin_project;
+use std::collections::VecDeque;
 use std::fmt;
 use std::io;
-use std::mem;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use self::hpack::BlockRewriter;
 pub use self::hpack::{HeaderDecoder, HpackError};
+use self::hpack::{HuffmanStream, IntStep};
 
 /// SETTINGS_HEADER_TABLE_SIZE the server is assumed to advertise unless told otherwise: the
 /// protocol default, which is what the tonic/hyper server uses.
 pub const DEFAULT_HEADER_TABLE_SIZE: usize = 4096;
+
+/// The HTTP/2 limits of the server behind the adapter; they must be the ones its `h2` decoder
+/// applies, or the adapter's view of the stream drifts from the server's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct H2Limits {
+    /// SETTINGS_HEADER_TABLE_SIZE advertised by the server (the ceiling for size updates).
+    pub header_table_size: usize,
+    /// SETTINGS_MAX_FRAME_SIZE advertised by the server: longer frames are a connection error.
+    pub max_frame_size: usize,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE advertised by the server.
+    pub max_header_list_size: usize,
+}
+
+impl H2Limits {
+    /// What [`crate::serve`] configures hyper with (also hyper's defaults).
+    pub const SERVER: H2Limits =
+        H2Limits { header_table_size: DEFAULT_HEADER_TABLE_SIZE, max_frame_size: 16_384, max_header_list_size: 16_384 };
+
+    /// How many CONTINUATION frames without END_HEADERS one header block may have before `h2`
+    /// ends the connection with ENHANCE_YOUR_CALM (`calc_max_continuation_frames` in h2 0.4).
+    pub fn max_continuations(&self) -> usize {
+        let min_frames = (self.max_header_list_size / self.max_frame_size.max(1)).max(1);
+        min_frames.saturating_add(min_frames >> 2).max(5)
+    }
+
+    /// Longest `:authority` value (octets on the wire) the adapter holds back to judge; longer
+    /// ones pass unchanged. A header list that long is at `h2`'s own limit anyway.
+    fn hold_cap(&self) -> usize {
+        self.max_header_list_size
+    }
+}
 
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const FRAME_HEADER_LEN: usize = 9;
@@ -43,26 +85,17 @@ const TYPE_CONTINUATION: u8 = 0x9;
 const FLAG_END_HEADERS: u8 = 0x4;
 const FLAG_PADDED: u8 = 0x8;
 const FLAG_PRIORITY: u8 = 0x20;
-const PRIORITY_LEN: usize = 5;
 
-/// Largest frame payload re-emitted: the default SETTINGS_MAX_FRAME_SIZE, which the server
-/// advertises, so the server accepts any frame we produce.
-const MAX_FRAME_SIZE: usize = 16_384;
-
-/// Header blocks larger than this are not buffered; the adapter steps aside instead.
-const MAX_HEADER_BLOCK: usize = 1 << 20;
-
-/// Bytes requested from the inner reader per read into the adapter's own buffer.
-const READ_CHUNK: usize = 8 * 1024;
+/// Longest original value quoted in a log line.
+const LOG_VALUE_MAX: usize = 64;
 
 pin_project! {
-    /// Wraps a server-side byte stream carrying HTTP/2 with prior knowledge (h2c), replacing
-    /// every `:authority` value that `http::uri::Authority` rejects with `x` repeated to the
-    /// same length, so that `h2` accepts the request.
+    /// Wraps a server-side byte stream carrying HTTP/2 with prior knowledge (h2c) and replaces,
+    /// in place, every `:authority` value that `h2` would refuse only because
+    /// `http::uri::Authority` rejects it (see the module documentation).
     ///
-    /// Writes pass through untouched. If the input stops looking like well-formed HTTP/2 (wrong
-    /// preface, malformed frames or HPACK, oversized header blocks), the adapter forwards the
-    /// original bytes unchanged from then on and leaves the error to the HTTP/2 server.
+    /// Writes pass through untouched. Once the input stops being something `h2` would go on
+    /// reading, the adapter forwards the rest unchanged and leaves the verdict to `h2`.
     pub struct AuthorityFix<IO> {
         #[pin]
         io: IO,
@@ -72,15 +105,14 @@ pin_project! {
 }
 
 impl<IO> AuthorityFix<IO> {
-    /// Wraps `io`, assuming the server advertises the default header table size (4096).
+    /// Wraps `io` for a server with [`H2Limits::SERVER`].
     pub fn new(io: IO) -> Self {
-        Self::with_header_table_size(io, DEFAULT_HEADER_TABLE_SIZE)
+        Self::with_limits(io, H2Limits::SERVER)
     }
 
-    /// Wraps `io` for a server that advertises `SETTINGS_HEADER_TABLE_SIZE = header_table_size`
-    /// (the HPACK table copy must use the same limit as the server's decoder).
-    pub fn with_header_table_size(io: IO, header_table_size: usize) -> Self {
-        AuthorityFix { io, filter: Filter::new(header_table_size), eof: false }
+    /// Wraps `io` for a server whose `h2` applies `limits`.
+    pub fn with_limits(io: IO, limits: H2Limits) -> Self {
+        AuthorityFix { io, filter: Filter::new(limits), eof: false }
     }
 
     /// Number of `:authority` values replaced so far on this connection.
@@ -90,7 +122,14 @@ impl<IO> AuthorityFix<IO> {
 
     /// Whether the adapter has stopped interpreting the stream and only forwards bytes.
     pub fn is_bypassed(&self) -> bool {
-        matches!(self.filter.state, State::Bypass)
+        matches!(self.filter.frame, FrameState::Bypass)
+    }
+
+    /// Input octets the adapter holds right now: read from the connection but not yet handed
+    /// on (a candidate `:authority` value and the framing around it, plus output not yet
+    /// taken by the reader).
+    pub fn buffered(&self) -> usize {
+        self.filter.sink.held_len() + self.filter.sink.output.len()
     }
 
     pub fn get_ref(&self) -> &IO {
@@ -125,50 +164,33 @@ impl<IO: AsyncRead> AsyncRead for AuthorityFix<IO> {
             return Poll::Ready(Ok(()));
         }
         loop {
-            if !filter.output.is_empty() {
-                let n = filter.output.len().min(buf.remaining());
-                buf.put_slice(&filter.output[..n]);
-                filter.output.advance(n);
+            if !filter.sink.output.is_empty() {
+                let n = filter.sink.output.len().min(buf.remaining());
+                buf.put_slice(&filter.sink.output.split_to(n));
                 return Poll::Ready(Ok(()));
             }
-            if filter.step() {
-                continue;
-            }
             if *this.eof {
-                // Whatever is still held (a partial frame or header block) goes out as it came,
-                // so the server sees the same truncated input it would have seen without us.
-                filter.finish_input();
-                if filter.output.is_empty() {
+                // Whatever is still held goes out as it came: the server sees the same
+                // truncated input it would have seen without us.
+                filter.finish();
+                if filter.sink.output.is_empty() {
                     return Poll::Ready(Ok(()));
                 }
                 continue;
             }
-            if let Some(limit) = filter.direct_read_limit() {
-                // Bulk payload needing no inspection: read straight into the caller's buffer.
-                let dst = buf.initialize_unfilled_to(limit.min(buf.remaining()));
-                let mut direct = ReadBuf::new(dst);
-                ready!(this.io.as_mut().poll_read(cx, &mut direct))?;
-                let n = direct.filled().len();
-                if n == 0 {
-                    *this.eof = true;
-                    continue;
-                }
-                buf.advance(n);
-                filter.consumed_directly(n);
-                return Poll::Ready(Ok(()));
-            }
-            let old = filter.input.len();
-            filter.input.resize(old + READ_CHUNK, 0);
-            let mut rb = ReadBuf::new(&mut filter.input[old..]);
-            let res = this.io.as_mut().poll_read(cx, &mut rb);
-            let n = rb.filled().len();
-            filter.input.truncate(old + n);
+            // Read straight into the caller's buffer; what passes unchanged stays there.
+            let start = buf.filled().len();
+            let res = this.io.as_mut().poll_read(cx, buf);
+            let end = buf.filled().len();
             match res {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) if end == start => *this.eof = true,
                 Poll::Ready(Ok(())) => {
-                    if n == 0 {
-                        *this.eof = true;
+                    let kept = filter.consume(&buf.filled()[start..end]);
+                    buf.set_filled(start + kept);
+                    if kept > 0 {
+                        return Poll::Ready(Ok(()));
                     }
                 }
             }
@@ -202,7 +224,96 @@ impl<IO: AsyncWrite> AsyncWrite for AuthorityFix<IO> {
     }
 }
 
-// ===== frame-level filter (no I/O) =====
+/// Encoders for building test and fuzz input.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod test_support {
+    pub use super::hpack::{encode_int, huffman_encode};
+
+    /// Whether a Huffman `:authority` of these lengths can be replaced in place.
+    pub fn placeholder_exists(encoded_len: usize, decoded_len: usize) -> bool {
+        super::hpack::placeholder_payload(true, encoded_len, decoded_len).is_some()
+    }
+}
+
+// ===== where input octets go =====
+
+/// Octets held back while a candidate `:authority` value is incomplete.
+#[derive(Debug, Default)]
+struct Held {
+    bytes: BytesMut,
+    /// Where the value's payload octets lie in `bytes` (frame headers may sit in between).
+    payload: Vec<(usize, usize)>,
+}
+
+/// Every input octet is emitted exactly once, in order: into the caller's buffer where it was
+/// read (`inline`), into `held`, or into `output` once anything has been diverted.
+#[derive(Debug, Default)]
+struct Sink {
+    /// While true, emitted octets are still exactly the ones in place in the read buffer.
+    inline: bool,
+    inline_len: usize,
+    output: BytesMut,
+    held: Option<Held>,
+}
+
+impl Sink {
+    fn emit(&mut self, b: &[u8]) {
+        if let Some(h) = &mut self.held {
+            h.bytes.extend_from_slice(b);
+        } else if self.inline {
+            self.inline_len += b.len();
+        } else {
+            self.output.extend_from_slice(b);
+        }
+    }
+
+    fn emit_payload(&mut self, b: &[u8]) {
+        let Some(h) = &mut self.held else { return self.emit(b) };
+        let at = h.bytes.len();
+        match h.payload.last_mut() {
+            Some((_, end)) if *end == at => *end += b.len(),
+            _ => h.payload.push((at, at + b.len())),
+        }
+        h.bytes.extend_from_slice(b);
+    }
+
+    fn hold(&mut self) {
+        self.inline = false;
+        self.held.get_or_insert_with(Held::default);
+    }
+
+    fn held_len(&self) -> usize {
+        self.held.as_ref().map_or(0, |h| h.bytes.len())
+    }
+
+    /// The held value's payload octets, joined.
+    fn held_payload(&self) -> Vec<u8> {
+        let Some(h) = &self.held else { return Vec::new() };
+        h.payload.iter().flat_map(|&(a, b)| h.bytes[a..b].iter().copied()).collect()
+    }
+
+    /// Hands on what is held, with the payload replaced by `replacement` (same length) if given.
+    fn release(&mut self, replacement: Option<&[u8]>) {
+        let Some(mut h) = self.held.take() else { return };
+        if let Some(mut r) = replacement {
+            for &(a, b) in &h.payload {
+                let (now, rest) = r.split_at(b - a);
+                h.bytes[a..b].copy_from_slice(now);
+                r = rest;
+            }
+            debug_assert!(r.is_empty());
+        }
+        self.inline = false;
+        if self.output.is_empty() {
+            self.output = h.bytes;
+        } else {
+            self.output.extend_from_slice(&h.bytes);
+        }
+    }
+}
+
+// ===== frame layer =====
 
 #[derive(Debug, Clone, Copy)]
 struct FrameHead {
@@ -213,8 +324,7 @@ struct FrameHead {
 }
 
 impl FrameHead {
-    /// Parses the 9-octet frame header at the start of `b` (caller checks the length).
-    fn parse(b: &[u8]) -> FrameHead {
+    fn parse(b: &[u8; FRAME_HEADER_LEN]) -> FrameHead {
         FrameHead {
             len: (usize::from(b[0]) << 16) | (usize::from(b[1]) << 8) | usize::from(b[2]),
             kind: b[3],
@@ -222,321 +332,605 @@ impl FrameHead {
             stream: u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & 0x7fff_ffff,
         }
     }
-
-    fn write(len: usize, kind: u8, flags: u8, stream: u32, out: &mut BytesMut) {
-        debug_assert!(len <= MAX_FRAME_SIZE);
-        let len = len as u32;
-        out.put_slice(&len.to_be_bytes()[1..]);
-        out.put_u8(kind);
-        out.put_u8(flags);
-        out.put_u32(stream);
-    }
-}
-
-/// A header block being collected across HEADERS and CONTINUATION frames.
-#[derive(Debug)]
-struct PendingBlock {
-    stream: u32,
-    /// Flags of the HEADERS frame.
-    flags: u8,
-    priority: Option<[u8; PRIORITY_LEN]>,
-    /// The frames exactly as received, for forwarding when nothing changes.
-    raw: BytesMut,
-    /// Concatenated header block fragments (padding removed).
-    fragment: BytesMut,
 }
 
 #[derive(Debug)]
-enum State {
+enum FrameState {
     /// Forwarding the client preface; `matched` octets seen so far.
     Preface { matched: usize },
-    /// Expecting a frame header.
-    FrameHead,
-    /// Forwarding the rest of a non-HEADERS frame payload.
-    Payload { remaining: usize },
-    /// Inside a header block, expecting a CONTINUATION.
-    Continuation(PendingBlock),
-    /// Gave up interpreting; every byte is forwarded as is.
+    /// Reading a frame header.
+    Head { buf: [u8; FRAME_HEADER_LEN], n: usize },
+    /// Payload octets that need no inspection.
+    Skip { remaining: usize },
+    /// Pad length and priority (HEADERS) or promised stream (PUSH_PROMISE) before a fragment.
+    Prefix { head: FrameHead, buf: [u8; 6], n: usize, need: usize },
+    /// Header block fragment octets, then `padding` octets.
+    Fragment { remaining: usize, padding: usize, end_headers: bool },
+    /// Gave up interpreting (the server ends the connection here); everything is forwarded.
     Bypass,
 }
 
-/// The I/O-free core: bytes in through `input`, possibly rewritten bytes out through `output`.
+/// A header block `h2` is collecting (its `Partial`).
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    stream: u32,
+    continuations: usize,
+}
+
+/// The I/O-free core.
 #[derive(Debug)]
 struct Filter {
-    state: State,
-    input: BytesMut,
-    output: BytesMut,
-    hpack: BlockRewriter,
+    limits: H2Limits,
+    frame: FrameState,
+    block: Option<Block>,
+    hpack: HpackStream,
+    sink: Sink,
     rewrites: u64,
 }
 
-/// Splits a HEADERS payload into its priority fields and header block fragment, dropping
-/// padding. `None` if the padding or priority fields do not fit (h2 rejects those frames).
-fn split_headers_payload(flags: u8, payload: &[u8]) -> Option<(Option<[u8; PRIORITY_LEN]>, &[u8])> {
-    let mut rest = payload;
-    if flags & FLAG_PADDED != 0 {
-        let (&pad, after) = rest.split_first()?;
-        rest = after.get(..after.len().checked_sub(usize::from(pad))?)?;
-    }
-    let mut priority = None;
-    if flags & FLAG_PRIORITY != 0 {
-        let fields = rest.get(..PRIORITY_LEN)?;
-        priority = Some(<[u8; PRIORITY_LEN]>::try_from(fields).ok()?);
-        rest = &rest[PRIORITY_LEN..];
-    }
-    Some((priority, rest))
-}
-
 impl Filter {
-    fn new(header_table_size: usize) -> Self {
+    fn new(limits: H2Limits) -> Self {
         Filter {
-            state: State::Preface { matched: 0 },
-            input: BytesMut::new(),
-            output: BytesMut::new(),
-            hpack: BlockRewriter::new(header_table_size),
+            limits,
+            frame: FrameState::Preface { matched: 0 },
+            block: None,
+            hpack: HpackStream::new(limits),
+            sink: Sink::default(),
             rewrites: 0,
         }
     }
 
-    /// Moves the first `n` input bytes to the output unchanged.
-    fn forward(&mut self, n: usize) {
-        if self.output.is_empty() && n == self.input.len() {
-            mem::swap(&mut self.output, &mut self.input);
-        } else {
-            self.output.extend_from_slice(&self.input[..n]);
-            self.input.advance(n);
+    /// Processes freshly read octets (in place in the caller's buffer). Returns how many of
+    /// them, from the start, stay where they are; the rest went to `held` or `output`.
+    fn consume(&mut self, mut data: &[u8]) -> usize {
+        self.sink.inline = self.sink.output.is_empty() && self.sink.held.is_none();
+        self.sink.inline_len = 0;
+        while !data.is_empty() {
+            let n = self.step(data);
+            data = &data[n..];
         }
-    }
-
-    fn give_up(reason: &str) -> State {
-        tracing::debug!(reason, "authority fix: forwarding the rest of the connection as is");
-        State::Bypass
-    }
-
-    /// Processes buffered input as far as possible without more bytes. Returns whether any
-    /// progress was made (input consumed or state changed).
-    fn step(&mut self) -> bool {
-        let state = mem::replace(&mut self.state, State::Bypass);
-        let (next, progressed) = match state {
-            State::Bypass => {
-                let n = self.input.len();
-                self.forward(n);
-                (State::Bypass, n > 0)
-            }
-            State::Preface { matched } => {
-                let n = (PREFACE.len() - matched).min(self.input.len());
-                if n == 0 {
-                    (State::Preface { matched }, false)
-                } else if self.input[..n] != PREFACE[matched..matched + n] {
-                    // Not HTTP/2 with prior knowledge: nothing here for us to fix.
-                    (Self::give_up("no HTTP/2 connection preface"), true)
-                } else {
-                    self.forward(n);
-                    let matched = matched + n;
-                    if matched == PREFACE.len() {
-                        (State::FrameHead, true)
-                    } else {
-                        (State::Preface { matched }, true)
-                    }
-                }
-            }
-            State::Payload { remaining } => {
-                let n = remaining.min(self.input.len());
-                self.forward(n);
-                let next = if n == remaining { State::FrameHead } else { State::Payload { remaining: remaining - n } };
-                (next, n > 0)
-            }
-            State::FrameHead => {
-                if self.input.len() < FRAME_HEADER_LEN {
-                    (State::FrameHead, false)
-                } else {
-                    let head = FrameHead::parse(&self.input);
-                    match head.kind {
-                        TYPE_HEADERS => self.start_block(head),
-                        // Both carry HPACK we would have to track; the server treats either as
-                        // a connection error from a client anyway.
-                        TYPE_CONTINUATION | TYPE_PUSH_PROMISE => {
-                            (Self::give_up("CONTINUATION or PUSH_PROMISE out of place"), true)
-                        }
-                        _ => {
-                            self.forward(FRAME_HEADER_LEN);
-                            let next =
-                                if head.len == 0 { State::FrameHead } else { State::Payload { remaining: head.len } };
-                            (next, true)
-                        }
-                    }
-                }
-            }
-            State::Continuation(block) => self.continue_block(block),
-        };
-        self.state = next;
-        progressed
-    }
-
-    fn start_block(&mut self, head: FrameHead) -> (State, bool) {
-        if head.len > MAX_HEADER_BLOCK {
-            return (Self::give_up("HEADERS frame too large to buffer"), true);
-        }
-        let total = FRAME_HEADER_LEN + head.len;
-        if self.input.len() < total {
-            self.input.reserve(total - self.input.len());
-            return (State::FrameHead, false);
-        }
-        let frame = self.input.split_to(total);
-        let Some((priority, fragment)) =
-            split_headers_payload(head.flags, &frame[FRAME_HEADER_LEN..]).map(|(p, f)| (p, BytesMut::from(f)))
-        else {
-            self.output.extend_from_slice(&frame);
-            return (Self::give_up("malformed HEADERS padding or priority"), true);
-        };
-        if let Some(p) = &priority {
-            let dependency = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff;
-            if dependency == head.stream {
-                // h2 resets such a stream without decoding its header block, so its table
-                // would miss this block's entries; ours must not diverge, so step aside.
-                self.output.extend_from_slice(&frame);
-                return (Self::give_up("HEADERS depends on its own stream"), true);
-            }
-        }
-        let block = PendingBlock { stream: head.stream, flags: head.flags, priority, raw: frame, fragment };
-        if head.flags & FLAG_END_HEADERS != 0 {
-            (self.complete_block(block), true)
-        } else {
-            (State::Continuation(block), true)
-        }
-    }
-
-    fn continue_block(&mut self, mut block: PendingBlock) -> (State, bool) {
-        if self.input.len() < FRAME_HEADER_LEN {
-            return (State::Continuation(block), false);
-        }
-        let head = FrameHead::parse(&self.input);
-        if head.kind != TYPE_CONTINUATION || head.stream != block.stream {
-            // A protocol error the server will report; hand it the original bytes.
-            self.output.extend_from_slice(&block.raw);
-            return (Self::give_up("header block interrupted"), true);
-        }
-        if block.fragment.len() + head.len > MAX_HEADER_BLOCK {
-            self.output.extend_from_slice(&block.raw);
-            return (Self::give_up("header block too large to buffer"), true);
-        }
-        let total = FRAME_HEADER_LEN + head.len;
-        if self.input.len() < total {
-            self.input.reserve(total - self.input.len());
-            return (State::Continuation(block), false);
-        }
-        let frame = self.input.split_to(total);
-        block.fragment.extend_from_slice(&frame[FRAME_HEADER_LEN..]);
-        block.raw.extend_from_slice(&frame);
-        if head.flags & FLAG_END_HEADERS != 0 {
-            (self.complete_block(block), true)
-        } else {
-            (State::Continuation(block), true)
-        }
-    }
-
-    fn complete_block(&mut self, block: PendingBlock) -> State {
-        match self.hpack.rewrite(&block.fragment) {
-            Ok(None) => {
-                self.output.extend_from_slice(&block.raw);
-                State::FrameHead
-            }
-            Ok(Some(rewritten)) => {
-                for original in &rewritten.originals {
-                    self.rewrites += 1;
-                    tracing::debug!(
-                        stream = block.stream,
-                        original = %String::from_utf8_lossy(original),
-                        "replaced an :authority that h2 would reject with a same-length placeholder"
-                    );
-                }
-                self.emit_block(&block, &rewritten.block);
-                State::FrameHead
-            }
-            Err(e) => {
-                // Our table copy may now differ from the server's, so no later block can be
-                // trusted either; the server will reject this one itself.
-                self.output.extend_from_slice(&block.raw);
-                tracing::debug!(stream = block.stream, error = %e, "unparseable header block");
-                Self::give_up("unparseable header block")
-            }
-        }
-    }
-
-    /// Frames `fragment` as HEADERS (+ CONTINUATION) for `block`'s stream. Padding is dropped
-    /// (it has no meaning beyond the hop) and END_HEADERS goes on the last frame.
-    fn emit_block(&mut self, block: &PendingBlock, fragment: &[u8]) {
-        let prio_len = if block.priority.is_some() { PRIORITY_LEN } else { 0 };
-        let (first, rest) = fragment.split_at(fragment.len().min(MAX_FRAME_SIZE - prio_len));
-        let mut flags = block.flags & !(FLAG_PADDED | FLAG_END_HEADERS);
-        if rest.is_empty() {
-            flags |= FLAG_END_HEADERS;
-        }
-        let out = &mut self.output;
-        FrameHead::write(prio_len + first.len(), TYPE_HEADERS, flags, block.stream, out);
-        if let Some(priority) = &block.priority {
-            out.put_slice(priority);
-        }
-        out.put_slice(first);
-        let mut chunks = rest.chunks(MAX_FRAME_SIZE).peekable();
-        while let Some(chunk) = chunks.next() {
-            let flags = if chunks.peek().is_none() { FLAG_END_HEADERS } else { 0 };
-            FrameHead::write(chunk.len(), TYPE_CONTINUATION, flags, block.stream, out);
-            out.put_slice(chunk);
-        }
+        let kept = self.sink.inline_len;
+        self.sink.inline = false;
+        self.sink.inline_len = 0;
+        kept
     }
 
     /// At end of input: release everything held back, unchanged.
-    fn finish_input(&mut self) {
-        if let State::Continuation(block) = &self.state {
-            self.output.extend_from_slice(&block.raw);
-            self.state = State::Bypass;
-        }
-        let n = self.input.len();
-        self.forward(n);
+    fn finish(&mut self) {
+        self.sink.release(None);
     }
 
-    /// How many bytes may be read directly into the caller's buffer, bypassing `input`: only
-    /// when nothing is buffered and the next bytes need no inspection. Small payloads go
-    /// through `input` so one read can pick up several frames.
-    fn direct_read_limit(&self) -> Option<usize> {
-        if !self.input.is_empty() || !self.output.is_empty() {
-            return None;
-        }
-        match self.state {
-            State::Bypass => Some(usize::MAX),
-            State::Payload { remaining } if remaining >= READ_CHUNK => Some(remaining),
-            _ => None,
-        }
+    fn bypass(&mut self, reason: &'static str) {
+        tracing::debug!(reason, "authority fix: forwarding the rest of the connection as is");
+        self.sink.release(None);
+        self.frame = FrameState::Bypass;
     }
 
-    fn consumed_directly(&mut self, n: usize) {
-        if let State::Payload { remaining } = &mut self.state {
-            *remaining -= n;
-            if *remaining == 0 {
-                self.state = State::FrameHead;
+    /// Handles a prefix of `data` (at least one octet); returns its length.
+    fn step(&mut self, data: &[u8]) -> usize {
+        match &mut self.frame {
+            FrameState::Bypass => {
+                self.sink.emit(data);
+                data.len()
+            }
+            FrameState::Preface { matched } => {
+                let n = (PREFACE.len() - *matched).min(data.len());
+                if data[..n] != PREFACE[*matched..*matched + n] {
+                    // Not HTTP/2 with prior knowledge: nothing here for us to fix.
+                    self.bypass("no HTTP/2 connection preface");
+                    return 0;
+                }
+                *matched += n;
+                if *matched == PREFACE.len() {
+                    self.frame = FrameState::Head { buf: [0; FRAME_HEADER_LEN], n: 0 };
+                }
+                self.sink.emit(&data[..n]);
+                n
+            }
+            FrameState::Skip { remaining } => {
+                let n = (*remaining).min(data.len());
+                *remaining -= n;
+                if *remaining == 0 {
+                    self.frame = FrameState::Head { buf: [0; FRAME_HEADER_LEN], n: 0 };
+                }
+                self.sink.emit(&data[..n]);
+                n
+            }
+            FrameState::Head { buf, n } => {
+                let take = (FRAME_HEADER_LEN - *n).min(data.len());
+                buf[*n..*n + take].copy_from_slice(&data[..take]);
+                let before = *n;
+                *n += take;
+                let (buf, filled) = (*buf, *n);
+                self.sink.emit(&data[..take]);
+                // h2 checks the length as soon as it has the first three octets.
+                if before < 3 && filled >= 3 {
+                    let len = (usize::from(buf[0]) << 16) | (usize::from(buf[1]) << 8) | usize::from(buf[2]);
+                    if len > self.limits.max_frame_size {
+                        self.bypass("frame larger than SETTINGS_MAX_FRAME_SIZE");
+                        return take;
+                    }
+                }
+                if filled == FRAME_HEADER_LEN {
+                    self.start_frame(FrameHead::parse(&buf));
+                }
+                take
+            }
+            FrameState::Prefix { head, buf, n, need } => {
+                let take = (*need - *n).min(data.len());
+                buf[*n..*n + take].copy_from_slice(&data[..take]);
+                *n += take;
+                let (head, buf, done) = (*head, *buf, *n == *need);
+                self.sink.emit(&data[..take]);
+                if done {
+                    self.start_fragment(head, &buf);
+                }
+                take
+            }
+            FrameState::Fragment { remaining, padding, end_headers } => {
+                if *remaining == 0 {
+                    let (padding, end_headers) = (*padding, *end_headers);
+                    self.end_fragment(padding, end_headers);
+                    return 0;
+                }
+                let n = (*remaining).min(data.len());
+                *remaining -= n;
+                if let Err(reason) = self.hpack.feed(&data[..n], &mut self.sink, &mut self.rewrites) {
+                    // The offending octets were emitted (or are held) in order; h2 stops here.
+                    self.bypass(reason);
+                    return n;
+                }
+                if let FrameState::Fragment { remaining: 0, padding, end_headers } = self.frame {
+                    self.end_fragment(padding, end_headers);
+                }
+                n
             }
         }
     }
+
+    fn next_frame(&mut self) {
+        self.frame = FrameState::Head { buf: [0; FRAME_HEADER_LEN], n: 0 };
+    }
+
+    fn skip(&mut self, len: usize) {
+        if len == 0 {
+            self.next_frame();
+        } else {
+            self.frame = FrameState::Skip { remaining: len };
+        }
+    }
+
+    /// Decides what a frame is to us once its header is complete, with h2's checks in h2's
+    /// order (`FramedRead::decode_frame`, `Headers::load`, `PushPromise::load`).
+    fn start_frame(&mut self, head: FrameHead) {
+        if let Some(block) = &mut self.block {
+            if head.kind != TYPE_CONTINUATION {
+                // h2 either ends the connection here (its block is still open) or had already
+                // dropped the block as malformed at its last frame; in the latter case it goes
+                // on, with the table as of the last complete representation, and so do we.
+                self.block = None;
+                self.hpack.drop_partial();
+                self.sink.release(None);
+            } else {
+                if head.stream != block.stream {
+                    return self.bypass("CONTINUATION for another stream");
+                }
+                let end = head.flags & FLAG_END_HEADERS != 0;
+                if !end {
+                    block.continuations += 1;
+                    if block.continuations > self.limits.max_continuations() {
+                        return self.bypass("too many CONTINUATION frames");
+                    }
+                }
+                self.frame = FrameState::Fragment { remaining: head.len, padding: 0, end_headers: end };
+                return self.maybe_empty_fragment();
+            }
+        }
+        match head.kind {
+            TYPE_CONTINUATION => self.bypass("CONTINUATION without a header block"),
+            TYPE_HEADERS | TYPE_PUSH_PROMISE => {
+                if head.stream == 0 {
+                    return self.bypass("header block on stream 0");
+                }
+                let padded = usize::from(head.flags & FLAG_PADDED != 0);
+                if padded == 1 && head.len == 0 {
+                    return self.bypass("PADDED frame without a pad length");
+                }
+                let fields = match head.kind {
+                    TYPE_HEADERS if head.flags & FLAG_PRIORITY != 0 => 5,
+                    TYPE_HEADERS => 0,
+                    _ => 4,
+                };
+                // h2 wants 5 octets after the pad length in a PUSH_PROMISE, not 4.
+                let minimum = if head.kind == TYPE_PUSH_PROMISE { 5 } else { fields };
+                if head.len - padded < minimum {
+                    return self.bypass("header block frame too short");
+                }
+                let need = padded + fields;
+                if need == 0 {
+                    self.start_fragment(head, &[0; 6]);
+                } else {
+                    self.frame = FrameState::Prefix { head, buf: [0; 6], n: 0, need };
+                }
+            }
+            _ => self.skip(head.len),
+        }
+    }
+
+    fn start_fragment(&mut self, head: FrameHead, prefix: &[u8; 6]) {
+        let padded = head.flags & FLAG_PADDED != 0;
+        let pad = if padded { usize::from(prefix[0]) } else { 0 };
+        let fields = &prefix[usize::from(padded)..];
+        let need = usize::from(padded)
+            + if head.kind == TYPE_PUSH_PROMISE {
+                4
+            } else if head.flags & FLAG_PRIORITY != 0 {
+                5
+            } else {
+                0
+            };
+        if head.kind == TYPE_HEADERS && head.flags & FLAG_PRIORITY != 0 {
+            let dependency = u32::from_be_bytes([fields[0], fields[1], fields[2], fields[3]]) & 0x7fff_ffff;
+            if dependency == head.stream {
+                // h2 resets the stream without decoding the block or opening a partial one.
+                return self.skip(head.len - need);
+            }
+        }
+        let rest = head.len - need;
+        if pad > rest {
+            return self.bypass("padding longer than the frame");
+        }
+        let end = head.flags & FLAG_END_HEADERS != 0;
+        if !end {
+            self.block = Some(Block { stream: head.stream, continuations: 0 });
+        }
+        self.frame = FrameState::Fragment { remaining: rest - pad, padding: pad, end_headers: end };
+        self.maybe_empty_fragment();
+    }
+
+    fn maybe_empty_fragment(&mut self) {
+        if let FrameState::Fragment { remaining: 0, padding, end_headers } = self.frame {
+            self.end_fragment(padding, end_headers);
+        }
+    }
+
+    fn end_fragment(&mut self, padding: usize, end_headers: bool) {
+        if end_headers {
+            self.block = None;
+            if !self.hpack.at_boundary() {
+                // h2 runs out of input mid-representation with END_HEADERS: connection error.
+                return self.bypass("header block ends inside a representation");
+            }
+        }
+        self.skip(padding);
+    }
 }
 
+// ===== HPACK, one octet at a time =====
+
+/// Which integer is being read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IntOf {
+    Index,
+    SizeUpdate,
+    NameIndex,
+    StringLen,
+}
+
+#[derive(Debug)]
+enum Rep {
+    /// Between representations.
+    Start,
+    Int {
+        of: IntOf,
+        step: IntStep,
+    },
+    /// The payload of a string literal.
+    Str {
+        remaining: usize,
+    },
+}
+
+/// The literal representation being read.
+#[derive(Debug, Default)]
+struct Literal {
+    indexing: bool,
+    /// Reading the name string (as opposed to the value).
+    in_name: bool,
+    name_authority: bool,
+    name_len: usize,
+    /// The first octets of a literal name, enough to recognise `:authority`.
+    name_start: Vec<u8>,
+    huffman: bool,
+    encoded_len: usize,
+    huff: HuffmanStream,
+    /// The value is an `:authority` candidate: its payload is being held.
+    candidate: bool,
+}
+
+const AUTHORITY: &[u8] = b":authority";
+
+/// A mirror of h2's HPACK decoder state: the dynamic table's names and sizes, and where in a
+/// representation the input is. Deliberately no stricter than h2: anything h2 rejects ends the
+/// connection, so only the structure and the table have to match.
+#[derive(Debug)]
+struct HpackStream {
+    limits: H2Limits,
+    /// Newest first: (name is `:authority`, name length, entry size).
+    table: VecDeque<(bool, usize, usize)>,
+    size: usize,
+    max_size: usize,
+    rep: Rep,
+    lit: Literal,
+}
+
+impl HpackStream {
+    fn new(limits: H2Limits) -> Self {
+        HpackStream {
+            limits,
+            table: VecDeque::new(),
+            size: 0,
+            max_size: limits.header_table_size,
+            rep: Rep::Start,
+            lit: Literal::default(),
+        }
+    }
+
+    fn at_boundary(&self) -> bool {
+        matches!(self.rep, Rep::Start)
+    }
+
+    /// Forgets an incomplete representation (h2 dropped the block holding it).
+    fn drop_partial(&mut self) {
+        self.rep = Rep::Start;
+        self.lit = Literal::default();
+    }
+
+    /// (name is `:authority`, name length) of table entry `index`, as h2's `Table::get`.
+    fn name_of(&self, index: usize) -> Option<(bool, usize)> {
+        match index {
+            0 => None,
+            1..=hpack::STATIC_ENTRIES => Some((index == 1, hpack::static_name_len(index))),
+            _ => self.table.get(index - hpack::STATIC_ENTRIES - 1).map(|&(a, n, _)| (a, n)),
+        }
+    }
+
+    fn evict_to(&mut self, limit: usize) {
+        while self.size > limit {
+            match self.table.pop_back() {
+                Some((_, _, s)) => self.size -= s,
+                None => break,
+            }
+        }
+    }
+
+    /// As h2's `Table::insert`: evict until it fits, store only if it then fits.
+    fn insert(&mut self, authority: bool, name_len: usize, value_len: usize) {
+        let len = name_len + value_len + hpack::ENTRY_OVERHEAD;
+        self.evict_to(self.max_size.saturating_sub(len));
+        if self.size + len <= self.max_size {
+            self.size += len;
+            self.table.push_front((authority, name_len, len));
+        } else {
+            self.table.clear();
+            self.size = 0;
+        }
+    }
+
+    /// Feeds fragment octets; every one is emitted into `sink` (or held) in order. `Err` names
+    /// why h2 ends the connection at this point (the octets after it are emitted as they are).
+    fn feed(&mut self, mut data: &[u8], sink: &mut Sink, rewrites: &mut u64) -> Result<(), &'static str> {
+        let result = self.feed_some(&mut data, sink, rewrites);
+        if result.is_err() {
+            sink.emit(data);
+        }
+        result
+    }
+
+    fn feed_some(&mut self, data: &mut &[u8], sink: &mut Sink, rewrites: &mut u64) -> Result<(), &'static str> {
+        while !data.is_empty() {
+            match &mut self.rep {
+                Rep::Start => {
+                    // Classify by the first octet, which the integer step then reads.
+                    let b = data[0];
+                    let (of, prefix) = if b & 0x80 != 0 {
+                        (IntOf::Index, 7)
+                    } else if b & 0x40 != 0 {
+                        self.lit = Literal { indexing: true, ..Literal::default() };
+                        (IntOf::NameIndex, 6)
+                    } else if b & 0x20 != 0 {
+                        (IntOf::SizeUpdate, 5)
+                    } else {
+                        self.lit = Literal::default();
+                        (IntOf::NameIndex, 4)
+                    };
+                    self.rep = Rep::Int { of, step: IntStep::First { prefix } };
+                }
+                Rep::Int { of, step } => {
+                    let of = *of;
+                    let b = data[0];
+                    sink.emit(&data[..1]);
+                    *data = &data[1..];
+                    if of == IntOf::StringLen && matches!(step, IntStep::First { .. }) {
+                        self.lit.huffman = b & 0x80 != 0;
+                    }
+                    if let Some(value) = step.feed(b).map_err(|_| "integer too long")? {
+                        self.int_done(of, value, sink, rewrites)?;
+                    }
+                }
+                Rep::Str { remaining } => {
+                    let n = (*remaining).min(data.len());
+                    *remaining -= n;
+                    let done = *remaining == 0;
+                    let chunk = &data[..n];
+                    *data = &data[n..];
+                    let lit = &mut self.lit;
+                    if lit.candidate {
+                        sink.emit_payload(chunk);
+                    } else {
+                        sink.emit(chunk);
+                    }
+                    let room = if lit.in_name { AUTHORITY.len() + 1 } else { 0 };
+                    if lit.huffman {
+                        lit.huff.feed(chunk, &mut lit.name_start, room);
+                    } else if lit.in_name {
+                        let take = room.saturating_sub(lit.name_start.len()).min(chunk.len());
+                        lit.name_start.extend_from_slice(&chunk[..take]);
+                    }
+                    if done {
+                        self.string_done(sink, rewrites)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn int_done(&mut self, of: IntOf, value: usize, sink: &mut Sink, rewrites: &mut u64) -> Result<(), &'static str> {
+        match of {
+            IntOf::Index => {
+                self.name_of(value).ok_or("invalid table index")?;
+                self.rep = Rep::Start;
+            }
+            IntOf::SizeUpdate => {
+                // Accepted anywhere: where h2 refuses a misplaced one it ends the connection.
+                if value > self.limits.header_table_size {
+                    return Err("table size update above the limit");
+                }
+                self.max_size = value;
+                self.evict_to(value);
+                self.rep = Rep::Start;
+            }
+            IntOf::NameIndex => {
+                if value == 0 {
+                    self.lit.in_name = true;
+                } else {
+                    let (authority, len) = self.name_of(value).ok_or("invalid table index")?;
+                    self.lit.name_authority = authority;
+                    self.lit.name_len = len;
+                }
+                self.rep = Rep::Int { of: IntOf::StringLen, step: IntStep::First { prefix: 7 } };
+            }
+            IntOf::StringLen => self.begin_string(value, sink, rewrites)?,
+        }
+        Ok(())
+    }
+
+    fn begin_string(&mut self, len: usize, sink: &mut Sink, rewrites: &mut u64) -> Result<(), &'static str> {
+        let lit = &mut self.lit;
+        lit.encoded_len = len;
+        lit.huff = HuffmanStream::default();
+        lit.candidate = !lit.in_name && lit.name_authority && len > 0 && len <= self.limits.hold_cap();
+        if lit.candidate {
+            sink.hold();
+        }
+        self.rep = Rep::Str { remaining: len };
+        if len == 0 {
+            self.string_done(sink, rewrites)?;
+        }
+        Ok(())
+    }
+
+    fn string_done(&mut self, sink: &mut Sink, rewrites: &mut u64) -> Result<(), &'static str> {
+        let lit = &mut self.lit;
+        let decoded_len =
+            if lit.huffman { lit.huff.finish().map_err(|_| "invalid Huffman string")? } else { lit.encoded_len };
+        if lit.in_name {
+            if decoded_len == 0 {
+                // h2 never gets past an empty name (it reports NeedMore until the block ends).
+                return Err("empty header name");
+            }
+            lit.in_name = false;
+            lit.name_len = decoded_len;
+            lit.name_authority = lit.name_start == AUTHORITY;
+            self.rep = Rep::Int { of: IntOf::StringLen, step: IntStep::First { prefix: 7 } };
+            return Ok(());
+        }
+        if lit.candidate {
+            let payload = sink.held_payload();
+            let value = if lit.huffman { hpack::huffman_decode(&payload).unwrap_or_default() } else { payload };
+            let verdict = judge(&value, lit.huffman, lit.encoded_len);
+            match &verdict {
+                Verdict::Rewrite(replacement) => {
+                    *rewrites += 1;
+                    tracing::debug!(
+                        original = %clip(&value),
+                        placeholder = %clip(&hpack::placeholder_text(lit.huffman, replacement)),
+                        "replaced an :authority that h2 would reject with a placeholder of the same length"
+                    );
+                    sink.release(Some(replacement));
+                }
+                Verdict::Keep => sink.release(None),
+                Verdict::NoPlaceholder => {
+                    tracing::debug!(
+                        original = %clip(&value),
+                        "an :authority that h2 rejects has no same-length placeholder; left as is"
+                    );
+                    sink.release(None);
+                }
+                Verdict::Invalid(reason) => {
+                    sink.release(None);
+                    return Err(reason);
+                }
+            }
+        }
+        if lit.indexing {
+            let (authority, name_len) = (lit.name_authority, lit.name_len);
+            self.insert(authority, name_len, decoded_len);
+        }
+        self.rep = Rep::Start;
+        Ok(())
+    }
+}
+
+/// What to do with a complete `:authority` value.
+#[derive(Debug)]
+enum Verdict {
+    Keep,
+    Rewrite(Vec<u8>),
+    NoPlaceholder,
+    /// h2 ends the connection on this value.
+    Invalid(&'static str),
+}
+
+fn judge(value: &[u8], huffman: bool, encoded_len: usize) -> Verdict {
+    if std::str::from_utf8(value).is_err() {
+        // h2 refuses a non-UTF-8 pseudo-header with a connection error; it must stay refused.
+        return Verdict::Invalid("non-UTF-8 :authority");
+    }
+    if http::uri::Authority::try_from(value).is_ok() {
+        return Verdict::Keep;
+    }
+    match hpack::placeholder_payload(huffman, encoded_len, value.len()) {
+        Some(p) => Verdict::Rewrite(p),
+        None => Verdict::NoPlaceholder,
+    }
+}
+
+/// A value for a log line: lossy UTF-8, control characters escaped, at most
+/// [`LOG_VALUE_MAX`] characters.
+fn clip(value: &[u8]) -> String {
+    let text = String::from_utf8_lossy(value);
+    let mut out: String = text.chars().take(LOG_VALUE_MAX).flat_map(char::escape_debug).collect();
+    if text.chars().count() > LOG_VALUE_MAX {
+        out.push('…');
+    }
+    out
+}
 #[cfg(test)]
 mod tests {
-    use super::hpack::{encode_int, huffman_encode, BlockRewriter};
+    use super::hpack::{encode_int, huffman_encode};
     use super::*;
     use tokio::io::AsyncReadExt;
 
     const BAD: &[u8] = br"\\.\pipe\csi-proxy-disk-v1";
 
     fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let mut out = BytesMut::new();
-        let len = payload.len() as u32;
-        out.put_slice(&len.to_be_bytes()[1..]);
-        out.put_u8(kind);
-        out.put_u8(flags);
-        out.put_u32(stream);
-        out.put_slice(payload);
-        out.to_vec()
+        let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        out.extend([kind, flags]);
+        out.extend(stream.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
     }
 
     /// HPACK literal with incremental indexing, name = static index `name_index`.
@@ -604,7 +998,7 @@ mod tests {
         let mut rest = &bytes[24..];
         let mut out = Vec::new();
         while !rest.is_empty() {
-            let h = FrameHead::parse(rest);
+            let h = FrameHead::parse(rest[..9].try_into().unwrap());
             let end = FRAME_HEADER_LEN + h.len;
             out.push((h.kind, h.flags, h.stream, rest[FRAME_HEADER_LEN..end].to_vec()));
             rest = &rest[end..];
@@ -612,8 +1006,8 @@ mod tests {
         out
     }
 
-    /// A connection with padding, priority, CONTINUATION, a large DATA frame and a second
-    /// request that references the first `:authority` by index.
+    /// A connection with padding, priority, a value split over CONTINUATION frames, a large
+    /// DATA frame and a second request that references the first `:authority` by index.
     fn sample_connection() -> Vec<u8> {
         let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
         block.extend(literal(1, BAD, true));
@@ -628,12 +1022,44 @@ mod tests {
         input.extend(frame(TYPE_HEADERS, FLAG_PADDED | FLAG_PRIORITY, 1, &headers_payload));
         input.extend(frame(TYPE_CONTINUATION, 0, 1, &b[..3]));
         input.extend(frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, &b[3..]));
-        input.extend(frame(0x0, 0, 1, &vec![0xab; 40_000])); // DATA, larger than a read
+        input.extend(frame(0x0, 0, 1, &vec![0xab; 16_000])); // DATA, larger than a read
         input.extend(frame(0x0, 0x1, 1, b"tail"));
         // Stream 3: :method POST, :scheme http, then dynamic indices 63 (:authority) and 62.
         input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | 0x1, 3, &[0x83, 0x86, 0xbf, 0xbe]));
         input.extend(frame(0x8, 0, 0, &[0, 0, 1, 0])); // WINDOW_UPDATE
         input
+    }
+
+    /// Decodes the header blocks of `bytes` (one per stream, in order) as the server would.
+    fn decoded_blocks(bytes: &[u8]) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut d = HeaderDecoder::new(DEFAULT_HEADER_TABLE_SIZE);
+        let mut blocks = Vec::new();
+        let mut pending = Vec::new();
+        for (kind, flags, _, payload) in frames(bytes) {
+            let fragment = match kind {
+                TYPE_HEADERS => {
+                    let mut p = &payload[..];
+                    let mut pad = 0;
+                    if flags & FLAG_PADDED != 0 {
+                        pad = usize::from(p[0]);
+                        p = &p[1..];
+                    }
+                    if flags & FLAG_PRIORITY != 0 {
+                        p = &p[5..];
+                    }
+                    p[..p.len() - pad].to_vec()
+                }
+                TYPE_CONTINUATION => payload,
+                _ => continue,
+            };
+            pending.extend(fragment);
+            if flags & FLAG_END_HEADERS != 0 {
+                let fields = d.decode(&pending).unwrap();
+                blocks.push(fields.into_iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect());
+                pending.clear();
+            }
+        }
+        blocks
     }
 
     #[test]
@@ -645,30 +1071,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn rewrites_across_continuations_and_keeps_other_frames() {
+    async fn rewrites_in_place_and_keeps_every_frame() {
         let input = sample_connection();
         let (out, rewrites, bypassed) = run_bulk(&input).await;
-        assert_eq!(rewrites, 1);
-        assert!(!bypassed);
-        let f = frames(&out);
-        let kinds: Vec<(u8, u32)> = f.iter().map(|(k, _, s, _)| (*k, *s)).collect();
-        assert_eq!(kinds, vec![(4, 0), (1, 1), (0, 1), (0, 1), (1, 3), (8, 0)]);
-
-        // One HEADERS frame: padding gone, priority kept, END_HEADERS set.
-        let (_, flags, _, payload) = &f[1];
-        assert_eq!(*flags, FLAG_PRIORITY | FLAG_END_HEADERS);
-        assert_eq!(&payload[..5], &[0x80, 0, 0, 0, 15]);
-        let mut expected = vec![0x83, 0x86, 0x41, BAD.len() as u8];
-        expected.extend(std::iter::repeat_n(b'x', BAD.len()));
-        expected.extend(literal(4, b"/v1.Disk/GetDiskStats", true));
-        assert_eq!(&payload[5..], &expected[..]);
-
-        // The rewritten block is consistent for a fresh decoder, and the rest is untouched.
-        let mut check = BlockRewriter::new(4096);
-        assert!(check.rewrite(&payload[5..]).unwrap().is_none());
-        assert!(check.rewrite(&f[4].3).unwrap().is_none());
-        assert_eq!(f[2].3, vec![0xab; 40_000]);
-        assert_eq!(f[4].3, vec![0x83, 0x86, 0xbf, 0xbe]);
+        assert_eq!((rewrites, bypassed), (1, false));
+        // Same frames, same sizes, same flags, padding and priority; only value octets differ.
+        assert_eq!(out.len(), input.len());
+        let (fi, fo) = (frames(&input), frames(&out));
+        assert_eq!(fi.len(), fo.len());
+        for (a, b) in fi.iter().zip(&fo) {
+            assert_eq!((a.0, a.1, a.2, a.3.len()), (b.0, b.1, b.2, b.3.len()));
+        }
+        let changed: Vec<usize> = (0..out.len()).filter(|&i| out[i] != input[i]).collect();
+        assert!(!changed.is_empty() && changed.len() <= huffman_encode(BAD).len());
+        // The server decodes a valid authority of the original length, on both streams.
+        let blocks = decoded_blocks(&out);
+        assert_eq!(blocks.len(), 2);
+        for block in &blocks {
+            let authority = &block.iter().find(|(n, _)| n == b":authority").unwrap().1;
+            assert_eq!(authority.len(), BAD.len());
+            assert!(http::uri::Authority::try_from(&authority[..]).is_ok());
+            assert!(block.iter().any(|(n, v)| n == b":path" && v == b"/v1.Disk/GetDiskStats"));
+        }
     }
 
     #[tokio::test]
@@ -680,25 +1104,52 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn long_rewrite_is_split_into_continuations() {
-        // '%' has a 6-bit Huffman code, so the plain placeholder outgrows one frame.
+    async fn a_value_split_over_frames_is_held_only_until_complete() {
+        // Plain literal so the payload is easy to cut: 2 octets in HEADERS, the rest later.
+        let block = literal(1, BAD, false);
+        let mut input = PREFACE.to_vec();
+        input.extend(frame(TYPE_HEADERS, 0, 1, &block[..4]));
+        let held_from = input.len() - 2;
+        input.extend(frame(TYPE_CONTINUATION, 0, 1, &block[4..10]));
+        input.extend(frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, &block[10..]));
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let mut fix = AuthorityFix::new(server);
+        let (mut r, mut w) = (fix, client);
+        use tokio::io::AsyncWriteExt;
+        w.write_all(&input[..input.len() - 1]).await.unwrap();
+        let mut out = vec![0u8; input.len()];
+        let n = r.read(&mut out).await.unwrap();
+        // Everything before the value's payload came out at once; the rest waits.
+        assert_eq!(n, held_from);
+        assert_eq!(r.buffered(), input.len() - 1 - held_from);
+        w.write_all(&input[input.len() - 1..]).await.unwrap();
+        drop(w);
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(r.rewrites(), 1);
+        assert_eq!(r.buffered(), 0);
+        fix = r;
+        let _ = fix;
+        let mut all = out[..n].to_vec();
+        all.extend(rest);
+        assert_eq!(all.len(), input.len());
+        assert_eq!(decoded_blocks(&all)[0][0].1, vec![b'x'; BAD.len()]);
+    }
+
+    #[tokio::test]
+    async fn long_value_is_rewritten_in_place() {
+        // '%' has a 6-bit Huffman code: 20,000 of them fit one 15,000-octet frame.
         let value = vec![b'%'; 20_000];
         let block = literal(1, &value, true);
-        assert!(block.len() < MAX_FRAME_SIZE);
+        assert!(block.len() <= H2Limits::SERVER.max_frame_size);
         let mut input = PREFACE.to_vec();
         input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | 0x1, 1, &block));
         let (out, rewrites, _) = run_bulk(&input).await;
         assert_eq!(rewrites, 1);
-        let f = frames(&out);
-        assert_eq!(f.len(), 2);
-        assert_eq!((f[0].0, f[0].1), (TYPE_HEADERS, 0x1));
-        assert_eq!(f[0].3.len(), MAX_FRAME_SIZE);
-        assert_eq!((f[1].0, f[1].1, f[1].2), (TYPE_CONTINUATION, FLAG_END_HEADERS, 1));
-        let joined = [f[0].3.clone(), f[1].3.clone()].concat();
-        let mut expected = vec![0x41];
-        encode_int(value.len(), 7, 0, &mut expected);
-        expected.extend(vec![b'x'; value.len()]);
-        assert_eq!(joined, expected);
+        assert_eq!(out.len(), input.len());
+        let authority = &decoded_blocks(&out)[0][0].1;
+        assert_eq!(authority.len(), value.len());
+        assert!(http::uri::Authority::try_from(&authority[..]).is_ok());
         assert_eq!(run_trickle(&input).await.0, out);
     }
 
@@ -716,10 +1167,11 @@ mod tests {
         assert_eq!((rewrites, bypassed), (0, false));
     }
 
+    /// Where h2 ends the connection, the adapter hands on the original bytes.
     #[tokio::test]
-    async fn malformed_input_is_forwarded_unchanged() {
+    async fn input_h2_refuses_is_forwarded_unchanged() {
         let mut cases = Vec::new();
-        // Invalid HPACK index 0.
+        // Invalid HPACK index 0, then a bad authority h2 never gets to.
         let mut c = PREFACE.to_vec();
         c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &[0x80]));
         c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &literal(1, BAD, false)));
@@ -727,32 +1179,29 @@ mod tests {
         // Padding longer than the payload.
         let mut c = PREFACE.to_vec();
         c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_PADDED, 1, &[9, 0x82]));
-        cases.push(c);
-        // Header block interrupted by a DATA frame.
-        let mut c = PREFACE.to_vec();
-        c.extend(frame(TYPE_HEADERS, 0, 1, &literal(1, BAD, false)));
-        c.extend(frame(0x0, 0, 1, b"data"));
-        cases.push(c);
-        // A stream depending on itself: h2 skips the block's HPACK, so the adapter steps aside.
-        let mut c = PREFACE.to_vec();
-        let mut payload = vec![0, 0, 0, 1, 15];
-        payload.extend(literal(1, BAD, false));
-        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_PRIORITY, 1, &payload));
         c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &literal(1, BAD, false)));
+        cases.push(c);
+        // A non-UTF-8 :authority (h2: connection error), Huffman-coded and plain.
+        for huffman in [true, false] {
+            let mut c = PREFACE.to_vec();
+            c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &literal(1, b"\xff\\pipe", huffman)));
+            cases.push(c);
+        }
+        // A frame over SETTINGS_MAX_FRAME_SIZE (h2: FRAME_SIZE_ERROR), even with a bad authority.
+        let mut c = PREFACE.to_vec();
+        let mut big = literal(1, BAD, false);
+        big.extend(literal(4, &vec![b'p'; 20_000], false));
+        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &big));
+        cases.push(c);
+        // CONTINUATION without a header block.
+        let mut c = PREFACE.to_vec();
+        c.extend(frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, &literal(1, BAD, false)));
         cases.push(c);
         // Not HTTP/2 at all.
         cases.push(b"GET / HTTP/1.1\r\nHost: \\\\.\\pipe\\x\r\n\r\n".to_vec());
-        // Truncated in the middle of a header block.
+        // Truncated in the middle of a value.
         let mut c = PREFACE.to_vec();
-        c.extend(frame(TYPE_HEADERS, 0, 1, &literal(1, BAD, false)));
-        c.extend(&frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, &[0x82, 0x84])[..10]);
-        cases.push(c);
-        // A header block bigger than the buffering cap.
-        let mut c = PREFACE.to_vec();
-        c.extend(frame(TYPE_HEADERS, 0, 1, &literal(1, BAD, false)));
-        for _ in 0..70 {
-            c.extend(frame(TYPE_CONTINUATION, 0, 1, &[0x82; MAX_FRAME_SIZE]));
-        }
+        c.extend(&frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &literal(1, BAD, false))[..20]);
         cases.push(c);
         for (i, input) in cases.iter().enumerate() {
             let (out, rewrites, _) = run_bulk(input).await;
@@ -762,6 +1211,74 @@ mod tests {
                 assert_eq!(run_trickle(input).await.0, out, "case {i}");
             }
         }
+    }
+
+    /// Where h2 goes on after a stream-level problem, the adapter goes on rewriting.
+    #[tokio::test]
+    async fn rewriting_continues_wherever_h2_continues() {
+        // A size update at the start of a CONTINUATION: h2 decodes each frame's fragment as a
+        // fresh call, so it accepts it.
+        let mut c = PREFACE.to_vec();
+        c.extend(frame(TYPE_HEADERS, 0, 1, &[0x83, 0x86]));
+        let mut rest = vec![0x3f, 0xe1, 0x1f]; // size update to 4096
+        rest.extend(literal(1, BAD, true));
+        c.extend(frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, &rest));
+        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &literal(1, BAD, true)));
+        let (_, rewrites, bypassed) = run_bulk(&c).await;
+        assert_eq!((rewrites, bypassed), (2, false));
+
+        // A stream depending on itself: h2 resets it without decoding its block.
+        let mut c = PREFACE.to_vec();
+        let mut payload = vec![0, 0, 0, 1, 15];
+        payload.extend(literal(1, BAD, false));
+        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_PRIORITY, 1, &payload));
+        // Index 62 would be that block's entry had it been decoded; h2 has no such entry.
+        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &literal(1, BAD, false)));
+        let (out, rewrites, bypassed) = run_bulk(&c).await;
+        assert_eq!((rewrites, bypassed), (1, false));
+        assert_eq!(out[..24 + 9 + payload.len()], c[..24 + 9 + payload.len()], "the reset block is left alone");
+
+        // A block h2 drops as malformed, then a frame that is not a CONTINUATION.
+        let mut c = PREFACE.to_vec();
+        let mut first = vec![0x83, 0x86, 0x40];
+        first.extend([10]);
+        first.extend(b"connection");
+        first.extend([5]);
+        first.extend(b"close");
+        c.extend(frame(TYPE_HEADERS, 0, 1, &first));
+        c.extend(frame(0x6, 0, 0, &[0; 8]));
+        c.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &literal(1, BAD, false)));
+        let (_, rewrites, bypassed) = run_bulk(&c).await;
+        assert_eq!((rewrites, bypassed), (1, false));
+    }
+
+    /// HEADERS whose fragment ends inside a candidate value, then a flood of empty
+    /// CONTINUATION frames: the adapter holds no more than the value and six frame headers,
+    /// and hands the flood on for h2 to end the connection (ENHANCE_YOUR_CALM).
+    #[tokio::test]
+    async fn continuation_flood_is_bounded_and_passed_on() {
+        let block = literal(1, BAD, false);
+        let mut input = PREFACE.to_vec();
+        input.extend(frame(TYPE_HEADERS, 0, 1, &block[..5]));
+        for _ in 0..10_000 {
+            input.extend(frame(TYPE_CONTINUATION, 0, 1, &[]));
+        }
+        let mut fix = AuthorityFix::new(Trickle { data: input.clone(), pos: 0, pend: false });
+        let mut out = Vec::new();
+        let mut chunk = [0u8; 64];
+        let mut most = 0;
+        loop {
+            let n = fix.read(&mut chunk).await.unwrap();
+            most = most.max(fix.buffered());
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&chunk[..n]);
+        }
+        assert_eq!(out, input);
+        assert!(fix.is_bypassed());
+        let bound = 3 + (H2Limits::SERVER.max_continuations() + 1) * FRAME_HEADER_LEN;
+        assert!(most <= bound, "held {most} octets, bound {bound}");
     }
 
     #[tokio::test]
@@ -784,10 +1301,11 @@ mod tests {
             let cut = 24 + (next() as usize) % (input.len() - 23);
             input.truncate(cut);
             let (out, rewrites, _) = run_bulk(&input).await;
-            // Without a rewrite, every byte must come out exactly as it went in.
+            assert_eq!(out.len(), input.len(), "{:02x?}", &input[24..]);
             if rewrites == 0 {
                 assert_eq!(out, input);
             }
+            assert_eq!(run_trickle(&input).await.0, out);
         }
     }
 }
