@@ -5,7 +5,9 @@
 #      with scsi_debug disks), unless SKIP_STORAGE_VM=1;
 #   3. the workspace built for Windows and its tests run under Wine (../shared/tools/windows-cross),
 #      unless SKIP_WINDOWS=1;
-#   4. real grpcio clients against the real Linux daemon binary (tests/grpcio).
+#   4. every fuzz target (fuzz/) for FUZZ_SECONDS each (default 10: about 3-4 minutes with the
+#      build), unless SKIP_FUZZ=1;
+#   5. real grpcio clients against the real Linux daemon binary (tests/grpcio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -36,6 +38,11 @@ if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
   "$wc" cargo build --workspace --all-targets
   echo "== Windows: cargo test under Wine"
   "$wc" cargo test --workspace --no-fail-fast
+fi
+
+if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== Linux: fuzz targets, ${FUZZ_SECONDS:-10} s each"
+  scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
 fi
 
 # Last, so that the run closes on its summary line.

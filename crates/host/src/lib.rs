@@ -8,6 +8,9 @@
 //! - [`memory`]: a simulated host that keeps everything in memory, for tests.
 
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod memory;
 pub mod paths;
 pub mod services;

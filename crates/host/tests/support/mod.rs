@@ -219,10 +219,8 @@ enum Reread {
 /// `LOCK_EX|LOCK_NB`, BLKRRPART.
 fn reread_unless_locked(disk: &Path) -> Reread {
     use rustix::ioctl::{ioctl, NoArg, Opcode};
-    let Ok(f) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(disk)
+    let Ok(f) =
+        std::fs::OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32).open(disk)
     else {
         return Reread::Busy;
     };
@@ -230,7 +228,7 @@ fn reread_unless_locked(disk: &Path) -> Reread {
         return Reread::Locked;
     }
     const BLKRRPART: Opcode = 0x125f; // _IO(0x12, 95)
-    // SAFETY: BLKRRPART takes no argument; `f` is an open block device.
+                                      // SAFETY: BLKRRPART takes no argument; `f` is an open block device.
     match unsafe { ioctl(&f, NoArg::<BLKRRPART>::new()) } {
         Ok(()) => Reread::Done,
         Err(_) => Reread::Busy,

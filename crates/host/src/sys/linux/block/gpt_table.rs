@@ -391,8 +391,10 @@ impl Table {
         let mut free = Vec::new();
         let mut at = first;
         for (a, b) in used {
-            if a > at {
-                free.push((at, a - 1));
+            // Clipped at `last`: a partition starting beyond it (in the backup copy's blocks)
+            // must not drop the free space before it.
+            if a > at && at <= last {
+                free.push((at, (a - 1).min(last)));
             }
             at = at.max(b.saturating_add(1));
         }
@@ -444,6 +446,19 @@ impl Table {
         let old_backup = self.primary_ok.then_some(self.header.backup_lba).filter(|&b| b != backup_lba);
         let primary_entries = if self.header.current_lba == 1 { self.header.entries_lba } else { 2 };
         let used_end = self.entries().iter().map(|e| e.last_lba).max().unwrap_or(0);
+        // A partition over the table's own blocks (the kernel takes one starting at LBA 1) would
+        // have its first blocks overwritten by the primary header and array.
+        let used_start = self.entries().iter().map(|e| e.first_lba).min();
+        if let Some(start) = used_start.filter(|&start| start < self.header.first_usable) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a partition starts at block {start}, inside the partition table's own blocks (the first usable \
+                     block is {}); rewriting the table would overwrite it",
+                    self.header.first_usable
+                ),
+            ));
+        }
         if used_end > last_usable || primary_entries + array_lbas > self.header.first_usable {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -777,6 +792,32 @@ mod tests {
         assert_eq!(t.entries().iter().map(|e| e.number).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(t.entries()[1].type_guid, MICROSOFT_RESERVED);
         assert_eq!(t.entries()[2].guid, Guid([3; 16]));
+    }
+
+    /// Found by the `gpt` fuzz target: a partition starting before FirstUsableLBA (at LBA 1)
+    /// had its first blocks overwritten when the table was rewritten (a primary repaired from
+    /// the backup); and free space before a partition that starts in the backup copy's blocks
+    /// was dropped instead of clipped.
+    #[test]
+    fn partitions_over_the_table_are_never_written_and_free_space_is_clipped() {
+        let linux = Guid::parse("0fc63daf-8483-4772-8e79-3d69d8477de4").unwrap();
+        let dev = Mem(RefCell::new(crate_image(4 << 20, gpt::disk::LogicalBlockSize::Lb512, &[])));
+        let mut t = Table::read(&dev, 512, 8192).unwrap().unwrap();
+        t.set_entry(1, linux, Guid([1; 16]), 1, 4095, "over the table");
+        let data = vec![0xa5u8; 512];
+        for lba in 1..40 {
+            dev.write_at(lba * 512, &data).unwrap();
+        }
+        let before = dev.0.borrow().clone();
+        let e = t.write(&dev, &[(1, 4095)]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("starts at block 1"), "{e}");
+        assert!(*dev.0.borrow() == before, "nothing was written");
+
+        let dev = Mem(RefCell::new(crate_image(4 << 20, gpt::disk::LogicalBlockSize::Lb512, &[])));
+        let mut t = Table::read(&dev, 512, 8192).unwrap().unwrap();
+        t.set_entry(1, MICROSOFT_RESERVED, Guid([2; 16]), 8191, 8191, "in the backup blocks");
+        assert_eq!(t.free_extents(), vec![(34, 8158)]);
     }
 
     #[test]

@@ -16,6 +16,8 @@ mod blkid;
 mod blkpg;
 mod disklock;
 pub mod disks;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod gpt_table;
 mod loopdev;
 mod mountinfo;
