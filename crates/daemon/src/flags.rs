@@ -465,6 +465,8 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
         value: value.clone(),
         expected,
     };
+    // The connection limits: 0 would refuse every client.
+    let positive = |n: u64| usize::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| invalid("a positive integer"));
     // Check the value's form first, whatever the flag is for.
     let mut flag_bool = false;
     let mut uint = 0u64;
@@ -507,14 +509,8 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
         Target::ConnectionIdleTimeout => opts.connection_idle_timeout = duration,
         Target::HandshakeTimeout => opts.handshake_timeout = duration,
         Target::ProgressTimeout => opts.progress_timeout = duration,
-        Target::MaxConnectionsPerEndpoint | Target::MaxConnections => {
-            let n = usize::try_from(uint).ok().filter(|&n| n > 0).ok_or_else(|| invalid("a positive integer"))?;
-            if spec.target == Target::MaxConnections {
-                opts.max_connections = n;
-            } else {
-                opts.max_connections_per_endpoint = n;
-            }
-        }
+        Target::MaxConnectionsPerEndpoint => opts.max_connections_per_endpoint = positive(uint)?,
+        Target::MaxConnections => opts.max_connections = positive(uint)?,
         Target::AllowedService => {
             let list = opts.allowed_services.get_or_insert_with(Vec::new);
             if !value.is_empty() {

@@ -33,8 +33,7 @@ impl Roots {
         Error::denied(format!("refusing to remove {path}: it is one of the working directories {self}"))
     }
 
-    /// The refusal for a path whose canonical form is outside every root. `canonical` is shown
-    /// when it differs from what the caller sent, so an operator sees which link led outside.
+    /// The refusal for a path whose canonical form (`resolved`, when known) is outside every root.
     ///
     /// The text names the path as given and the roots, never where the path led: it is the same
     /// whatever exists outside (a file, a directory, nothing, a link and its target), so a link

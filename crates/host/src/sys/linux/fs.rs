@@ -432,10 +432,10 @@ impl<'r> Walker<'r> {
                     // What is missing may later be made a link to anywhere, so a `..` after it
                     // (from a link's target) can't be resolved now, nor compared as text.
                     if queue.iter().any(|(n, _)| n == "..") {
-                        let at = display(&[self.names(), vec![name.clone()]].concat());
                         if !self.entered {
                             return Err(self.given.outside(path, None));
                         }
+                        let at = display(&[self.names(), vec![name.clone()]].concat());
                         return Err(Error::denied(format!(
                             "path {path}: {at} does not exist, and the path goes on with `..` (from the target of \
                              link {}); where that leads can't be known until it exists",
@@ -612,8 +612,7 @@ fn walk_tree(path: &str, top: OwnedFd, dev: u64, remove: bool) -> Result<()> {
         }
         let nothing = if remove { "" } else { " (nothing was removed)" };
         if st.st_dev != dev || is_mount_root(&level.fd, &name, dev).unwrap_or(false) {
-            let below: Vec<&str> =
-                levels.iter().skip(1).map(|l| l.name.as_str()).chain([name.as_str()]).collect();
+            let below: Vec<&str> = levels.iter().skip(1).map(|l| l.name.as_str()).chain([name.as_str()]).collect();
             return Err(Error::precondition(format!(
                 "{path} contains a mount point at {}; unmount it before removing the tree{nothing}",
                 crate::error::clip(&below.join("/"))

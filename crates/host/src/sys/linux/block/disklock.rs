@@ -13,7 +13,8 @@
 //! - [`Lock::Exclusive`] for everything that writes (PartitionDisk, FormatVolume, MountVolume,
 //!   UnmountVolume, ResizeVolume, Rescan's per-disk refresh);
 //! - [`Lock::Shared`] for reads that need the partition device to stay put (IsVolumeFormatted,
-//!   WriteVolumeCache, GetVolumeStats).
+//!   WriteVolumeCache). GetVolumeStats takes none: it reads a mounted filesystem, whose partition
+//!   no re-read can take away.
 //!
 //! Taking the lock waits while udevd re-reads a table (it holds `LOCK_EX` meanwhile), so the
 //! partitions are back, with their nodes, once we hold it. The lock is taken on a read-only
@@ -114,6 +115,7 @@ impl Block {
     /// lock only tells which disk to lock. A volume the kernel does not show yet (a table
     /// re-read by someone else just ended) is waited for, at most [`super::volumes::NODE_WAIT`].
     pub(crate) fn hold_volume(&self, volume_id: &str, mode: Lock) -> Result<HeldVolume> {
+        let guid = super::partitions::parse_volume_id(volume_id)?;
         let mut disk = self.volume(volume_id)?.disk;
         // The volume can move between the lookup and the lock (a disk replaced): follow it a
         // few times, then give up retryably.
@@ -121,7 +123,7 @@ impl Block {
             let lock = self.lock_disk(&self.disk(disk)?, mode)?;
             let deadline = Instant::now() + super::volumes::NODE_WAIT;
             loop {
-                match self.volume_on(&lock.disk, volume_id)? {
+                match self.volume_on(&lock.disk, &guid)? {
                     Some(v) if v.name.is_empty() && Instant::now() < deadline => {
                         std::thread::sleep(Duration::from_millis(20))
                     }

@@ -766,15 +766,14 @@ impl Block {
         }
     }
 
-    /// The volume `volume_id` if `disk`'s table has it (the lookup of [`Self::hold_volume`], once
-    /// the disk is locked).
-    pub(crate) fn volume_on(&self, disk: &Disk, volume_id: &str) -> Result<Option<Volume>> {
-        let guid = parse_volume_id(volume_id)?;
+    /// The volume with GPT partition GUID `guid` if `disk`'s table has it: the lookup on one
+    /// disk (where the volume was last seen, or the disk [`Self::hold_volume`] locked).
+    pub(crate) fn volume_on(&self, disk: &Disk, guid: &Guid) -> Result<Option<Volume>> {
         let od = self.open_disk(disk)?;
         let Some(table) = od.table()? else { return Ok(None) };
         let entries = table.entries();
         remember(disk.number, &entries);
-        let Some(entry) = entries.iter().find(|e| e.guid == guid) else { return Ok(None) };
+        let Some(entry) = entries.iter().find(|e| e.guid == *guid) else { return Ok(None) };
         let kernel = self.kernel_partitions(disk)?;
         Ok(Some(self.volume_of(disk, &od, entry, &kernel)))
     }
@@ -782,13 +781,7 @@ impl Block {
     /// The volume from the table of the disk it was last seen on, if it is still there.
     fn volume_where_last_seen(&self, guid: &Guid) -> Option<Volume> {
         let Seen::On(number) = *LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner()).get(guid)? else { return None };
-        let found = (|| {
-            let disk = self.disk(number).ok()?;
-            let od = self.open_disk(&disk).ok()?;
-            let entry = od.table().ok()??.entries().into_iter().find(|e| e.guid == *guid)?;
-            let kernel = self.kernel_partitions(&disk).ok()?;
-            Some(self.volume_of(&disk, &od, &entry, &kernel))
-        })();
+        let found = self.disk(number).ok().and_then(|disk| self.volume_on(&disk, guid).ok().flatten());
         if found.is_none() {
             LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner()).remove(guid);
         }
