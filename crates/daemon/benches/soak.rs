@@ -67,7 +67,14 @@ mod linux {
     }
 
     /// One client: its own connections, a fixed mix of read-only calls, until `stop`.
-    async fn client(i: usize, dir: PathBuf, root: PathBuf, calls: Arc<AtomicU64>, failures: Arc<AtomicU64>, stop: Instant) {
+    async fn client(
+        i: usize,
+        dir: PathBuf,
+        root: PathBuf,
+        calls: Arc<AtomicU64>,
+        failures: Arc<AtomicU64>,
+        stop: Instant,
+    ) {
         let mut fs = v1::filesystem_client::FilesystemClient::new(channel(socket(&dir, Group::Filesystem, "v1")).await);
         let mut disk = v1::disk_client::DiskClient::new(channel(socket(&dir, Group::Disk, "v1")).await);
         let mut volume = v1::volume_client::VolumeClient::new(channel(socket(&dir, Group::Volume, "v1")).await);
@@ -84,7 +91,9 @@ mod linux {
                 3 => disk.list_disk_i_ds(v1::ListDiskIDsRequest {}).await.is_ok(),
                 // A refusal is a read too: the error path must not leak either.
                 4 => volume
-                    .get_volume_id_from_target_path(v1::GetVolumeIdFromTargetPathRequest { target_path: existing.clone() })
+                    .get_volume_id_from_target_path(v1::GetVolumeIdFromTargetPathRequest {
+                        target_path: existing.clone(),
+                    })
                     .await
                     .is_err(),
                 // No serial in a VM or a container (NotFound) is an answer as well.

@@ -47,10 +47,7 @@ async fn huge_values_in_refusals_are_cut_in_statuses_and_logs() {
 
     // Over the request limit: refused before it is decoded.
     let huge = "v".repeat(csi_proxy_server::MAX_REQUEST_BYTES + 1);
-    bounded(
-        volume.is_volume_formatted(v1::IsVolumeFormattedRequest { volume_id: huge }).await,
-        Code::OutOfRange,
-    );
+    bounded(volume.is_volume_formatted(v1::IsVolumeFormattedRequest { volume_id: huge }).await, Code::OutOfRange);
 
     let log = common::logs::text();
     let longest = log.lines().map(str::len).max().unwrap_or(0);

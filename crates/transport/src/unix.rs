@@ -191,7 +191,9 @@ mod tests {
             }
             other => panic!("{}: {other:?}", d.display()),
         };
-        for (name, mode, needle) in [("world", 0o777, "mode 0777"), ("group", 0o775, "mode 0775"), ("sticky", 0o1777, "mode 1777")] {
+        for (name, mode, needle) in
+            [("world", 0o777, "mode 0777"), ("group", 0o775, "mode 0775"), ("sticky", 0o1777, "mode 1777")]
+        {
             let d = dir.join(name);
             fs::create_dir(&d).unwrap();
             fs::set_permissions(&d, Permissions::from_mode(mode)).unwrap();
