@@ -111,7 +111,7 @@ async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'stati
              restrict this with -allowed-service NAME (repeatable), or -allowed-service= to allow none"
         );
     }
-    let hosts = csi_proxy_host::sys::NativeHost::hosts(csi_proxy_host::sys::Config {
+    let hosts = csi_proxy_host::native(csi_proxy_host::Config {
         roots: csi_proxy_host::paths::Roots::new(opts.allowed_prefixes()),
         fs_type: opts.linux_fs_type,
     });

@@ -3,22 +3,35 @@
 //! Every group has one trait ([`DiskHost`], [`VolumeHost`], [`FilesystemHost`], [`SmbHost`],
 //! [`IscsiHost`], [`SystemHost`]) whose methods take and return the version-less types of
 //! [`types`]. The methods are synchronous: they do blocking system work, and the server runs
-//! them on a blocking thread. Backends:
-//! - [`sys`]: the real one for the OS this is built for;
-//! - [`memory`]: a simulated host that keeps everything in memory, for tests.
+//! them on a blocking thread.
+//!
+//! The tree, by what a module depends on:
+//! - the API, every OS: the traits here, [`types`], [`error`], [`paths`] (lexical path rules and
+//!   the roots), [`services`] (service-control logic), [`formats`] (GPT, superblocks,
+//!   mountinfo, SMBIOS);
+//! - backends, peers of each other, each implementing the group traits itself:
+//!   - `linux`: the real Linux host (built on Linux only);
+//!   - [`windows`]: the Windows logic, built and tested on every OS against two platform traits,
+//!     and `windows::platform`, the thin layer of real Win32/WMI calls (built on Windows only);
+//!   - [`memory`]: a host kept in memory, for tests.
+//!
+//! [`native`] picks the real backend of the OS this is built for: the one place that does.
 
 pub mod error;
+pub mod formats;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(target_os = "linux")]
+pub mod linux;
 pub mod memory;
 pub mod paths;
 pub mod services;
-pub mod smbios;
-pub mod sys;
-pub mod systemd;
 pub mod types;
-pub mod win;
+pub mod windows;
+
+#[cfg(not(any(target_os = "linux", windows)))]
+compile_error!("csi-proxy-host has native backends for Linux and Windows only");
 
 pub use error::{Error, Result};
 
@@ -105,6 +118,29 @@ pub trait SystemHost: Send + Sync {
     /// each must pass `may_stop` (the server's allow-list), checked before anything is stopped.
     fn stop_service(&self, name: &str, force: bool, may_stop: &dyn Fn(&str) -> bool) -> Result<()>;
     fn service(&self, name: &str) -> Result<ServiceInfo>;
+}
+
+/// Settings of the native backend that come from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Where filesystem paths (and mount targets) must stay: `-working-dir`s and `-kubelet-path`.
+    pub roots: paths::Roots,
+    /// `-linux-fs-type`: the filesystem FormatVolume creates on Linux.
+    pub fs_type: FsType,
+}
+
+/// Name of the OS the native backend serves, for error messages.
+#[cfg(target_os = "linux")]
+pub const OS: &str = "linux";
+#[cfg(windows)]
+pub const OS: &str = "windows";
+
+/// The real backend of this OS, every group.
+pub fn native(config: Config) -> Hosts {
+    #[cfg(target_os = "linux")]
+    return linux::hosts(config);
+    #[cfg(windows)]
+    return windows::platform::hosts(config);
 }
 
 /// One implementation of every group, as the server consumes them.

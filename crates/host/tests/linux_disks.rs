@@ -4,7 +4,7 @@
 
 mod support;
 
-use csi_proxy_host::sys::{Config, NativeHost};
+use csi_proxy_host::linux::block::Block;
 use csi_proxy_host::types::{DiskIds, DiskLocation};
 use csi_proxy_host::{DiskHost, Error};
 use std::collections::BTreeMap;
@@ -12,8 +12,8 @@ use support::{is_root, LoopDisk};
 
 const MIB: u64 = 1 << 20;
 
-fn host() -> NativeHost {
-    NativeHost::new(Config::default())
+fn host() -> Block {
+    Block::new(Default::default(), Default::default())
 }
 
 fn lsblk() -> Vec<BTreeMap<String, String>> {

@@ -3,8 +3,8 @@
 //! changed. Cases needing mounts run when the test runs as root (CI does).
 #![cfg(target_os = "linux")]
 
+use csi_proxy_host::linux::fs::Filesystem;
 use csi_proxy_host::paths::Roots;
-use csi_proxy_host::sys::{Config, NativeHost};
 use csi_proxy_host::{Error, FilesystemHost};
 use std::collections::BTreeMap;
 use std::fs;
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// A scratch tree: `kubelet` and `work` are the roots; everything else is outside.
 struct Fixture {
     base: PathBuf,
-    host: NativeHost,
+    host: Filesystem,
 }
 
 impl Fixture {
@@ -28,7 +28,7 @@ impl Fixture {
         fs::write(base.join("outside/dir/file"), "data").unwrap();
         fs::write(base.join("kubelet-evil/file"), "evil").unwrap();
         let roots = Roots::new(vec![s(&base.join("work")), s(&base.join("kubelet"))]);
-        Fixture { base, host: NativeHost::new(Config { roots, ..Default::default() }) }
+        Fixture { base, host: Filesystem::new(roots) }
     }
 
     fn p(&self, rel: &str) -> String {
@@ -176,7 +176,7 @@ fn attacks() -> Vec<Attack> {
         (
             "relative",
             "Mkdir relative path",
-            |_| FilesystemHost::mkdir(&NativeHost::new(Config::default()), "kubelet/x"),
+            |_| FilesystemHost::mkdir(&Filesystem::new(Default::default()), "kubelet/x"),
             Want::Invalid,
         ),
         ("NUL byte", "Mkdir with NUL", |f| f.host.mkdir(&format!("{}\0/../outside", f.p("kubelet"))), Want::Invalid),
@@ -654,7 +654,7 @@ fn root_given_through_a_link() {
     let f = Fixture::new("rootlink");
     fs::create_dir(f.base.join("data")).unwrap();
     f.link(&f.p("data"), "linked-root");
-    let host = NativeHost::new(Config { roots: Roots::new(vec![f.p("linked-root")]), ..Default::default() });
+    let host = Filesystem::new(Roots::new(vec![f.p("linked-root")]));
     host.mkdir(&f.p("linked-root/pods/x")).unwrap();
     assert!(f.base.join("data/pods/x").is_dir());
     assert!(host.path_exists(&f.p("data/pods/x")).unwrap(), "the canonical spelling is inside too");
@@ -888,7 +888,7 @@ mod property {
             for (dir, name, t) in &links {
                 let _ = symlink(t.replace("@BASE@", &b).replace("@OUT@", &s(&out)), base.join(dir).join(name));
             }
-            let host = NativeHost::new(Config { roots: Roots::new(vec![format!("{b}/r0"), format!("{b}/r1")]), ..Default::default() });
+            let host = Filesystem::new(Roots::new(vec![format!("{b}/r0"), format!("{b}/r1")]));
             let mut outside_before = BTreeMap::new();
             snapshot(&base.join("o"), &mut outside_before);
             snapshot(&out, &mut outside_before);

@@ -5,10 +5,10 @@
 
 mod support;
 
+use csi_proxy_host::linux::block::{Block, Disk, Volume};
 use csi_proxy_host::paths::Roots;
-use csi_proxy_host::sys::linux::block::{Block, Disk, Volume};
 use csi_proxy_host::types::FsType;
-use csi_proxy_host::Error;
+use csi_proxy_host::{DiskHost, Error, VolumeHost};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};

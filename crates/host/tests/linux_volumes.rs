@@ -9,10 +9,10 @@
 
 mod support;
 
+use csi_proxy_host::linux::block::Block;
 use csi_proxy_host::paths::Roots;
-use csi_proxy_host::sys::linux::block::Block;
 use csi_proxy_host::types::FsType;
-use csi_proxy_host::Error;
+use csi_proxy_host::{DiskHost, Error, VolumeHost};
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::OpenOptionsExt;

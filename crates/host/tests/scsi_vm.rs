@@ -12,7 +12,7 @@
 
 mod support;
 
-use csi_proxy_host::sys::{Config, NativeHost};
+use csi_proxy_host::linux::block::Block;
 use csi_proxy_host::types::DiskLocation;
 use csi_proxy_host::DiskHost;
 use std::collections::BTreeMap;
@@ -73,8 +73,8 @@ fn lsblk() -> Vec<BTreeMap<String, String>> {
     support::lsblk(&["-d", "-o", "NAME,MAJ:MIN,SIZE,HCTL,SERIAL,WWN,STATE,TYPE"])
 }
 
-fn host() -> NativeHost {
-    NativeHost::new(Config::default())
+fn host() -> Block {
+    Block::new(Default::default(), Default::default())
 }
 
 #[test]

@@ -17,10 +17,9 @@ mod pipes;
 
 #[cfg(windows)]
 fn main() {
-    use csi_proxy_host::sys::windows::win32::RealWin32;
-    use csi_proxy_host::sys::{Config as HostConfig, NativeHost};
-    use csi_proxy_host::win::Win32;
-    use csi_proxy_host::{DiskHost, VolumeHost};
+    use csi_proxy_host::windows::platform::win32::RealWin32;
+    use csi_proxy_host::Config as HostConfig;
+    use csi_proxy_host::windows::Win32;
     use csi_proxy_server::{Config, Context};
     use csi_proxy_transport::{serve_apis, ConnPolicy, Endpoints};
     use csi_proxy_wire::{v1, v2alpha1, Group, APIS};
@@ -38,12 +37,12 @@ fn main() {
     let mut rows = Vec::new();
 
     // The host calls alone.
-    let host = NativeHost::new(host_config());
+    let host = csi_proxy_host::native(host_config());
     let mut direct = |name: &'static str, f: &dyn Fn()| rows.push((name, "host call", latency::time(calls, f)));
-    direct("GetVolumeStats", &|| assert!(host.volume_stats(&volume).unwrap().total_bytes > 0));
-    direct("IsVolumeFormatted", &|| assert!(host.is_volume_formatted(&volume).unwrap()));
-    direct("GetClosestVolumeIDFromTargetPath", &|| drop(host.closest_volume_to_path(&deep).unwrap()));
-    direct("GetDiskStats", &|| assert!(host.disk_size(0).unwrap() > 0));
+    direct("GetVolumeStats", &|| assert!(host.volume.volume_stats(&volume).unwrap().total_bytes > 0));
+    direct("IsVolumeFormatted", &|| assert!(host.volume.is_volume_formatted(&volume).unwrap()));
+    direct("GetClosestVolumeIDFromTargetPath", &|| drop(host.volume.closest_volume_to_path(&deep).unwrap()));
+    direct("GetDiskStats", &|| assert!(host.disk.disk_size(0).unwrap() > 0));
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let piped = rt.block_on(async {
@@ -54,7 +53,7 @@ fn main() {
             })
             .copied()
             .collect();
-        let ctx = Context::new(NativeHost::hosts(host_config()), Config::default());
+        let ctx = Context::new(csi_proxy_host::native(host_config()), Config::default());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             serve_apis(&apis, &Endpoints::Pipes { sddl: None }, |a| ctx.service(a), ConnPolicy::default(), async {

@@ -14,9 +14,9 @@ mod pipes;
 use pipes::*;
 
 use csi_proxy_host::paths::Roots;
-use csi_proxy_host::sys::windows::win32::RealWin32;
-use csi_proxy_host::sys::{Config as HostConfig, NativeHost};
-use csi_proxy_host::win::{Access, Win32};
+use csi_proxy_host::windows::platform::win32::RealWin32;
+use csi_proxy_host::Config as HostConfig;
+use csi_proxy_host::windows::{Access, Win32};
 use csi_proxy_server::{Config, Context};
 use csi_proxy_transport::{serve_apis, ConnPolicy, Endpoints};
 use csi_proxy_wire::{v1, v1alpha2, v2alpha1, Api, Group, APIS};
@@ -32,7 +32,7 @@ async fn native_block_smb_and_iscsi_apis_on_their_pipes() {
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(base.join(r"root\deep\er")).unwrap();
     let root = base.join("root").to_str().unwrap().to_string();
-    let hosts = NativeHost::hosts(HostConfig { roots: Roots::new(vec![root.clone()]), ..Default::default() });
+    let hosts = csi_proxy_host::native(HostConfig { roots: Roots::new(vec![root.clone()]), ..Default::default() });
     let ctx = Context::new(hosts, Config::default());
     let apis =
         [api(Group::Disk, "v1"), api(Group::Volume, "v2alpha1"), api(Group::Smb, "v1"), api(Group::Iscsi, "v1alpha2")];

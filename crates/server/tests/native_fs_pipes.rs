@@ -10,7 +10,7 @@ mod pipes;
 use pipes::*;
 
 use csi_proxy_host::paths::Roots;
-use csi_proxy_host::sys::{Config as HostConfig, NativeHost};
+use csi_proxy_host::Config as HostConfig;
 use csi_proxy_server::{Config, Context};
 use csi_proxy_transport::{serve_apis, ConnPolicy, Endpoints};
 use csi_proxy_wire::{v1, v1alpha1, v1beta1, v1beta2, v2alpha1, Api, Group, APIS};
@@ -181,7 +181,7 @@ async fn every_filesystem_rpc_of_every_version_on_real_pipes() {
     let t = Tree::new();
     let apis: Vec<Api> = APIS.iter().copied().filter(|a| a.group == Group::Filesystem).collect();
     assert_eq!(apis.len(), 5);
-    let hosts = NativeHost::hosts(HostConfig { roots: Roots::new(vec![t.root.clone()]), ..Default::default() });
+    let hosts = csi_proxy_host::native(HostConfig { roots: Roots::new(vec![t.root.clone()]), ..Default::default() });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         let ctx = Context::new(hosts, Config::default());

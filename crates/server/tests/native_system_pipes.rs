@@ -22,7 +22,7 @@ async fn native_system_api_on_its_pipe() {
     let api = *APIS.iter().find(|a| a.group == Group::System && a.version == "v1alpha1").unwrap();
     // Allowed in another case than the SCM's own spelling: SCM names are case-insensitive.
     let config = Config { allowed_services: Some(vec!["spooler".into()]), ..Config::default() };
-    let ctx = Context::new(csi_proxy_host::sys::NativeHost::hosts(Default::default()), config);
+    let ctx = Context::new(csi_proxy_host::native(Default::default()), config);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         serve_apis(&[api], &Endpoints::Pipes { sddl: None }, |a| ctx.service(a), ConnPolicy::default(), async {

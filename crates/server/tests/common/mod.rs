@@ -32,8 +32,7 @@ impl TestServer {
         let host = Arc::new(MemoryHost::sample());
         let mut hosts = Hosts::from_one(host.clone());
         let roots = csi_proxy_host::paths::Roots::new(roots);
-        hosts.filesystem =
-            Arc::new(csi_proxy_host::sys::NativeHost::new(csi_proxy_host::sys::Config { roots, ..Default::default() }));
+        hosts.filesystem = csi_proxy_host::native(csi_proxy_host::Config { roots, ..Default::default() }).filesystem;
         Self::start_with(host, hosts, ConnPolicy::default()).await
     }
 
@@ -41,7 +40,7 @@ impl TestServer {
     /// for FormatVolume (`host` is an unused memory host).
     pub async fn start_native(roots: Vec<String>, fs_type: csi_proxy_host::types::FsType) -> Self {
         let roots = csi_proxy_host::paths::Roots::new(roots);
-        let hosts = csi_proxy_host::sys::NativeHost::hosts(csi_proxy_host::sys::Config { roots, fs_type });
+        let hosts = csi_proxy_host::native(csi_proxy_host::Config { roots, fs_type });
         Self::start_with(Arc::new(MemoryHost::new()), hosts, ConnPolicy::default()).await
     }
 

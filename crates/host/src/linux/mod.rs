@@ -1,0 +1,54 @@
+//! The Linux backend: each group's logic over real system calls and tools, in one module per
+//! group. The platform layer is thin and sits beside the logic: `rustix` calls, ioctls
+//! (`block::blkpg`, `block::loopdev`), and the tools run by `block::tools` and
+//! `system::Systemctl`.
+
+pub mod block;
+pub mod fs;
+pub mod remote;
+pub mod system;
+pub mod systemd;
+
+use crate::{Config, Error, Hosts};
+use std::sync::Arc;
+
+/// Every group of the Linux host. The filesystem group and the volume group's mount targets
+/// share one containment model ([`fs::Filesystem`]).
+pub fn hosts(config: Config) -> Hosts {
+    let block = Arc::new(block::Block::new(config.roots.clone(), config.fs_type));
+    Hosts {
+        disk: block.clone(),
+        volume: block,
+        filesystem: Arc::new(fs::Filesystem::new(config.roots)),
+        smb: Arc::new(remote::Remote),
+        iscsi: Arc::new(remote::Remote),
+        system: Arc::new(system::System::real()),
+    }
+}
+
+/// SMB and iSCSI have no Linux backend yet: their calls say so.
+pub(crate) fn unimplemented(operation: &'static str) -> Error {
+    Error::Unimplemented { operation, os: crate::OS }
+}
+
+/// Makes `cmd`'s child die with the daemon: SIGKILL from the kernel when the thread that
+/// started it goes away (the daemon killed, or crashed). The thread waits for the child, so it
+/// outlives it in every other case. A tool left running by a dead daemon would go on writing a
+/// device (mkfs) that the restarted daemon sees as blank and hands out again. Tools that daemonise
+/// (ntfs-3g serving a mount) detach a grandchild, which keeps running: the kernel clears the
+/// signal on fork.
+pub(crate) fn die_with_daemon(cmd: &mut std::process::Command) {
+    let parent = rustix::process::getpid();
+    // SAFETY: between fork and exec only prctl and getppid run, both plain system calls
+    // (async-signal-safe); nothing is allocated or locked.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            // The daemon may have died before the signal was armed: then nobody sends it.
+            if rustix::process::getppid() != Some(parent) {
+                return Err(std::io::Error::other("the daemon exited while the tool was starting"));
+            }
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,121 @@
+//! The Windows backend's logic, written against two small platform traits so that it builds and
+//! is tested on every OS (the pattern of youki's `Syscall`): [`Win32`] for the documented Win32
+//! calls (volume management, device I/O controls) and [`wmi::Wmi`] for the few things Windows
+//! only offers through WMI (formatting, partitioning, resizing, SMB global mappings, iSCSI).
+//!
+//! The real implementations live in [`platform`] (built on Windows only) and stay thin: they make the call and hand
+//! back bytes, strings or rows. Everything that decides — which call, in what order, what a
+//! result means, which error the client sees — is here, and runs against the scripted platform
+//! of the tests.
+//!
+//! Volume IDs are upstream's `MSFT_Volume.UniqueId` form, `\\?\Volume{GUID}\`.
+
+#[cfg(windows)]
+pub mod platform;
+pub mod wmi;
+
+#[cfg(test)]
+pub(crate) mod script;
+
+use std::io;
+
+/// Win32 error codes the logic tells apart (winerror.h). Real calls report them as
+/// [`io::Error::raw_os_error`]; the scripted platform makes them with [`os_error`].
+pub mod code {
+    pub const ERROR_INVALID_FUNCTION: i32 = 1;
+    pub const ERROR_FILE_NOT_FOUND: i32 = 2;
+    pub const ERROR_PATH_NOT_FOUND: i32 = 3;
+    pub const ERROR_ACCESS_DENIED: i32 = 5;
+    pub const ERROR_INVALID_PARAMETER: i32 = 87;
+    pub const ERROR_NOT_READY: i32 = 21;
+    pub const ERROR_INSUFFICIENT_BUFFER: i32 = 122;
+    pub const ERROR_INVALID_NAME: i32 = 123;
+    pub const ERROR_DIR_NOT_EMPTY: i32 = 145;
+    pub const ERROR_MORE_DATA: i32 = 234;
+    pub const ERROR_NOT_SUPPORTED: i32 = 50;
+    pub const ERROR_UNRECOGNIZED_VOLUME: i32 = 1005;
+    pub const ERROR_NOT_A_REPARSE_POINT: i32 = 4390;
+}
+
+/// An OS error with a Win32 code, as the real layer returns them.
+pub fn os_error(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
+}
+
+/// The Win32 calls the backend makes. Paths and names are passed as Windows spells them; every
+/// method is one documented call (or one open + one call) and interprets nothing.
+pub trait Win32: Send + Sync {
+    /// Every volume's GUID path, `\\?\Volume{…}\` (FindFirstVolumeW / FindNextVolumeW).
+    fn volumes(&self) -> io::Result<Vec<String>>;
+
+    /// Device interface paths of the present disks (CM_Get_Device_Interface_ListW with
+    /// GUID_DEVINTERFACE_DISK). Each can be opened with [`Win32::ioctl`].
+    fn disk_interfaces(&self) -> io::Result<Vec<String>>;
+
+    /// Opens the device at `path` (a disk interface, `\\.\PhysicalDriveN` or a volume without
+    /// its trailing `\`) with `access`, shared read/write, and sends `code` with `input`. Returns the output bytes: the buffer is grown
+    /// on ERROR_INSUFFICIENT_BUFFER / ERROR_MORE_DATA up to a bound, and truncated to what the
+    /// driver wrote.
+    fn ioctl(&self, path: &str, code: u32, input: &[u8], access: Access) -> io::Result<Vec<u8>>;
+
+    /// GetVolumeInformationW on a root (`\\?\Volume{…}\`, `C:\`, a mount point with `\`): the
+    /// filesystem's name, e.g. `NTFS`, `RAW`. ERROR_UNRECOGNIZED_VOLUME when there is none.
+    fn filesystem_name(&self, root: &str) -> io::Result<String>;
+
+    /// GetDiskFreeSpaceExW on a root: (total bytes, free bytes) as the caller may use them.
+    fn free_space(&self, root: &str) -> io::Result<(u64, u64)>;
+
+    /// FlushFileBuffers on the volume device (`\\?\Volume{…}` without the `\`) opened for
+    /// writing: flushes the filesystem's and the device's caches.
+    fn flush(&self, device: &str) -> io::Result<()>;
+
+    /// SetVolumeMountPointW(`dir`, `volume`); both end in `\`.
+    fn set_mount_point(&self, dir: &str, volume: &str) -> io::Result<()>;
+
+    /// DeleteVolumeMountPointW(`dir`); `dir` ends in `\`.
+    fn delete_mount_point(&self, dir: &str) -> io::Result<()>;
+
+    /// GetVolumePathNameW: the mount point (ending in `\`) of the volume that holds `path`.
+    fn volume_path_name(&self, path: &str) -> io::Result<String>;
+
+    /// GetVolumeNameForVolumeMountPointW: the `\\?\Volume{…}\` mounted at `mount_point` (which
+    /// ends in `\`). ERROR_NOT_A_REPARSE_POINT (or ERROR_INVALID_PARAMETER) when nothing is.
+    fn volume_name_for_mount_point(&self, mount_point: &str) -> io::Result<String>;
+
+    /// GetVolumePathNamesForVolumeNameW: where the volume is mounted (drive roots and folders,
+    /// each ending in `\`).
+    fn mount_points_of(&self, volume: &str) -> io::Result<Vec<String>>;
+
+    /// The attributes of `path` itself (a final reparse point is not followed); `None` when
+    /// it does not exist.
+    fn attributes(&self, path: &str) -> io::Result<Option<u32>>;
+
+    /// The canonical path of an existing file or directory, every link on the way followed
+    /// (GetFinalPathNameByHandleW, normalised, `\\?\` form).
+    fn final_path(&self, path: &str) -> io::Result<String>;
+}
+
+/// The access a device is opened with for an IOCTL: the least its code requires (the access
+/// bits of CTL_CODE), so that queries need no data access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// FILE_ANY_ACCESS codes: no data access.
+    Query,
+    /// FILE_READ_ACCESS codes (e.g. IOCTL_DISK_GET_LENGTH_INFO): GENERIC_READ.
+    Read,
+    /// Codes that change the device: GENERIC_READ | GENERIC_WRITE.
+    ReadWrite,
+}
+
+/// FILE_ATTRIBUTE_* bits the logic reads.
+pub mod attr {
+    pub const DIRECTORY: u32 = 0x10;
+    pub const REPARSE_POINT: u32 = 0x400;
+}
+
+pub mod disks;
+pub mod extents;
+pub mod ioctl;
+pub mod iscsi;
+pub mod smb;
+pub mod volumes;

@@ -1,0 +1,515 @@
+//! Filesystem group, contained in the allowed roots.
+//!
+//! Every operation first checks the path lexically ([`wp::parse`]) and requires it to name a
+//! place inside a root, by component and case-insensitively (upstream's check, minus its
+//! string-prefix flaw), so nothing outside the roots is ever opened on a caller's behalf. It then
+//! opens the deepest existing ancestor, following links, and holds it: the handle has data
+//! access and shares read and write but not delete, so the directory cannot be renamed or
+//! removed while held (and NTFS and FAT refuse to rename a directory with open handles below it,
+//! so its canonical path stays valid too). The OS's canonical path of that handle, plus the names not
+//! yet existing, must lie inside the canonical path of a root. Only then does the operation act,
+//! relative to the held handle, on the final name, opened with FILE_OPEN_REPARSE_POINT: a link
+//! there is acted on as a link, never followed. Where upstream does follow a final link
+//! (RmdirContents, Mkdir over an existing link), the followed handle's canonical path is checked
+//! again before anything is done through it.
+//!
+//! Roots are canonicalised the same way on every call, as they may be created or re-linked while
+//! the daemon runs. A root that does not exist (or is not a drive path) matches nothing; a path
+//! lexically inside missing roots only fails with FailedPrecondition naming them rather than
+//! with a misleading PermissionDenied.
+//!
+//! Consequence worth knowing: paths *below* a link that leads outside the roots are refused,
+//! including paths below an SMB mapping link (canonically `\\?\UNC\…`). The link itself is inside
+//! by name, so it can be checked, removed and used as a CreateSymlink destination, which is what
+//! CSI drivers do with it.
+
+use super::nt::{self, Handle, Reparse, IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK};
+use crate::paths::windows::{self as wp, WinPath};
+use crate::paths::{within, Roots};
+use crate::{Error, FilesystemHost, Result};
+use windows_sys::Wdk::Storage::FileSystem::{FILE_DIRECTORY_FILE, FILE_OPEN, FILE_OPEN_IF, FILE_OPEN_REPARSE_POINT};
+use windows_sys::Win32::Storage::FileSystem::{
+    DELETE, FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_OPEN_REPARSE_POINT, FILE_LIST_DIRECTORY,
+    FILE_READ_ATTRIBUTES, FILE_TRAVERSE, FILE_WRITE_ATTRIBUTES,
+};
+
+/// Access for directories we hold. Listing is data access, which is what makes the share mode
+/// (no delete) bind: handles with attribute access only take part in no sharing checks.
+const HOLD: u32 = FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES;
+/// Access to look at a name.
+const PEEK: u32 = FILE_READ_ATTRIBUTES;
+/// Access to remove a name, and to list it when it is a directory.
+const REMOVE: u32 = DELETE | FILE_LIST_DIRECTORY | FILE_READ_ATTRIBUTES | FILE_WRITE_ATTRIBUTES;
+
+pub struct Filesystem {
+    roots: Roots,
+}
+
+/// A checked path: its deepest existing ancestor, held, and the names below it.
+struct Located {
+    parsed: WinPath,
+    held: Handle,
+    /// `held` as the caller spelled it, for messages.
+    held_path: String,
+    held_is_dir: bool,
+    /// Canonical components of `held`.
+    canonical: Vec<String>,
+    /// Names below `held` that did not exist; the last is the final name. Never empty.
+    rest: Vec<String>,
+    /// Canonical components of the roots that exist.
+    roots: Vec<Vec<String>>,
+}
+
+impl Located {
+    /// The held parent directory, when the parent exists.
+    fn parent(&self) -> Option<&Handle> {
+        (self.held_is_dir && self.rest.len() == 1).then_some(&self.held)
+    }
+
+    fn name(&self) -> &str {
+        self.rest.last().expect("a located path has a final name")
+    }
+
+    /// The canonical spelling of the path, its final name not resolved.
+    fn canonical_path(&self) -> Vec<String> {
+        self.canonical.iter().chain(&self.rest).cloned().collect()
+    }
+
+    fn inside(&self, canonical: &[String]) -> bool {
+        self.roots.iter().any(|r| within(canonical, r, true))
+    }
+
+    fn is_root(&self, canonical: &[String]) -> bool {
+        self.roots.iter().any(|r| r.len() == canonical.len() && within(canonical, r, true))
+    }
+}
+
+impl FilesystemHost for Filesystem {
+    /// Upstream's `Lstat`: a link counts as existing whether or not its target does.
+    fn path_exists(&self, path: &str) -> Result<bool> {
+        let loc = self.locate(path)?;
+        let Some(parent) = loc.parent() else { return Ok(false) };
+        match nt::open_at(parent, loc.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+            Ok(_) => Ok(true),
+            Err(e) if nt::is_not_found(&e) => Ok(false),
+            Err(e) => Err(Error::io(format!("checking {path}"), e)),
+        }
+    }
+
+    /// `MkdirAll`: each missing name is created relative to the previous directory's handle.
+    fn mkdir(&self, path: &str) -> Result<()> {
+        let loc = self.locate(path)?;
+        let not_dir = |shown: &str| Error::exists(format!("{shown} exists and is not a directory (creating {path})"));
+        if !loc.held_is_dir {
+            return Err(not_dir(&loc.held_path));
+        }
+        let mut shown = loc.held_path.clone();
+        let mut cur: Option<Handle> = None;
+        for name in &loc.rest {
+            shown = join(&shown, name);
+            let dir = cur.as_ref().unwrap_or(&loc.held);
+            let h = nt::open_at(dir, name, HOLD, FILE_OPEN_IF, FILE_DIRECTORY_FILE | FILE_OPEN_REPARSE_POINT)
+                .map_err(|e| if nt::is_not_a_directory(&e) { not_dir(&shown) } else { io(&shown, "creating", e) })?;
+            let (attrs, _) = attributes(&h, &shown)?;
+            // An existing link (or one swapped in since we looked) is fine if it leads to a
+            // directory inside the roots; we continue below what it leads to.
+            let next =
+                if attrs & FILE_ATTRIBUTE_REPARSE_POINT != 0 { self.follow_dir(&loc, dir, name, &shown)? } else { h };
+            cur = Some(next);
+        }
+        Ok(())
+    }
+
+    /// `os.Remove` (empty directory, file or link) or, with `force`, `os.RemoveAll`.
+    fn rmdir(&self, path: &str, force: bool) -> Result<()> {
+        let loc = self.locate(path)?;
+        let missing = || if force { Ok(()) } else { Err(Error::not_found(format!("{path} does not exist"))) };
+        let Some(parent) = loc.parent() else { return missing() };
+        if loc.is_root(&loc.canonical_path()) {
+            return Err(self.roots.refuse_removal(path));
+        }
+        let h = match nt::open_at(parent, loc.name(), REMOVE, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+            Ok(h) => h,
+            Err(e) if nt::is_not_found(&e) => return missing(),
+            Err(e) => return Err(io(path, "opening to remove", e)),
+        };
+        let (attrs, _) = attributes(&h, path)?;
+        if force && is_plain_dir(attrs) {
+            remove_contents(&h, path)?;
+        }
+        remove(&h, path)
+    }
+
+    /// Empties a directory and keeps it. Like upstream, a link at `path` is followed; what it
+    /// leads to must be inside the roots.
+    fn rmdir_contents(&self, path: &str) -> Result<()> {
+        let loc = self.locate(path)?;
+        let missing = || Error::not_found(format!("directory {path} does not exist"));
+        let Some(parent) = loc.parent() else { return Err(missing()) };
+        let h = match nt::open_at(parent, loc.name(), HOLD, FILE_OPEN, FILE_DIRECTORY_FILE) {
+            Ok(h) => h,
+            Err(e) if nt::is_not_found(&e) => return Err(missing()),
+            Err(e) if nt::is_not_a_directory(&e) => return Err(Error::not_found(format!("{path} is not a directory"))),
+            Err(e) => return Err(io(path, "opening", e)),
+        };
+        let canonical = self.canonical_of(&h, path)?;
+        if !loc.inside(&canonical) {
+            return Err(self.roots.outside(path, Some(&wp::display(&canonical))));
+        }
+        if loc.is_root(&canonical) {
+            return Err(self.roots.refuse_removal(path));
+        }
+        remove_contents(&h, path)
+    }
+
+    /// Creates a symbolic link at `link` to `destination` (upstream's `os.Symlink(source_path,
+    /// target_path)`): a directory link when the destination is a directory. Both must be inside
+    /// the roots by their canonical names; the destination's final name is not followed, so a
+    /// link inside the roots (an SMB mapping's, say) is a valid destination.
+    fn create_symlink(&self, destination: &str, link: &str) -> Result<()> {
+        let at = self.locate(link)?;
+        let dest = self.locate(destination)?;
+        let Some(parent) = at.parent() else {
+            return Err(Error::not_found(format!("cannot create link {link}: its directory does not exist")));
+        };
+        let target = dest.parsed.to_string();
+        let directory = match dest.parent() {
+            Some(p) => match nt::open_at(p, dest.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+                // A link to a directory carries the directory attribute itself.
+                Ok(h) => attributes(&h, destination)?.0 & FILE_ATTRIBUTE_DIRECTORY != 0,
+                Err(e) if nt::is_not_found(&e) => false,
+                Err(e) => return Err(io(destination, "checking", e)),
+            },
+            None => false,
+        };
+        match nt::open_at(parent, at.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+            Ok(h) if links_to(&h, &target) => return Ok(()),
+            Ok(_) => return Err(Error::exists(format!("{link} already exists"))),
+            Err(e) if nt::is_not_found(&e) => {}
+            Err(e) => return Err(io(link, "checking", e)),
+        }
+        // CreateSymbolicLinkW takes a path, not a handle: give it the canonical path of the held
+        // parent (which cannot move while held), then check through the handle that the link is
+        // there and says what we asked.
+        nt::create_symlink(&wp::verbatim(&at.canonical_path()), &target, directory)
+            .map_err(|e| Error::io(format!("creating link {link} to {destination}"), e))?;
+        match nt::open_at(parent, at.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+            Ok(h) if links_to(&h, &target) => Ok(()),
+            Ok(_) => {
+                Err(Error::internal(format!("created link {link} to {destination}, but {link} is now something else")))
+            }
+            Err(e) if nt::is_not_found(&e) => Err(Error::internal(format!(
+                "CreateSymbolicLinkW reported success for link {link} to {destination}, but no link exists \
+                 (Wine's CreateSymbolicLinkW does nothing)"
+            ))),
+            Err(e) => Err(io(link, "checking the new link", e)),
+        }
+    }
+
+    /// True for a symbolic link or mount point (junction, volume mounted folder) whose target
+    /// exists — Go's notion of a link here, see UPSTREAM.md §3.1. Other reparse points (dedup,
+    /// cloud files, AF_UNIX sockets) are not links. A target outside the roots is refused without
+    /// being looked at, except the two kinds upstream relies on: a volume (`\\?\Volume{…}\`,
+    /// mounted folders) and an SMB share (mapping links).
+    fn is_symlink(&self, path: &str) -> Result<bool> {
+        let loc = self.locate(path)?;
+        let missing = || Error::not_found(format!("{path} does not exist"));
+        let Some(parent) = loc.parent() else { return Err(missing()) };
+        let h = match nt::open_at(parent, loc.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+            Ok(h) => h,
+            Err(e) if nt::is_not_found(&e) => return Err(missing()),
+            Err(e) => return Err(io(path, "checking", e)),
+        };
+        let (attrs, tag) = attributes(&h, path)?;
+        if attrs & FILE_ATTRIBUTE_REPARSE_POINT == 0
+            || !matches!(tag, IO_REPARSE_TAG_SYMLINK | IO_REPARSE_TAG_MOUNT_POINT)
+        {
+            return Ok(false);
+        }
+        let (raw, resolved) = match nt::reparse(&h).map_err(|e| io(path, "reading the link", e))? {
+            Reparse::Symlink { target, relative: true } => {
+                let r = resolve_relative(&loc.canonical, &target);
+                (target, Some(r))
+            }
+            Reparse::Symlink { target, .. } | Reparse::MountPoint { target } => {
+                let r = wp::components(&target);
+                (target, r)
+            }
+            Reparse::Other(_) => return Ok(false),
+        };
+        let Some(target) = resolved else { return Err(self.link_outside(path, &raw)) };
+        if target[0] == "UNC" || wp::is_volume_guid(&target[0]) {
+            return match nt::open_path(&wp::verbatim(&target), PEEK, FILE_FLAG_OPEN_REPARSE_POINT) {
+                Ok(_) => Ok(true),
+                Err(e) if nt::is_not_found(&e) => Ok(false),
+                Err(e) => Err(Error::io(format!("checking {}, the target of link {path}", wp::display(&target)), e)),
+            };
+        }
+        let shown = wp::display(&target);
+        let t = match self.locate(&shown) {
+            Ok(t) => t,
+            Err(Error::PermissionDenied(_) | Error::InvalidArgument(_)) => return Err(self.link_outside(path, &shown)),
+            Err(e) => return Err(e),
+        };
+        let Some(tparent) = t.parent() else { return Ok(false) };
+        match nt::open_at(tparent, t.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+            Ok(_) => Ok(true),
+            Err(e) if nt::is_not_found(&e) => Ok(false),
+            Err(e) => Err(Error::io(format!("checking {shown}, the target of link {path}"), e)),
+        }
+    }
+}
+
+impl Filesystem {
+    pub fn new(roots: Roots) -> Self {
+        Filesystem { roots }
+    }
+
+    /// Checks `path` lexically, holds its deepest existing ancestor and checks that ancestor's
+    /// canonical path (plus the missing names) against the canonical roots.
+    fn locate(&self, path: &str) -> Result<Located> {
+        let parsed = wp::parse(path)?;
+        if parsed.names.is_empty() {
+            return Err(Error::invalid(format!(
+                "path {path} is a drive root; expected a path inside the working directories {}",
+                self.roots
+            )));
+        }
+        let parts = parsed.parts();
+        let lexical: Vec<&String> = (self.roots.as_slice().iter())
+            .filter(|r| parse_root(r).is_some_and(|r| within(&parts, &r.parts(), true)))
+            .collect();
+        if lexical.is_empty() {
+            return Err(self.roots.outside(path, None));
+        }
+        let canonical_roots: Vec<(&String, Option<Vec<String>>)> =
+            self.roots.as_slice().iter().map(|r| (r, canonical_root(r))).collect();
+        if !canonical_roots.iter().any(|(r, c)| c.is_some() && lexical.contains(r)) {
+            return Err(Error::precondition(format!(
+                "path {path} is in the working directory {}, which does not exist",
+                lexical.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let roots: Vec<Vec<String>> = canonical_roots.into_iter().filter_map(|(_, c)| c).collect();
+        for n in (0..parsed.names.len()).rev() {
+            let held_path = parsed.prefix(n);
+            let held = match nt::open_path(&wp::verbatim(&parts[..=n]), HOLD, 0) {
+                Ok(h) => h,
+                Err(e) if nt::is_not_found(&e) && n > 0 => continue,
+                Err(e) => return Err(Error::io(format!("opening {held_path} (for {path})"), e)),
+            };
+            let canonical = self.canonical_of(&held, path)?;
+            let (attrs, _) = attributes(&held, &held_path)?;
+            let rest = parsed.names[n..].to_vec();
+            let loc = Located {
+                parsed,
+                held,
+                held_path,
+                held_is_dir: attrs & FILE_ATTRIBUTE_DIRECTORY != 0,
+                canonical,
+                rest,
+                roots,
+            };
+            let full = loc.canonical_path();
+            if !loc.inside(&full) {
+                return Err(self.roots.outside(path, Some(&wp::display(&full))));
+            }
+            return Ok(loc);
+        }
+        unreachable!("the drive root either opens or fails");
+    }
+
+    /// The canonical components of an open handle; a form we cannot compare is refused.
+    fn canonical_of(&self, h: &Handle, path: &str) -> Result<Vec<String>> {
+        let raw = nt::final_path(h).map_err(|e| io(path, "resolving", e))?;
+        // A form we cannot compare is outside as far as the caller is told.
+        wp::components(&raw).ok_or_else(|| self.roots.outside(path, Some(&raw)))
+    }
+
+    /// Opens the directory a link at `dir\name` leads to, provided it is inside the roots.
+    fn follow_dir(&self, loc: &Located, dir: &Handle, name: &str, shown: &str) -> Result<Handle> {
+        let h = nt::open_at(dir, name, HOLD, FILE_OPEN, FILE_DIRECTORY_FILE).map_err(|e| {
+            if nt::is_not_found(&e) {
+                Error::exists(format!("{shown} is a link whose target does not exist"))
+            } else if nt::is_not_a_directory(&e) {
+                Error::exists(format!("{shown} is a link to something that is not a directory"))
+            } else {
+                io(shown, "following", e)
+            }
+        })?;
+        let canonical = self.canonical_of(&h, shown)?;
+        if !loc.inside(&canonical) {
+            return Err(self.roots.outside(shown, Some(&wp::display(&canonical))));
+        }
+        Ok(h)
+    }
+
+    fn link_outside(&self, link: &str, target: &str) -> Error {
+        let target = target.strip_prefix(r"\??\").unwrap_or(target);
+        Error::denied(format!(
+            "link {link} points to {target}, which is not within the working directories {}",
+            self.roots
+        ))
+    }
+}
+
+/// Roots come from the command line, where `/` may have been used.
+fn parse_root(root: &str) -> Option<WinPath> {
+    wp::parse(&root.replace('/', "\\")).ok()
+}
+
+fn canonical_root(root: &str) -> Option<Vec<String>> {
+    let r = parse_root(root)?;
+    let h = nt::open_path(&wp::verbatim(&r.parts()), FILE_READ_ATTRIBUTES, 0).ok()?;
+    wp::components(&nt::final_path(&h).ok()?)
+}
+
+/// A relative symlink target, resolved against the canonical components of the link's directory
+/// (a leading `\` means the root of that volume).
+fn resolve_relative(base: &[String], target: &str) -> Vec<String> {
+    let mut out: Vec<String> = if target.starts_with('\\') { base[..1].to_vec() } else { base.to_vec() };
+    for part in target.split('\\') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if out.len() > 1 {
+                    out.pop();
+                }
+            }
+            p => out.push(p.to_string()),
+        }
+    }
+    out
+}
+
+/// Whether `h` is a symbolic link to exactly `target` (compared as Windows compares names).
+fn links_to(h: &Handle, target: &str) -> bool {
+    let Ok(Reparse::Symlink { target: stored, relative: false }) = nt::reparse(h) else { return false };
+    match (wp::components(&stored), wp::components(target)) {
+        (Some(a), Some(b)) => a.len() == b.len() && within(&a, &b, true),
+        _ => false,
+    }
+}
+
+fn is_plain_dir(attrs: u32) -> bool {
+    attrs & FILE_ATTRIBUTE_DIRECTORY != 0 && attrs & FILE_ATTRIBUTE_REPARSE_POINT == 0
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.ends_with('\\') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}\\{name}")
+    }
+}
+
+fn io(path: &str, doing: &str, e: std::io::Error) -> Error {
+    Error::io(format!("{doing} {path}"), e)
+}
+
+fn attributes(h: &Handle, path: &str) -> Result<(u32, u32)> {
+    nt::attributes(h).map_err(|e| io(path, "reading the attributes of", e))
+}
+
+fn remove(h: &Handle, path: &str) -> Result<()> {
+    nt::delete(h).map_err(|e| {
+        if nt::is_not_empty(&e) {
+            Error::precondition(format!("directory {path} is not empty"))
+        } else {
+            io(path, "removing", e)
+        }
+    })
+}
+
+/// Removes everything below the directory `top`, depth first. Each entry is opened relative to
+/// its directory with FILE_OPEN_REPARSE_POINT, so links (symlinks, junctions, mounted folders)
+/// are removed as links and never descended. Iterative, as depth is bounded only by path length.
+fn remove_contents(top: &Handle, top_path: &str) -> Result<()> {
+    let listing = |h: &Handle, shown: &str| nt::list(h).map_err(|e| io(shown, "listing", e));
+    let mut top_names = listing(top, top_path)?;
+    // Directories being emptied, innermost last.
+    let mut stack: Vec<(Handle, String, Vec<String>)> = Vec::new();
+    loop {
+        let (dir, dir_path, names) = match stack.last_mut() {
+            Some((h, p, n)) => (&*h, p.as_str(), n),
+            None => (top, top_path, &mut top_names),
+        };
+        let Some(name) = names.pop() else {
+            match stack.pop() {
+                Some((h, p, _)) => {
+                    remove(&h, &p)?;
+                    continue;
+                }
+                None => return Ok(()),
+            }
+        };
+        let shown = join(dir_path, &name);
+        let h = match nt::open_at(dir, &name, REMOVE, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+            Ok(h) => h,
+            Err(e) if nt::is_not_found(&e) => continue,
+            Err(e) => return Err(io(&shown, "opening to remove", e)),
+        };
+        let (attrs, _) = attributes(&h, &shown)?;
+        if is_plain_dir(attrs) {
+            let names = listing(&h, &shown)?;
+            stack.push((h, shown, names));
+        } else {
+            remove(&h, &shown)?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The SMB group's local link: made under the same containment as CreateSymlink, pointing out of
+/// the roots on purpose, since its target is the share.
+impl crate::windows::smb::ShareLinks for Filesystem {
+    fn check(&self, local: &str, target: &str) -> Result<bool> {
+        let at = self.locate(local)?;
+        if let Some(h) =
+            at.parent().and_then(|p| nt::open_at(p, at.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT).ok())
+        {
+            if links_to(&h, target) {
+                return Ok(true);
+            }
+        }
+        share_link_parent(&at, local).map(|_| false)
+    }
+
+    fn link(&self, local: &str, target: &str) -> Result<()> {
+        // Only a share may be the target: this trait must not become a way to link out of the
+        // roots to anything else.
+        if !wp::components(target).is_some_and(|t| t[0] == "UNC") {
+            return Err(Error::internal(format!("SMB link target {target} is not a \\\\?\\UNC\\ share path")));
+        }
+        let at = self.locate(local)?;
+        let parent = share_link_parent(&at, local)?;
+        nt::create_symlink(&wp::verbatim(&at.canonical_path()), target, true)
+            .map_err(|e| Error::io(format!("creating link {local} to {target}"), e))?;
+        // As in create_symlink: check through the held parent that the link is ours.
+        match nt::open_at(parent, at.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+            Ok(h) if links_to(&h, target) => Ok(()),
+            Ok(_) => {
+                Err(Error::internal(format!("created link {local} to {target}, but {local} is now something else")))
+            }
+            Err(e) if nt::is_not_found(&e) => Err(Error::internal(format!(
+                "CreateSymbolicLinkW reported success for link {local} to {target}, but no link exists \
+                 (Wine's CreateSymbolicLinkW does nothing)"
+            ))),
+            Err(e) => Err(io(local, "checking the new link", e)),
+        }
+    }
+}
+
+/// The held parent of a share link's place, once nothing is there yet.
+fn share_link_parent<'a>(at: &'a Located, local: &str) -> Result<&'a Handle> {
+    let Some(parent) = at.parent() else {
+        return Err(Error::not_found(format!("cannot create link {local}: its directory does not exist")));
+    };
+    match nt::open_at(parent, at.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
+        Ok(_) => Err(Error::exists(format!("{local} already exists; expected nothing there for the SMB share link"))),
+        Err(e) if nt::is_not_found(&e) => Ok(parent),
+        Err(e) => Err(io(local, "checking", e)),
+    }
+}

@@ -1,0 +1,260 @@
+//! A scripted [`Win32`] and [`Wmi`] for the backend's tests: answers are registered per call
+//! (one after another for a call made repeatedly; the last one sticks), and every call made is
+//! logged, so a test checks both what the backend answered and what it did, in order.
+//!
+//! Log lines, one per call:
+//! - `volumes`, `disk_interfaces`
+//! - `ioctl <path> <code as 0x…> [r|w]` (`r` opened for reading, `w` for reading and writing)
+//! - `filesystem_name <root>`, `free_space <root>`, `flush <device>`
+//! - `set_mount_point <dir> <volume>`, `delete_mount_point <dir>`
+//! - `volume_path_name <path>`, `volume_name_for_mount_point <mp>`, `mount_points_of <volume>`
+//! - `attributes <path>`, `final_path <path>`
+//! - `query <WQL>` (namespace omitted: the class names it)
+//! - `call <target> <method> <args as Debug>` (secrets show as `<redacted>`)
+//! - `associators <path> <assoc class> <result class>`
+//!
+//! A call nobody scripted fails (Win32: ERROR_INVALID_FUNCTION, WMI: Internal) and is logged
+//! with `UNSCRIPTED ` in front; [`Script::assert_all_scripted`] catches those.
+
+use super::wmi::{Namespace, Query, Row, Value, Wmi};
+use super::{os_error, Access, Win32};
+use crate::{Error, Result};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::sync::Mutex;
+
+/// One scripted answer.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// Unit success (flush, mount point changes).
+    Done,
+    Strings(Vec<String>),
+    Str(String),
+    Bytes(Vec<u8>),
+    Space(u64, u64),
+    Attributes(Option<u32>),
+    Rows(Vec<Row>),
+    Out(Row),
+    /// A Win32 failure with this error code.
+    Win32Error(i32),
+    /// A WMI failure: the error's constructor and message.
+    WmiError(fn(String) -> Error, String),
+}
+
+#[derive(Default)]
+pub struct Script {
+    answers: Mutex<HashMap<String, VecDeque<Answer>>>,
+    log: Mutex<Vec<String>>,
+}
+
+impl Script {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `answer` to the answers for calls whose log line, without the arguments of a WMI
+    /// call, is `key` (e.g. `ioctl \\.\PhysicalDrive2 0x70140`, `call <path> Format`).
+    pub fn on(&self, key: impl Into<String>, answer: Answer) -> &Self {
+        self.answers.lock().unwrap().entry(key.into()).or_default().push_back(answer);
+        self
+    }
+
+    /// Answers `query` (rendered to WQL) with `rows`.
+    pub fn on_query(&self, query: &Query, rows: Vec<Row>) -> &Self {
+        self.on(format!("query {}", query.wql().unwrap()), Answer::Rows(rows))
+    }
+
+    /// Answers `method` on `target` with out-parameters `out`.
+    pub fn on_call(&self, target: &str, method: &str, out: Row) -> &Self {
+        self.on(format!("call {target} {method}"), Answer::Out(out))
+    }
+
+    /// Answers the associators of `path` with `rows`.
+    pub fn on_associators(&self, path: &str, assoc_class: &str, result_class: &str, rows: Vec<Row>) -> &Self {
+        self.on(format!("associators {path} {assoc_class} {result_class}"), Answer::Rows(rows))
+    }
+
+    /// Every call so far, in order.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Calls whose line starts with `prefix`.
+    pub fn calls(&self, prefix: &str) -> Vec<String> {
+        self.log().into_iter().filter(|l| l.starts_with(prefix)).collect()
+    }
+
+    pub fn assert_all_scripted(&self) {
+        let missing = self.calls("UNSCRIPTED ");
+        assert!(missing.is_empty(), "calls nobody scripted: {missing:#?}");
+    }
+
+    fn answer(&self, key: String, line: String) -> Option<Answer> {
+        let mut answers = self.answers.lock().unwrap();
+        let found = answers.get_mut(&key).and_then(|q| if q.len() > 1 { q.pop_front() } else { q.front().cloned() });
+        self.log.lock().unwrap().push(if found.is_some() { line } else { format!("UNSCRIPTED {line}") });
+        found
+    }
+
+    fn win32(&self, line: String) -> io::Result<Answer> {
+        match self.answer(line.clone(), line) {
+            Some(Answer::Win32Error(code)) => Err(os_error(code)),
+            Some(a) => Ok(a),
+            None => Err(os_error(super::code::ERROR_INVALID_FUNCTION)),
+        }
+    }
+}
+
+fn wrong(line: &str, a: Answer) -> io::Error {
+    io::Error::other(format!("script answered {line} with {a:?}"))
+}
+
+macro_rules! expect {
+    ($self:ident, $line:expr, $pat:pat => $out:expr) => {{
+        let line: String = $line;
+        match $self.win32(line.clone())? {
+            $pat => Ok($out),
+            other => Err(wrong(&line, other)),
+        }
+    }};
+}
+
+impl Win32 for Script {
+    fn volumes(&self) -> io::Result<Vec<String>> {
+        expect!(self, "volumes".into(), Answer::Strings(v) => v)
+    }
+    fn disk_interfaces(&self) -> io::Result<Vec<String>> {
+        expect!(self, "disk_interfaces".into(), Answer::Strings(v) => v)
+    }
+    fn ioctl(&self, path: &str, code: u32, _input: &[u8], access: Access) -> io::Result<Vec<u8>> {
+        let mode = match access {
+            Access::Query => "",
+            Access::Read => " r",
+            Access::ReadWrite => " w",
+        };
+        let line = format!("ioctl {path} {code:#x}{mode}");
+        expect!(self, line, Answer::Bytes(b) => b)
+    }
+    fn filesystem_name(&self, root: &str) -> io::Result<String> {
+        expect!(self, format!("filesystem_name {root}"), Answer::Str(s) => s)
+    }
+    fn free_space(&self, root: &str) -> io::Result<(u64, u64)> {
+        expect!(self, format!("free_space {root}"), Answer::Space(t, f) => (t, f))
+    }
+    fn flush(&self, device: &str) -> io::Result<()> {
+        expect!(self, format!("flush {device}"), Answer::Done => ())
+    }
+    fn set_mount_point(&self, dir: &str, volume: &str) -> io::Result<()> {
+        expect!(self, format!("set_mount_point {dir} {volume}"), Answer::Done => ())
+    }
+    fn delete_mount_point(&self, dir: &str) -> io::Result<()> {
+        expect!(self, format!("delete_mount_point {dir}"), Answer::Done => ())
+    }
+    fn volume_path_name(&self, path: &str) -> io::Result<String> {
+        expect!(self, format!("volume_path_name {path}"), Answer::Str(s) => s)
+    }
+    fn volume_name_for_mount_point(&self, mount_point: &str) -> io::Result<String> {
+        expect!(self, format!("volume_name_for_mount_point {mount_point}"), Answer::Str(s) => s)
+    }
+    fn mount_points_of(&self, volume: &str) -> io::Result<Vec<String>> {
+        expect!(self, format!("mount_points_of {volume}"), Answer::Strings(v) => v)
+    }
+    fn attributes(&self, path: &str) -> io::Result<Option<u32>> {
+        expect!(self, format!("attributes {path}"), Answer::Attributes(a) => a)
+    }
+    fn final_path(&self, path: &str) -> io::Result<String> {
+        expect!(self, format!("final_path {path}"), Answer::Str(s) => s)
+    }
+}
+
+impl Script {
+    /// The scripted WMI answer for `key`, its failures already turned into errors.
+    fn wmi(&self, key: String, line: &str) -> Result<Answer> {
+        match self.answer(key, line.to_owned()) {
+            Some(Answer::WmiError(make, msg)) => Err(make(msg)),
+            Some(a) => Ok(a),
+            None => Err(Error::internal(format!("unscripted {line}"))),
+        }
+    }
+}
+
+fn wrong_wmi(line: &str, a: Answer) -> Error {
+    Error::internal(format!("script answered {line} with {a:?}"))
+}
+
+impl Wmi for Script {
+    fn query(&self, query: &Query) -> Result<Vec<Row>> {
+        let line = format!("query {}", query.wql()?);
+        match self.wmi(line.clone(), &line)? {
+            Answer::Rows(rows) => Ok(rows),
+            other => Err(wrong_wmi(&line, other)),
+        }
+    }
+
+    fn call(&self, _namespace: Namespace, target: &str, method: &str, args: &[(&'static str, Value)]) -> Result<Row> {
+        let key = format!("call {target} {method}");
+        let line = format!("{key} {args:?}");
+        match self.wmi(key, &line)? {
+            Answer::Out(row) => Ok(row),
+            other => Err(wrong_wmi(&line, other)),
+        }
+    }
+
+    fn associators(
+        &self,
+        _namespace: Namespace,
+        path: &str,
+        assoc_class: &'static str,
+        result_class: &'static str,
+        _props: &[&'static str],
+    ) -> Result<Vec<Row>> {
+        let line = format!("associators {path} {assoc_class} {result_class}");
+        match self.wmi(line.clone(), &line)? {
+            Answer::Rows(rows) => Ok(rows),
+            other => Err(wrong_wmi(&line, other)),
+        }
+    }
+}
+
+/// Out-parameters with just a `ReturnValue`.
+pub fn returned(code: u32) -> Row {
+    Row::new("__PARAMETERS", "").with("ReturnValue", code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::windows::code::ERROR_NOT_READY;
+
+    #[test]
+    fn answers_in_order_then_the_last_sticks_and_everything_is_logged() {
+        let s = Script::new();
+        s.on("filesystem_name C:\\", Answer::Str("RAW".into()))
+            .on("filesystem_name C:\\", Answer::Str("NTFS".into()))
+            .on("flush X", Answer::Win32Error(ERROR_NOT_READY));
+        assert_eq!(s.filesystem_name("C:\\").unwrap(), "RAW");
+        assert_eq!(s.filesystem_name("C:\\").unwrap(), "NTFS");
+        assert_eq!(s.filesystem_name("C:\\").unwrap(), "NTFS");
+        assert_eq!(s.flush("X").unwrap_err().raw_os_error(), Some(ERROR_NOT_READY));
+        assert!(s.volumes().is_err());
+        let q = Query::select(Namespace::Storage, "MSFT_Disk", &["Number"]);
+        s.on_query(&q, vec![Row::new("MSFT_Disk", "p").with("Number", 1u32)]);
+        assert_eq!(s.query(&q).unwrap()[0].u32("Number").unwrap(), 1);
+        s.on_call("p", "Online", returned(0));
+        let args = [("Secret", Value::Secret(crate::types::Secret::new("pw")))];
+        assert_eq!(s.call(Namespace::Storage, "p", "Online", &args).unwrap().return_value().unwrap(), 0);
+        assert_eq!(
+            s.log(),
+            [
+                "filesystem_name C:\\",
+                "filesystem_name C:\\",
+                "filesystem_name C:\\",
+                "flush X",
+                "UNSCRIPTED volumes",
+                "query SELECT Number FROM MSFT_Disk",
+                "call p Online [(\"Secret\", <redacted>)]",
+            ]
+        );
+        assert!(std::panic::catch_unwind(|| s.assert_all_scripted()).is_err());
+    }
+}

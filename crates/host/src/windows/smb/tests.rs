@@ -1,0 +1,465 @@
+use super::*;
+use crate::windows::attr::DIRECTORY;
+use crate::windows::script::{returned, Answer, Script};
+use std::fmt::Write as _;
+
+const SRV: &str = r"\\srv\share";
+const MAP: &str = r#"\\H\ROOT\Microsoft\Windows\SMB:MSFT_SmbGlobalMapping.RemotePath="\\\\srv\\share""#;
+const LOCAL: &str = r"C:\var\lib\kubelet\pods\p\volumes\v";
+const PASSWORD: &str = "Zebra-Quartz-7781";
+
+/// Records the secrets passed to WMI (the script's log shows them redacted) and delegates.
+pub(crate) struct Capture {
+    pub script: Arc<Script>,
+    pub secrets: Mutex<Vec<(&'static str, String)>>,
+}
+
+impl Capture {
+    pub fn new(script: Arc<Script>) -> Self {
+        Capture { script, secrets: Mutex::new(Vec::new()) }
+    }
+    pub fn secrets(&self) -> Vec<(&'static str, String)> {
+        self.secrets.lock().unwrap().clone()
+    }
+}
+
+impl Wmi for Capture {
+    fn query(&self, query: &Query) -> Result<Vec<Row>> {
+        self.script.query(query)
+    }
+    fn call(&self, ns: Namespace, target: &str, method: &str, args: &[(&'static str, Value)]) -> Result<Row> {
+        for (name, v) in args {
+            if let Value::Secret(s) = v {
+                self.secrets.lock().unwrap().push((name, s.expose().to_owned()));
+            }
+        }
+        self.script.call(ns, target, method, args)
+    }
+    fn associators(
+        &self,
+        ns: Namespace,
+        path: &str,
+        assoc: &'static str,
+        result: &'static str,
+        props: &[&'static str],
+    ) -> Result<Vec<Row>> {
+        self.script.associators(ns, path, assoc, result, props)
+    }
+}
+
+/// Every `tracing` event emitted while `f` runs, as `field=value` lines.
+pub(crate) fn traced<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata};
+
+    struct Lines(Arc<Mutex<Vec<String>>>);
+    struct Fields(String);
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            let _ = write!(self.0, "{}={:?} ", field.name(), value);
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            let _ = write!(self.0, "{}={} ", field.name(), value);
+        }
+    }
+    impl tracing::Subscriber for Lines {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut fields = Fields(format!("{} ", event.metadata().level()));
+            event.record(&mut fields);
+            self.0.lock().unwrap().push(fields.0);
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let out = tracing::subscriber::with_default(Lines(lines.clone()), f);
+    let lines = lines.lock().unwrap().clone();
+    (out, lines)
+}
+
+type MakeErr = fn(String) -> Error;
+
+/// A scripted [`ShareLinks`] with its own log.
+#[derive(Default)]
+struct Links {
+    log: Mutex<Vec<String>>,
+    check_err: Option<MakeErr>,
+    link_err: Option<MakeErr>,
+    /// `check` finds the link to the target already there.
+    linked: bool,
+}
+
+impl Links {
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl ShareLinks for Links {
+    fn check(&self, local: &str, target: &str) -> Result<bool> {
+        self.log.lock().unwrap().push(format!("check {local} {target}"));
+        self.check_err.map_or(Ok(self.linked), |e| Err(e(format!("{local} already exists"))))
+    }
+    fn link(&self, local: &str, target: &str) -> Result<()> {
+        self.log.lock().unwrap().push(format!("link {local} {target}"));
+        self.link_err.map_or(Ok(()), |e| Err(e(format!("creating link {local} to {target}: refused"))))
+    }
+}
+
+struct Fixture {
+    script: Arc<Script>,
+    wmi: Arc<Capture>,
+    links: Arc<Links>,
+    smb: Smb,
+}
+
+fn fixture(links: Links) -> Fixture {
+    let script = Arc::new(Script::new());
+    let wmi = Arc::new(Capture::new(script.clone()));
+    let links = Arc::new(links);
+    let smb = Smb::new(script.clone(), wmi.clone(), links.clone());
+    Fixture { script, wmi, links, smb }
+}
+
+fn find(root: &str) -> Query {
+    Query::select(Namespace::Smb, "MSFT_SmbGlobalMapping", &["RemotePath", "Status", "LocalPath"])
+        .eq("RemotePath", root)
+}
+
+fn find_line(root: &str) -> String {
+    format!("query {}", find(root).wql().unwrap())
+}
+
+fn mapping_row(status: u32) -> Row {
+    Row::new("MSFT_SmbGlobalMapping", MAP).with("RemotePath", SRV).with("Status", status).with("LocalPath", "")
+}
+
+fn create_line(root: &str, privacy: bool, credential: bool) -> String {
+    let mut args = vec![("RemotePath", Value::from(root)), ("RequirePrivacy", Value::Bool(privacy))];
+    if credential {
+        args.push(("Credential", Value::Secret(Secret::new("x"))));
+    }
+    format!("call MSFT_SmbGlobalMapping Create {args:?}")
+}
+
+fn remove_line() -> String {
+    format!("call {MAP} Remove [(\"Force\", true)]")
+}
+
+fn request(remote: &str, local: &str, user: &str) -> SmbMapping {
+    SmbMapping {
+        remote_path: remote.into(),
+        local_path: local.into(),
+        username: user.into(),
+        password: Secret::new(if user.is_empty() { "" } else { PASSWORD }),
+        require_privacy: true,
+    }
+}
+
+#[test]
+fn share_roots_and_link_targets() {
+    let cases = [
+        (r"\\srv\share", r"\\srv\share", r"\\?\UNC\srv\share\"),
+        (r"\\SRV\Share", r"\\srv\share", r"\\?\UNC\SRV\Share\"),
+        (r"\\Srv\Share\Sub\Dir", r"\\srv\share", r"\\?\UNC\Srv\Share\Sub\Dir\"),
+        (r"\\srv\share\sub\", r"\\srv\share", r"\\?\UNC\srv\share\sub\"),
+        (r"\\\srv\\share\\a", r"\\srv\share", r"\\?\UNC\srv\share\a\"),
+        (r"\\10.0.0.5\Vol$", r"\\10.0.0.5\vol$", r"\\?\UNC\10.0.0.5\Vol$\"),
+        (r"\\SRV\ÄRGER", r"\\srv\ärger", r"\\?\UNC\SRV\ÄRGER\"),
+        (r"\\srv\o'brien", r"\\srv\o'brien", r"\\?\UNC\srv\o'brien\"),
+    ];
+    for (remote, root, target) in cases {
+        assert_eq!(share_root(remote).unwrap(), root, "{remote}");
+        assert_eq!(link_target(remote).unwrap(), target, "{remote}");
+    }
+    for bad in [
+        "",
+        r"\\",
+        r"\\srv",
+        r"\\srv\",
+        r"\\srv\share\..\other",
+        r"\\srv\.\share",
+        r"\\?\UNC\srv\share",
+        r"\\srv\sh*re",
+        "\\\\srv\\sh\u{1}re",
+    ] {
+        let err = share_root(bad).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{bad:?}: {err:?}");
+        assert!(err.to_string().contains(&format!("remote path {bad:?}")), "{err}");
+        assert!(link_target(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn credentials_escape_the_user_name_only() {
+    let cases = [
+        ("user", "pw", "user:pw"),
+        (r"DOMAIN\user", "pw", r"DOMAIN\\user:pw"),
+        ("a:b", "pw", r"a\:b:pw"),
+        (r"a\:b", "pw", r"a\\\:b:pw"),
+        ("user", r"p:w\x", r"user:p:w\x"),
+    ];
+    for (user, pw, want) in cases {
+        assert_eq!(credential(user, &Secret::new(pw)).expose(), want, "{user} {pw}");
+    }
+}
+
+#[test]
+fn a_fresh_mapping_without_credentials() {
+    let f = fixture(Links::default());
+    f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+    f.smb.new_global_mapping(&request(r"\\SRV\Share\Sub", LOCAL, "")).unwrap();
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.log(), [find_line(SRV), create_line(SRV, true, false)]);
+    assert!(f.wmi.secrets().is_empty());
+    assert_eq!(
+        f.links.log(),
+        [format!(r"check {LOCAL} \\?\UNC\SRV\Share\Sub\"), format!(r"link {LOCAL} \\?\UNC\SRV\Share\Sub\")]
+    );
+}
+
+#[test]
+fn a_retried_call_finds_its_link_and_still_makes_sure_of_the_mapping() {
+    // The mapping went away since the first call (a reboot); the link is still there.
+    let f = fixture(Links { linked: true, ..Links::default() });
+    f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+    f.smb.new_global_mapping(&request(r"\\SRV\Share\Sub", LOCAL, "")).unwrap();
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.log(), [find_line(SRV), create_line(SRV, true, false)]);
+    assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\SRV\Share\Sub\")], "no second link");
+}
+
+#[test]
+fn a_fresh_mapping_with_credentials() {
+    let f = fixture(Links::default());
+    f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+    f.smb.new_global_mapping(&request(SRV, LOCAL, r"CORP\svc:k8s")).unwrap();
+    f.script.assert_all_scripted();
+    let create = create_line(SRV, true, true);
+    assert!(create.ends_with(r#"("Credential", <redacted>)]"#), "{create}");
+    assert_eq!(f.script.log(), [find_line(SRV), create]);
+    assert_eq!(f.wmi.secrets(), [("Credential", format!(r"CORP\\svc\:k8s:{PASSWORD}"))]);
+}
+
+#[test]
+fn require_privacy_is_passed_as_configured() {
+    for privacy in [false, true] {
+        let f = fixture(Links::default());
+        f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+        let mut m = request(SRV, "", "");
+        m.require_privacy = privacy;
+        f.smb.new_global_mapping(&m).unwrap();
+        assert_eq!(f.script.log(), [find_line(SRV), create_line(SRV, privacy, false)]);
+        assert!(f.links.log().is_empty(), "no local path, no link");
+    }
+}
+
+#[test]
+fn a_healthy_mapping_is_kept() {
+    let f = fixture(Links::default());
+    f.script
+        .on_query(&find(SRV), vec![mapping_row(0)])
+        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)));
+    f.smb.new_global_mapping(&request(r"\\srv\share\a", LOCAL, "u")).unwrap();
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\")]);
+    assert_eq!(f.links.log()[1], format!(r"link {LOCAL} \\?\UNC\srv\share\a\"));
+}
+
+#[test]
+fn an_ok_but_unreachable_mapping_is_recreated() {
+    const ERROR_LOGON_FAILURE: i32 = 1326;
+    let unreachable = [Answer::Win32Error(ERROR_LOGON_FAILURE), Answer::Attributes(None)];
+    for answer in unreachable {
+        let f = fixture(Links::default());
+        f.script
+            .on_query(&find(SRV), vec![mapping_row(0)])
+            .on(format!(r"attributes {SRV}\"), answer)
+            .on_call(MAP, "Remove", returned(0))
+            .on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+        f.smb.new_global_mapping(&request(SRV, "", "u")).unwrap();
+        f.script.assert_all_scripted();
+        assert_eq!(
+            f.script.log(),
+            [find_line(SRV), format!(r"attributes {SRV}\"), remove_line(), create_line(SRV, true, true)]
+        );
+    }
+}
+
+#[test]
+fn a_mapping_not_ok_is_recreated_without_probing() {
+    for st in [status::DISCONNECTED, status::UNAVAILABLE, status::RECONNECTING] {
+        let f = fixture(Links::default());
+        f.script.on_query(&find(SRV), vec![mapping_row(st)]).on_call(MAP, "Remove", returned(0)).on_call(
+            "MSFT_SmbGlobalMapping",
+            "Create",
+            returned(0),
+        );
+        f.smb.new_global_mapping(&request(SRV, "", "")).unwrap();
+        f.script.assert_all_scripted();
+        assert_eq!(f.script.log(), [find_line(SRV), remove_line(), create_line(SRV, true, false)], "status {st}");
+    }
+}
+
+#[test]
+fn a_failed_removal_of_a_broken_mapping_stops_before_create() {
+    let f = fixture(Links::default());
+    f.script.on_query(&find(SRV), vec![mapping_row(status::DISCONNECTED)]).on_call(MAP, "Remove", returned(2));
+    let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "")).unwrap_err().to_string();
+    assert!(err.contains(SRV) && err.contains("Remove returned 2"), "{err}");
+    assert_eq!(f.script.log(), [find_line(SRV), remove_line()]);
+    assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\srv\share\")], "no link after a failure");
+}
+
+#[test]
+fn a_bad_local_path_fails_before_any_wmi_call() {
+    let f = fixture(Links { check_err: Some(Error::AlreadyExists), ..Links::default() });
+    let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
+    assert!(matches!(&err, Error::AlreadyExists(m) if m.contains(LOCAL)), "{err:?}");
+    assert!(f.script.log().is_empty(), "{:?}", f.script.log());
+    assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\srv\share\")]);
+
+    let f = fixture(Links::default());
+    let err = f.smb.new_global_mapping(&request(r"\\srv\share\..\x", LOCAL, "u")).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(f.script.log().is_empty() && f.links.log().is_empty());
+}
+
+#[test]
+fn a_failed_link_removes_the_mapping_this_call_made() {
+    let f = fixture(Links { link_err: Some(Error::PermissionDenied), ..Links::default() });
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_query(&find(SRV), vec![mapping_row(0)])
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
+        .on_call(MAP, "Remove", returned(0));
+    let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
+    assert!(matches!(&err, Error::PermissionDenied(m) if m.contains(LOCAL)), "{err:?}");
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.log(), [find_line(SRV), create_line(SRV, true, true), find_line(SRV), remove_line()]);
+}
+
+#[test]
+fn a_failed_rollback_is_reported_with_the_link_error() {
+    let f = fixture(Links { link_err: Some(Error::PermissionDenied), ..Links::default() });
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_query(&find(SRV), vec![mapping_row(0)])
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
+        .on_call(MAP, "Remove", returned(5));
+    let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "")).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::PermissionDenied(_)), "the link's error kind is kept: {err:?}");
+    assert!(
+        msg.contains("creating link") && msg.contains("could not be removed") && msg.contains("returned 5"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_failed_link_keeps_a_mapping_that_was_there() {
+    let f = fixture(Links { link_err: Some(Error::AlreadyExists), ..Links::default() });
+    f.script
+        .on_query(&find(SRV), vec![mapping_row(0)])
+        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)));
+    let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\")]);
+}
+
+#[test]
+fn a_create_failure_names_the_code_and_the_root() {
+    let f = fixture(Links::default());
+    f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(87));
+    let err = f.smb.new_global_mapping(&request(r"\\SRV\share\x", LOCAL, "u")).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Internal(_)), "{err:?}");
+    assert!(msg.contains(SRV) && msg.contains("Create returned 87"), "{msg}");
+    assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\SRV\share\x\")], "no link without a mapping");
+}
+
+#[test]
+fn remove_of_a_present_mapping() {
+    let f = fixture(Links::default());
+    f.script.on_query(&find(SRV), vec![mapping_row(0)]).on_call(MAP, "Remove", returned(0));
+    f.smb.remove_global_mapping(r"\\Srv\SHARE\sub").unwrap();
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.log(), [find_line(SRV), remove_line()]);
+
+    let f = fixture(Links::default());
+    f.script.on_query(&find(SRV), vec![mapping_row(0)]).on_call(MAP, "Remove", returned(2));
+    let err = f.smb.remove_global_mapping(SRV).unwrap_err().to_string();
+    assert!(err.contains(SRV) && err.contains("Remove returned 2"), "{err}");
+}
+
+#[test]
+fn remove_of_a_missing_mapping_succeeds() {
+    let f = fixture(Links::default());
+    f.script.on_query(&find(SRV), vec![]);
+    let (res, lines) = traced(|| f.smb.remove_global_mapping(SRV));
+    res.unwrap();
+    assert_eq!(f.script.log(), [find_line(SRV)]);
+    assert!(lines.iter().any(|l| l.starts_with("INFO") && l.contains("no SMB global mapping")), "{lines:?}");
+}
+
+#[test]
+fn the_password_never_shows() {
+    let mut seen: Vec<String> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    let m = request(SRV, LOCAL, r"CORP\svc");
+    seen.push(format!("{m:?}"));
+
+    // Created, then linked.
+    let f = fixture(Links::default());
+    f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+    let (res, lines) = traced(|| f.smb.new_global_mapping(&m));
+    res.unwrap();
+    assert!(!lines.is_empty(), "the capture must see the backend's events");
+    seen.extend(lines);
+    seen.extend(f.script.log());
+    let passed: Vec<String> = f.wmi.secrets().into_iter().map(|(_, s)| s).collect();
+
+    // Create fails with a code; Create fails with a text that quotes the credential.
+    for answer in [
+        Answer::Out(returned(1326)),
+        Answer::WmiError(Error::internal, format!("Create(Credential=CORP\\\\svc:{PASSWORD}) failed")),
+    ] {
+        let f = fixture(Links::default());
+        f.script.on_query(&find(SRV), vec![]).on("call MSFT_SmbGlobalMapping Create", answer);
+        let (res, lines) = traced(|| f.smb.new_global_mapping(&m));
+        let err = res.unwrap_err();
+        errors.push(err.to_string());
+        errors.push(format!("{err:?}"));
+        seen.extend(lines);
+        seen.extend(f.script.log());
+    }
+
+    // Recreated after a logon failure, then the link fails and the rollback fails too.
+    let f = fixture(Links { link_err: Some(Error::PermissionDenied), ..Links::default() });
+    f.script
+        .on_query(&find(SRV), vec![mapping_row(0)])
+        .on(format!(r"attributes {SRV}\"), Answer::Win32Error(1326))
+        .on_call(MAP, "Remove", returned(0))
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
+        .on_call(MAP, "Remove", returned(5));
+    let (res, lines) = traced(|| f.smb.new_global_mapping(&m));
+    errors.push(res.unwrap_err().to_string());
+    seen.extend(lines);
+    seen.extend(f.script.log());
+
+    assert!(errors[2].contains("withheld"), "{errors:?}");
+    for line in seen.iter().chain(&errors) {
+        assert!(!line.contains(PASSWORD), "password leaked: {line}");
+    }
+    assert!(passed.iter().any(|s| s.contains(PASSWORD)), "the password must reach WMI as a secret: {passed:?}");
+}

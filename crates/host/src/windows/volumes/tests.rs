@@ -1,0 +1,728 @@
+use super::*;
+use crate::windows::code::*;
+use crate::windows::script::{returned, Answer, Script};
+
+const V1: &str = r"\\?\Volume{0a1b2c3d-0000-1111-2222-333344445555}\";
+const V2: &str = r"\\?\Volume{9f8e7d6c-aaaa-bbbb-cccc-ddddeeeeffff}\";
+const V3: &str = r"\\?\Volume{11111111-2222-3333-4444-555555555555}\";
+const CDROM: &str = r"\\?\Volume{deadbeef-0000-0000-0000-000000000000}\";
+const ROOT: &str = r"C:\root";
+const MNT: &str = r"C:\root\pv\mnt";
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+fn setup() -> (Arc<Script>, Volumes) {
+    let s = Arc::new(Script::new());
+    let v = Volumes::new(s.clone(), s.clone(), Roots::new(vec![ROOT.into()]));
+    s.on(format!("final_path {ROOT}"), Answer::Str(format!(r"\\?\{ROOT}")));
+    (s, v)
+}
+
+fn device(id: &str) -> &str {
+    id.trim_end_matches('\\')
+}
+
+fn upper_guid(id: &str) -> String {
+    id.replace("Volume{", "VOLUME{").to_uppercase().replace("VOLUME{", "Volume{")
+}
+
+/// VOLUME_DISK_EXTENTS, field by field.
+fn extents_buf(list: &[(u32, i64, i64)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend((list.len() as u32).to_le_bytes()); // NumberOfDiskExtents
+    b.extend([0; 4]); // padding
+    for (disk, start, len) in list {
+        b.extend(disk.to_le_bytes()); // DiskNumber
+        b.extend([0; 4]); // padding
+        b.extend(start.to_le_bytes()); // StartingOffset
+        b.extend(len.to_le_bytes()); // ExtentLength
+    }
+    b
+}
+
+/// PARTITION_INFORMATION_EX of a GPT basic data partition, field by field.
+fn partition_buf(number: u32, length: u64) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend(1u32.to_le_bytes()); // PartitionStyle: GPT
+    b.extend([0; 4]); // padding
+    b.extend((16i64 << 20).to_le_bytes()); // StartingOffset
+    b.extend((length as i64).to_le_bytes()); // PartitionLength
+    b.extend(number.to_le_bytes()); // PartitionNumber
+    b.extend([0, 0, 0, 0]); // RewritePartition, IsServicePartition, padding
+    b.extend([0xa2, 0xa0, 0xd0, 0xeb, 0xe5, 0xb9, 0x33, 0x44, 0x87, 0xc0, 0x68, 0xb6, 0xb7, 0x26, 0x99, 0xc7]); // Gpt.PartitionType
+    b.extend([7; 16]); // Gpt.PartitionId
+    b.extend(0u64.to_le_bytes()); // Gpt.Attributes
+    b.extend([0; 72]); // Gpt.Name
+    b
+}
+
+fn on_extents(s: &Script, id: &str, list: &[(u32, i64, i64)]) {
+    s.on(format!("ioctl {} 0x560000", device(id)), Answer::Bytes(extents_buf(list)));
+}
+
+fn on_partition(s: &Script, id: &str, number: u32, length: u64) {
+    s.on(format!("ioctl {} 0x70048", device(id)), Answer::Bytes(partition_buf(number, length)));
+}
+
+/// A plain directory at `path`, resolving to itself.
+fn plain_dir(s: &Script, path: &str) {
+    s.on(format!("attributes {path}"), Answer::Attributes(Some(attr::DIRECTORY)));
+    s.on(format!("final_path {path}"), Answer::Str(format!(r"\\?\{path}")));
+}
+
+/// A mount point of `volume` at `path` (whose parent resolves to itself).
+fn mount_point(s: &Script, path: &str, volume: &str) {
+    let parent = &path[..path.rfind('\\').unwrap()];
+    s.on(format!("attributes {path}"), Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
+    s.on(format!("final_path {parent}"), Answer::Str(format!(r"\\?\{parent}")));
+    s.on(format!(r"volume_name_for_mount_point {path}\"), Answer::Str(volume.into()));
+}
+
+#[test]
+fn volume_ids_are_checked_before_any_host_call() {
+    let bad = [
+        "",
+        "Volume{0a1b2c3d-0000-1111-2222-333344445555}",
+        r"\\.\Volume{0a1b2c3d-0000-1111-2222-333344445555}\",
+        r"\??\Volume{0a1b2c3d-0000-1111-2222-333344445555}\",
+        r"\\?\volume{0a1b2c3d-0000-1111-2222-333344445555}\",
+        r"\\?\Volume{0a1b2c3d-0000-1111-2222-33334444555}\",
+        r"\\?\Volume{0a1b2c3d-0000-1111-2222-33334444555g}\",
+        r"\\?\Volume{0a1b2c3d00000-1111-2222-333344445555}\",
+        r"\\?\Volume{0a1b2c3d-0000-1111-2222-333344445555}\\",
+        r"\\?\Volume{0a1b2c3d-0000-1111-2222-333344445555}\x",
+        r"\\?\Volume{0a1b2c3d-0000-1111-2222-333344445555} ",
+        "\\\\?\\Volume{0a1b2c3d-0000-1111-2222-333344445555}\n",
+        r"\\?\C:\",
+        r"C:\",
+        r"\\?\GLOBALROOT\Device\HarddiskVolume1",
+    ];
+    let (s, v) = setup();
+    for id in bad {
+        let calls: Vec<(&str, Result<()>)> = vec![
+            ("mount", v.mount_volume(id, MNT)),
+            ("unmount", v.unmount_volume(id, MNT)),
+            ("formatted", v.is_volume_formatted(id).map(drop)),
+            ("format", v.format_volume(id)),
+            ("resize", v.resize_volume(id, 0)),
+            ("stats", v.volume_stats(id).map(drop)),
+            ("disk", v.disk_number_of_volume(id).map(drop)),
+            ("flush", v.flush_volume(id)),
+        ];
+        for (rpc, r) in calls {
+            match r {
+                Err(Error::InvalidArgument(m)) => {
+                    assert!(m.contains(&shown(id)) && m.contains(ID_FORM), "{rpc} {id:?}: {m}")
+                }
+                other => panic!("{rpc} {id:?}: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(s.log(), Vec::<String>::new(), "no host call for a bad ID");
+
+    let good = VolumeId::parse(V1).unwrap();
+    assert_eq!((good.id.as_str(), good.device.as_str()), (V1, device(V1)));
+    assert_eq!(VolumeId::parse(device(V1)).unwrap(), good);
+    let upper = upper_guid(V1);
+    assert!(upper.contains("0A1B2C3D") && upper.starts_with(r"\\?\Volume{"));
+    assert_eq!(VolumeId::parse(&upper).unwrap().id, upper);
+    assert!(good.is(&upper) && good.is(device(&upper)) && !good.is(V2));
+}
+
+#[test]
+fn volumes_are_listed_by_disk_and_partition_and_failing_ones_skipped() {
+    let (s, v) = setup();
+    s.on("volumes", Answer::Strings(vec![V1.into(), CDROM.into(), V2.into(), V3.into()]));
+    on_extents(&s, V1, &[(1, 300 << 20, 5 << 30)]);
+    on_partition(&s, V1, 2, 5 << 30);
+    on_extents(&s, V2, &[(1, 16 << 20, 1 << 28)]);
+    on_partition(&s, V2, 1, 1 << 28);
+    on_extents(&s, V3, &[(2, 16 << 20, 1 << 30)]);
+    on_partition(&s, V3, 1, 1 << 30);
+    s.on(format!("ioctl {} 0x560000", device(CDROM)), Answer::Win32Error(ERROR_INVALID_FUNCTION));
+
+    assert_eq!(v.list_volumes_on_disk(1, 0).unwrap(), [V2, V1], "sorted by partition number");
+    assert_eq!(v.list_volumes_on_disk(1, 2).unwrap(), [V1]);
+    assert_eq!(v.list_volumes_on_disk(1, 1).unwrap(), [V2]);
+    assert_eq!(v.list_volumes_on_disk(2, 0).unwrap(), [V3]);
+    assert_eq!(v.list_volumes_on_disk(1, 5).unwrap(), Vec::<String>::new());
+    assert_eq!(v.list_volumes_on_disk(9, 0).unwrap(), Vec::<String>::new(), "unknown disk");
+    s.assert_all_scripted();
+    // The CD-ROM was asked once per listing and never for its partition.
+    assert_eq!(s.calls(&format!("ioctl {}", device(CDROM))).len(), 6);
+    assert!(s.calls(&format!("ioctl {} 0x70048", device(CDROM))).is_empty());
+    // A volume on another disk is not asked for its partition.
+    assert_eq!(s.calls(&format!("ioctl {} 0x70048", device(V3))).len(), 1, "only when listing disk 2");
+}
+
+#[test]
+fn listing_keeps_a_volume_without_partition_information_last_and_skips_garbage() {
+    let (s, v) = setup();
+    s.on("volumes", Answer::Strings(vec![V1.into(), V2.into(), V3.into()]));
+    on_extents(&s, V1, &[(4, 0, 1 << 30)]);
+    s.on(format!("ioctl {} 0x70048", device(V1)), Answer::Win32Error(ERROR_NOT_SUPPORTED));
+    on_extents(&s, V2, &[(3, 0, 1 << 30), (4, 0, 1 << 30)]);
+    on_partition(&s, V2, 3, 1 << 30);
+    // Claims two extents but holds one: skipped, not a panic and not an error.
+    let mut short = extents_buf(&[(4, 0, 1 << 30)]);
+    short[0] = 2;
+    s.on(format!("ioctl {} 0x560000", device(V3)), Answer::Bytes(short));
+    assert_eq!(v.list_volumes_on_disk(4, 0).unwrap(), [V2, V1]);
+    assert_eq!(v.list_volumes_on_disk(4, 3).unwrap(), [V2]);
+    s.assert_all_scripted();
+}
+
+#[test]
+fn mounting_in_a_fresh_directory() {
+    let (s, v) = setup();
+    plain_dir(&s, MNT);
+    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Done);
+    // The target is normalised: drive upper case, trailing and doubled separators dropped.
+    v.mount_volume(device(V1), r"c:\root\\pv\mnt\").unwrap();
+    assert_eq!(
+        s.log(),
+        [
+            format!("attributes {MNT}"),
+            format!("final_path {ROOT}"),
+            format!("final_path {MNT}"),
+            format!(r"set_mount_point {MNT}\ {V1}"),
+        ]
+    );
+}
+
+#[test]
+fn remounting_the_same_volume_succeeds_whatever_the_case_of_its_guid() {
+    let (s, v) = setup();
+    mount_point(&s, MNT, &upper_guid(V1));
+    v.mount_volume(V1, MNT).unwrap();
+    assert!(s.calls("set_mount_point").is_empty());
+    s.assert_all_scripted();
+
+    // A plain directory that turns into the mount point before SetVolumeMountPointW.
+    let (s, v) = setup();
+    plain_dir(&s, MNT);
+    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Win32Error(ERROR_DIR_NOT_EMPTY));
+    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Str(upper_guid(V1)));
+    v.mount_volume(V1, MNT).unwrap();
+    assert_eq!(s.log().last().unwrap(), &format!(r"volume_name_for_mount_point {MNT}\"));
+}
+
+#[test]
+fn mounting_over_another_volume_or_a_full_directory_is_refused() {
+    let (s, v) = setup();
+    mount_point(&s, MNT, V2);
+    match v.mount_volume(V1, MNT) {
+        Err(Error::FailedPrecondition(m)) => assert!(m.contains(V2) && m.contains(MNT) && m.contains(V1), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.calls("set_mount_point").is_empty());
+
+    let (s, v) = setup();
+    plain_dir(&s, MNT);
+    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Win32Error(ERROR_DIR_NOT_EMPTY));
+    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
+    match v.mount_volume(V1, MNT) {
+        Err(Error::FailedPrecondition(m)) => assert!(m.contains("not empty") && m.contains(MNT), "{m}"),
+        other => panic!("{other:?}"),
+    }
+
+    // A file is no place for a mount.
+    let (s, v) = setup();
+    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(0x20)));
+    s.on(format!("final_path {MNT}"), Answer::Str(format!(r"\\?\{MNT}")));
+    assert!(matches!(v.mount_volume(V1, MNT), Err(Error::FailedPrecondition(m)) if m.contains("not a directory")));
+    assert!(s.calls("set_mount_point").is_empty());
+}
+
+#[test]
+fn mount_targets_outside_the_roots_are_refused_without_a_mount() {
+    for target in [r"D:\x", r"C:\rootx", r"C:\rootx\mnt", r"C:\", r"C:\other\root\x", r"C:\ROOT"] {
+        let (s, v) = setup();
+        match v.mount_volume(V1, target) {
+            Err(Error::PermissionDenied(m)) => assert!(m.contains(target) && m.contains(r"[C:\root]"), "{target}: {m}"),
+            other => panic!("{target}: {other:?}"),
+        }
+        assert_eq!(s.log(), Vec::<String>::new(), "{target}: refused by name, before any call");
+    }
+    // Not a path at all.
+    let (_, v) = setup();
+    assert!(matches!(v.mount_volume(V1, r"root\pv"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(v.mount_volume(V1, r"C:\root\..\x"), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn mount_targets_escaping_through_a_junction_are_refused() {
+    // A junction on the way: C:\root\link -> D:\outside.
+    let (s, v) = setup();
+    let target = r"C:\root\link\mnt";
+    s.on(format!("attributes {target}"), Answer::Attributes(Some(attr::DIRECTORY)));
+    s.on(format!("final_path {target}"), Answer::Str(r"\\?\D:\outside\mnt".into()));
+    match v.mount_volume(V1, target) {
+        Err(Error::PermissionDenied(m)) => {
+            // Where it leads is not told (see `Roots::outside`).
+            assert!(m.contains(target) && !m.contains(r"D:\outside") && m.contains(ROOT), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(s.calls("set_mount_point").is_empty());
+
+    // The target itself a junction leading out.
+    let (s, v) = setup();
+    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
+    s.on(r"final_path C:\root\pv", Answer::Str(r"\\?\C:\root\pv".into()));
+    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
+    s.on(format!("final_path {MNT}"), Answer::Str(r"\\?\C:\Windows".into()));
+    assert!(
+        matches!(v.mount_volume(V1, MNT), Err(Error::PermissionDenied(m)) if m.contains(MNT) && !m.contains(r"C:\Windows"))
+    );
+    assert!(s.calls("set_mount_point").is_empty());
+    s.assert_all_scripted();
+
+    // A junction to the root itself is the root.
+    let (s, v) = setup();
+    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(attr::DIRECTORY)));
+    s.on(format!("final_path {MNT}"), Answer::Str(r"\\?\c:\ROOT\".into()));
+    assert!(matches!(v.mount_volume(V1, MNT), Err(Error::PermissionDenied(m)) if m.contains("itself")));
+    assert!(s.calls("set_mount_point").is_empty());
+
+    // A link inside the roots that is not a mount point is no mount target either.
+    let (s, v) = setup();
+    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
+    s.on(r"final_path C:\root\pv", Answer::Str(r"\\?\C:\root\pv".into()));
+    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_INVALID_PARAMETER));
+    s.on(format!("final_path {MNT}"), Answer::Str(r"\\?\C:\root\elsewhere".into()));
+    assert!(matches!(v.mount_volume(V1, MNT), Err(Error::FailedPrecondition(m)) if m.contains("is a link")));
+    assert!(s.calls("set_mount_point").is_empty());
+}
+
+#[test]
+fn mounting_needs_an_existing_target_and_root() {
+    let (s, v) = setup();
+    s.on(format!("attributes {MNT}"), Answer::Attributes(None));
+    match v.mount_volume(V1, MNT) {
+        Err(Error::NotFound(m)) => assert!(m.contains(MNT) && m.contains(V1), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.log(), [format!("attributes {MNT}")]);
+
+    // The root itself is missing: the directory can't be checked.
+    let s = Arc::new(Script::new());
+    let v = Volumes::new(s.clone(), s.clone(), Roots::new(vec![ROOT.into()]));
+    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(attr::DIRECTORY)));
+    s.on(format!("final_path {ROOT}"), Answer::Win32Error(ERROR_FILE_NOT_FOUND));
+    assert!(matches!(v.mount_volume(V1, MNT), Err(Error::FailedPrecondition(m)) if m.contains("does not exist")));
+    assert!(s.calls("set_mount_point").is_empty());
+
+    // An unknown volume.
+    let (s, v) = setup();
+    plain_dir(&s, MNT);
+    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Win32Error(ERROR_FILE_NOT_FOUND));
+    assert!(matches!(v.mount_volume(V1, MNT), Err(Error::NotFound(m)) if m.contains(V1)));
+}
+
+#[test]
+fn unmounting_flushes_then_removes_only_our_mount_point() {
+    let (s, v) = setup();
+    mount_point(&s, MNT, &upper_guid(V1));
+    s.on(format!("flush {}", device(V1)), Answer::Done);
+    s.on(format!(r"delete_mount_point {MNT}\"), Answer::Done);
+    v.unmount_volume(V1, MNT).unwrap();
+    let log = s.log();
+    let flush = log.iter().position(|l| l.starts_with("flush ")).unwrap();
+    let delete = log.iter().position(|l| l.starts_with("delete_mount_point ")).unwrap();
+    assert!(flush < delete, "{log:#?}");
+    assert_eq!(delete, log.len() - 1);
+    s.assert_all_scripted();
+}
+
+#[test]
+fn unmounting_is_idempotent_and_leaves_other_volumes_alone() {
+    // Nothing mounted: a plain directory.
+    let (s, v) = setup();
+    plain_dir(&s, MNT);
+    s.on(format!("flush {}", device(V1)), Answer::Done);
+    v.unmount_volume(V1, MNT).unwrap();
+    assert!(s.calls("delete_mount_point").is_empty());
+    s.assert_all_scripted();
+
+    // No directory at all.
+    let (s, v) = setup();
+    s.on(format!("attributes {MNT}"), Answer::Attributes(None));
+    s.on(format!("flush {}", device(V1)), Answer::Done);
+    v.unmount_volume(V1, MNT).unwrap();
+    assert!(s.calls("delete_mount_point").is_empty());
+
+    // Another volume mounted there.
+    let (s, v) = setup();
+    mount_point(&s, MNT, V2);
+    s.on(format!("flush {}", device(V1)), Answer::Done);
+    match v.unmount_volume(V1, MNT) {
+        Err(Error::FailedPrecondition(m)) => assert!(m.contains(V2) && m.contains(V1) && m.contains(MNT), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.calls("delete_mount_point").is_empty());
+
+    // An unknown volume.
+    let (s, v) = setup();
+    plain_dir(&s, MNT);
+    s.on(format!("flush {}", device(V1)), Answer::Win32Error(ERROR_FILE_NOT_FOUND));
+    assert!(matches!(v.unmount_volume(V1, MNT), Err(Error::NotFound(m)) if m.contains(V1)));
+
+    // Outside the roots: nothing touched.
+    let (s, v) = setup();
+    assert!(matches!(v.unmount_volume(V1, r"C:\rootx\m"), Err(Error::PermissionDenied(_))));
+    assert!(s.log().is_empty());
+}
+
+#[test]
+fn formatted_means_a_recognised_filesystem() {
+    let (s, v) = setup();
+    let key = format!("filesystem_name {V1}");
+    s.on(&key, Answer::Str("RAW".into()))
+        .on(&key, Answer::Str("NTFS".into()))
+        .on(&key, Answer::Str("ReFS".into()))
+        .on(&key, Answer::Win32Error(ERROR_UNRECOGNIZED_VOLUME))
+        .on(&key, Answer::Win32Error(ERROR_FILE_NOT_FOUND));
+    assert!(!v.is_volume_formatted(V1).unwrap());
+    assert!(v.is_volume_formatted(device(V1)).unwrap(), "the trailing backslash is added");
+    assert!(v.is_volume_formatted(V1).unwrap());
+    assert!(!v.is_volume_formatted(V1).unwrap());
+    assert!(matches!(v.is_volume_formatted(V1), Err(Error::NotFound(m)) if m.contains(V1)));
+    s.assert_all_scripted();
+}
+
+#[test]
+fn a_formatted_volume_is_never_formatted_again() {
+    let (s, v) = setup();
+    s.on(format!("filesystem_name {V1}"), Answer::Str("NTFS".into()));
+    match v.format_volume(V1) {
+        Err(Error::FailedPrecondition(m)) => assert!(m.contains(V1) && m.contains("NTFS"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.log(), [format!("filesystem_name {V1}")]);
+}
+
+fn volume_query() -> Query {
+    Query::select(Namespace::Storage, "MSFT_Volume", &["UniqueId", "FileSystemType"]).eq("UniqueId", V1)
+}
+
+#[test]
+fn formatting_calls_msft_volume_format_with_upstreams_arguments() {
+    let (s, v) = setup();
+    let key = format!("filesystem_name {V1}");
+    s.on(&key, Answer::Str("RAW".into())).on(&key, Answer::Str("NTFS".into()));
+    s.on_query(&volume_query(), vec![Row::new("MSFT_Volume", "VOL1").with("UniqueId", V1)]);
+    s.on_call("VOL1", "Format", returned(0));
+    v.format_volume(device(V1)).unwrap();
+    assert_eq!(
+        s.log(),
+        [
+            key.clone(),
+            format!(
+                r"query SELECT UniqueId, FileSystemType FROM MSFT_Volume WHERE UniqueId = '{}'",
+                V1.replace('\\', r"\\")
+            ),
+            r#"call VOL1 Format [("FileSystem", "NTFS"), ("FileSystemLabel", ""), ("Full", false), ("Force", true)]"#
+                .into(),
+            key,
+        ]
+    );
+}
+
+#[test]
+fn formatting_failures() {
+    // A non-zero ReturnValue.
+    let (s, v) = setup();
+    s.on(format!("filesystem_name {V1}"), Answer::Str("RAW".into()));
+    s.on_query(&volume_query(), vec![Row::new("MSFT_Volume", "VOL1")]);
+    s.on_call("VOL1", "Format", returned(43001));
+    let err = v.format_volume(V1).unwrap_err().to_string();
+    assert!(err.contains("Format") && err.contains("43001"), "{err}");
+    assert_eq!(s.calls("filesystem_name").len(), 1, "not checked again after a failure");
+
+    // Success reported, but still RAW.
+    let (s, v) = setup();
+    s.on(format!("filesystem_name {V1}"), Answer::Str("RAW".into()));
+    s.on_query(&volume_query(), vec![Row::new("MSFT_Volume", "VOL1")]);
+    s.on_call("VOL1", "Format", returned(0));
+    assert!(matches!(v.format_volume(V1), Err(Error::Internal(m)) if m.contains(V1)));
+
+    // Not in MSFT_Volume.
+    let (s, v) = setup();
+    s.on(format!("filesystem_name {V1}"), Answer::Win32Error(ERROR_UNRECOGNIZED_VOLUME));
+    s.on_query(&volume_query(), vec![]);
+    assert!(matches!(v.format_volume(V1), Err(Error::NotFound(m)) if m.contains(V1)));
+    assert!(s.calls("call ").is_empty());
+}
+
+/// Volume V1 on disk 3, partition 2 of `current` bytes, row `PART`.
+fn resizable(current: u64) -> (Arc<Script>, Volumes) {
+    let (s, v) = setup();
+    on_extents(&s, V1, &[(3, 16 << 20, current as i64)]);
+    on_partition(&s, V1, 2, current);
+    let q = Query::select(Namespace::Storage, "MSFT_Partition", &["Size"])
+        .eq("DiskNumber", 3u32)
+        .eq("PartitionNumber", 2u32);
+    s.on_query(&q, vec![Row::new("MSFT_Partition", "PART").with("Size", current.to_string())]);
+    let disk = Query::select(Namespace::Storage, "MSFT_Disk", &["Number"]).eq("Number", 3u32);
+    s.on_query(&disk, vec![Row::new("MSFT_Disk", "DISK3")]);
+    s.on_call("DISK3", "Refresh", returned(0));
+    (s, v)
+}
+
+#[test]
+fn resizing_within_100_mib_either_way_changes_nothing() {
+    for size in [10 * GIB, 10 * GIB + 50 * MIB, 10 * GIB - 50 * MIB, 10 * GIB + 100 * MIB, 10 * GIB - 100 * MIB] {
+        let (s, v) = resizable(10 * GIB);
+        v.resize_volume(V1, size).unwrap();
+        assert!(s.calls("call ").is_empty(), "{size}: {:#?}", s.log());
+    }
+}
+
+#[test]
+fn shrinking_is_refused() {
+    let (s, v) = resizable(10 * GIB);
+    match v.resize_volume(V1, 10 * GIB - 101 * MIB) {
+        Err(Error::FailedPrecondition(m)) => assert!(m.contains(V1) && m.contains("shrink"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.calls("call ").is_empty());
+}
+
+#[test]
+fn growing_resizes_the_partition_then_refreshes_its_disk() {
+    let (s, v) = resizable(10 * GIB);
+    s.on_call("PART", "Resize", returned(0));
+    v.resize_volume(V1, 20 * GIB).unwrap();
+    let calls: Vec<String> =
+        s.log().into_iter().filter(|l| l.starts_with("call ") || l.starts_with("query ")).collect();
+    assert_eq!(
+        calls,
+        [
+            "query SELECT Size FROM MSFT_Partition WHERE DiskNumber = 3 AND PartitionNumber = 2".to_string(),
+            format!(r#"call PART Resize [("Size", {})]"#, 20 * GIB),
+            "query SELECT Number FROM MSFT_Disk WHERE Number = 3".into(),
+            "call DISK3 Refresh []".into(),
+        ]
+    );
+    s.assert_all_scripted();
+}
+
+#[test]
+fn size_zero_grows_to_the_supported_maximum() {
+    let (s, v) = resizable(10 * GIB);
+    let max = Row::new("__PARAMETERS", "")
+        .with("ReturnValue", 0u32)
+        .with("SizeMin", "1048576")
+        .with("SizeMax", "32212254720");
+    s.on_call("PART", "GetSupportedSize", max);
+    s.on_call("PART", "Resize", returned(0));
+    v.resize_volume(V1, 0).unwrap();
+    assert!(s.log().contains(&format!(r#"call PART Resize [("Size", {})]"#, 30 * GIB)));
+
+    // Already at the maximum (within the tolerance): nothing to do.
+    let (s, v) = resizable(10 * GIB);
+    let max = Row::new("__PARAMETERS", "").with("ReturnValue", 0u32).with("SizeMax", (10 * GIB + MIB).to_string());
+    s.on_call("PART", "GetSupportedSize", max);
+    v.resize_volume(V1, 0).unwrap();
+    assert!(s.calls("call PART Resize").is_empty());
+}
+
+#[test]
+fn resize_failures() {
+    let (s, v) = resizable(10 * GIB);
+    s.on_call("PART", "Resize", returned(4));
+    let err = v.resize_volume(V1, 20 * GIB).unwrap_err().to_string();
+    assert!(err.contains("MSFT_Partition.Resize") && err.contains('4'), "{err}");
+    assert!(s.calls("call DISK3").is_empty(), "no refresh after a failed resize");
+
+    let (s, v) = resizable(10 * GIB);
+    s.on_call("PART", "GetSupportedSize", returned(2));
+    assert!(v.resize_volume(V1, 0).unwrap_err().to_string().contains("GetSupportedSize"));
+    assert!(s.calls("call PART Resize").is_empty());
+
+    // A spanned volume has no one partition to grow.
+    let (s, v) = setup();
+    on_extents(&s, V1, &[(3, 0, 1 << 30), (4, 0, 1 << 30)]);
+    assert!(matches!(v.resize_volume(V1, 20 * GIB), Err(Error::FailedPrecondition(m)) if m.contains("2 extents")));
+    assert_eq!(s.log().len(), 1);
+
+    // An unknown volume.
+    let (s, v) = setup();
+    s.on(format!("ioctl {} 0x560000", device(V1)), Answer::Win32Error(ERROR_FILE_NOT_FOUND));
+    assert!(matches!(v.resize_volume(V1, 20 * GIB), Err(Error::NotFound(m)) if m.contains(V1)));
+}
+
+#[test]
+fn stats_are_total_and_total_minus_free() {
+    let (s, v) = setup();
+    s.on(format!("free_space {V1}"), Answer::Space(100 * GIB, 30 * GIB));
+    assert_eq!(v.volume_stats(device(V1)).unwrap(), VolumeStats { total_bytes: 100 * GIB, used_bytes: 70 * GIB });
+
+    let (s, v) = setup();
+    s.on(format!("free_space {V1}"), Answer::Space(10, 11));
+    assert!(matches!(v.volume_stats(V1), Err(Error::Internal(m)) if m.contains("11") && m.contains("10")));
+
+    let (s, v) = setup();
+    s.on(format!("free_space {V1}"), Answer::Win32Error(ERROR_PATH_NOT_FOUND));
+    assert!(matches!(v.volume_stats(V1), Err(Error::NotFound(m)) if m.contains(V1)));
+    drop(s);
+
+    let (s, v) = setup();
+    s.on(format!("free_space {V1}"), Answer::Win32Error(ERROR_UNRECOGNIZED_VOLUME));
+    assert!(matches!(v.volume_stats(V1), Err(Error::FailedPrecondition(m)) if m.contains(V1)));
+}
+
+#[test]
+fn disk_number_is_the_first_extents_disk() {
+    let (s, v) = setup();
+    on_extents(&s, V1, &[(5, 0, 1 << 30), (6, 0, 1 << 30)]);
+    assert_eq!(v.disk_number_of_volume(V1).unwrap(), 5);
+    assert_eq!(s.log(), [format!("ioctl {} 0x560000", device(V1))]);
+
+    for code in [ERROR_FILE_NOT_FOUND, ERROR_PATH_NOT_FOUND, ERROR_INVALID_NAME] {
+        let (s, v) = setup();
+        s.on(format!("ioctl {} 0x560000", device(V1)), Answer::Win32Error(code));
+        assert!(matches!(v.disk_number_of_volume(V1), Err(Error::NotFound(m)) if m.contains(V1)), "{code}");
+    }
+    let (s, v) = setup();
+    on_extents(&s, V1, &[]);
+    // There, but on no disk (Wine's volumes): the server then locks on the volume alone.
+    assert!(matches!(v.disk_number_of_volume(V1), Err(Error::FailedPrecondition(m)) if m.contains("on no disk")));
+    let (s, v) = setup();
+    s.on(format!("ioctl {} 0x560000", device(V1)), Answer::Bytes(vec![1, 0, 0, 0]));
+    assert!(matches!(v.disk_number_of_volume(V1), Err(Error::Internal(m)) if m.contains("VOLUME_DISK_EXTENTS")));
+}
+
+#[test]
+fn volume_at_path_answers_a_mounted_folder_only() {
+    let (s, v) = setup();
+    mount_point(&s, MNT, V1);
+    s.on(format!("volume_path_name {MNT}"), Answer::Str(format!(r"{MNT}\")));
+    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(V1.into()));
+    assert_eq!(v.volume_at_path(MNT).unwrap(), V1);
+    assert_eq!(s.log().last().unwrap(), &format!(r"volume_name_for_mount_point \\?\{MNT}\"));
+    s.assert_all_scripted();
+
+    // GetVolumePathNameW's answer without its trailing backslash gets one.
+    let (s, v) = setup();
+    mount_point(&s, MNT, V1);
+    s.on(format!("volume_path_name {MNT}"), Answer::Str(MNT.into()));
+    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(device(V1).into()));
+    assert_eq!(v.volume_at_path(MNT).unwrap(), V1);
+
+    let (s, v) = setup();
+    plain_dir(&s, MNT);
+    assert!(matches!(v.volume_at_path(MNT), Err(Error::NotFound(m)) if m == format!("{MNT} is not a mounted folder")));
+    assert!(s.calls("volume_").is_empty());
+
+    let (s, v) = setup();
+    s.on(format!("attributes {MNT}"), Answer::Attributes(None));
+    assert!(matches!(v.volume_at_path(MNT), Err(Error::NotFound(m)) if m.contains(MNT)));
+
+    let (_, v) = setup();
+    assert!(matches!(v.volume_at_path(r"C:\Windows"), Err(Error::PermissionDenied(_))));
+
+    // An answer that is no volume GUID path is not passed on.
+    let (s, v) = setup();
+    mount_point(&s, MNT, V1);
+    s.on(format!("volume_path_name {MNT}"), Answer::Str(format!(r"{MNT}\")));
+    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(r"\\?\C:\".into()));
+    assert!(matches!(v.volume_at_path(MNT), Err(Error::Internal(m)) if m.contains(ID_FORM)));
+}
+
+#[test]
+fn the_closest_volume_of_a_plain_path_is_its_drives() {
+    let (s, v) = setup();
+    let target = r"C:\root\a\b";
+    plain_dir(&s, target);
+    for p in [r"C:\root\a", ROOT, r"C:\"] {
+        s.on(format!("attributes {p}"), Answer::Attributes(Some(attr::DIRECTORY)));
+    }
+    s.on(r"volume_name_for_mount_point C:\", Answer::Str(V3.into()));
+    assert_eq!(v.closest_volume_to_path(target).unwrap(), V3);
+    assert_eq!(
+        s.log(),
+        [
+            format!("attributes {target}"),
+            format!("final_path {ROOT}"),
+            format!("final_path {target}"),
+            r"attributes C:\root\a".into(),
+            r"attributes C:\root".into(),
+            r"attributes C:\".into(),
+            r"volume_name_for_mount_point C:\".into(),
+        ]
+    );
+}
+
+#[test]
+fn the_closest_volume_walk_stops_at_a_mounted_folder() {
+    let (s, v) = setup();
+    let target = r"C:\root\pv\mnt\data";
+    plain_dir(&s, target);
+    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
+    s.on(format!("volume_path_name {MNT}"), Answer::Str(format!(r"{MNT}\")));
+    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(V1.into()));
+    assert_eq!(v.closest_volume_to_path(target).unwrap(), V1);
+    s.assert_all_scripted();
+
+    // A link that is no mounted folder is walked past.
+    let (s, v) = setup();
+    let target = r"C:\root\pv\link\data";
+    plain_dir(&s, target);
+    s.on(r"attributes C:\root\pv\link", Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
+    s.on(r"volume_path_name C:\root\pv\link", Answer::Str(r"C:\root\pv\link\".into()));
+    s.on(r"volume_name_for_mount_point \\?\C:\root\pv\link\", Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
+    s.on(r"attributes C:\root\pv", Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
+    s.on(r"volume_path_name C:\root\pv", Answer::Str(r"C:\root\pv\".into()));
+    s.on(r"volume_name_for_mount_point \\?\C:\root\pv\", Answer::Str(V2.into()));
+    assert_eq!(v.closest_volume_to_path(target).unwrap(), V2);
+    s.assert_all_scripted();
+}
+
+#[test]
+fn the_closest_volume_walk_is_bounded_and_needs_an_existing_path() {
+    let (s, v) = setup();
+    let mut path = ROOT.to_string();
+    for _ in 0..300 {
+        path.push_str(r"\d");
+    }
+    plain_dir(&s, &path);
+    let mut p = path.as_str();
+    while let Some(i) = p.rfind('\\') {
+        p = &path[..i];
+        s.on(format!("attributes {p}"), Answer::Attributes(Some(attr::DIRECTORY)));
+    }
+    match v.closest_volume_to_path(&path) {
+        Err(Error::NotFound(m)) => assert!(m.contains("256") && m.contains(&path), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.calls("attributes ").len(), MAX_WALK);
+    assert!(s.calls("volume_name_for_mount_point").is_empty());
+
+    let (s, v) = setup();
+    s.on(format!("attributes {MNT}"), Answer::Attributes(None));
+    assert!(matches!(v.closest_volume_to_path(MNT), Err(Error::NotFound(m)) if m.contains(MNT)));
+    assert_eq!(s.log().len(), 1);
+
+    // Contained, as on Linux.
+    let (s, v) = setup();
+    assert!(matches!(v.closest_volume_to_path(r"C:\Windows\x"), Err(Error::PermissionDenied(_))));
+    assert!(s.log().is_empty());
+}
+
+#[test]
+fn flushing_names_the_volume_device() {
+    let (s, v) = setup();
+    s.on(format!("flush {}", device(V1)), Answer::Done);
+    v.flush_volume(V1).unwrap();
+    assert_eq!(s.log(), [format!("flush {}", device(V1))]);
+
+    let (s, v) = setup();
+    s.on(format!("flush {}", device(V1)), Answer::Win32Error(ERROR_INVALID_NAME));
+    assert!(matches!(v.flush_volume(V1), Err(Error::NotFound(m)) if m.contains(V1)));
+    let (s, v) = setup();
+    s.on(format!("flush {}", device(V1)), Answer::Win32Error(ERROR_ACCESS_DENIED));
+    assert!(matches!(v.flush_volume(V1), Err(Error::PermissionDenied(_))));
+    drop(s);
+}
