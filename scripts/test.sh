@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite:
+#   0. the gates: rustfmt's layout (cargo fmt --check) and clippy with the workspace lints, every
+#      warning an error (Linux target; the Windows toolchain has no clippy);
 #   1. every Rust test of the workspace on Linux (some need root: sockets in /run, loop devices);
 #   2. the block backend's SCSI identity tests inside ../shared/tools/storage-vm (a throwaway VM
 #      with scsi_debug disks), unless SKIP_STORAGE_VM=1;
@@ -20,6 +22,10 @@ fi
 scripts/deps.sh test
 echo "== Linux: build"
 cargo build --workspace --all-targets
+echo "== gates: cargo fmt --check, cargo clippy -D warnings"
+cargo fmt --all --check
+rustfmt --edition 2021 --check fuzz/fuzz_targets/*.rs
+cargo clippy --workspace --all-targets -- -D warnings
 echo "== Linux: cargo test"
 cargo test --workspace --no-fail-fast
 

@@ -3,6 +3,9 @@
 //! instances, the first instance created with `FILE_FLAG_FIRST_PIPE_INSTANCE` (so a second daemon
 //! fails instead of sharing the name), and always one instance waiting for the next client.
 
+// A platform module: the named-pipe calls.
+#![allow(unsafe_code)]
+
 use crate::Listener;
 use std::ffi::c_void;
 use std::io;

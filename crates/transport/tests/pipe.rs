@@ -1,4 +1,7 @@
 //! Named-pipe listener tests (Windows only; run under Wine with shared/tools/windows-cross).
+
+// Pipe tests make raw Win32 calls as a foreign client would.
+#![allow(unsafe_code)]
 #![cfg(windows)]
 
 use csi_proxy_transport::pipe::{self, PipeError, DEFAULT_SDDL};

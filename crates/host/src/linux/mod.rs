@@ -37,6 +37,7 @@ pub(crate) fn unimplemented(operation: &'static str) -> Error {
 /// device (mkfs) that the restarted daemon sees as blank and hands out again. Tools that daemonise
 /// (ntfs-3g serving a mount) detach a grandchild, which keeps running: the kernel clears the
 /// signal on fork.
+#[allow(unsafe_code)] // pre_exec: a hook that runs between fork and exec
 pub(crate) fn die_with_daemon(cmd: &mut std::process::Command) {
     let parent = rustix::process::getpid();
     // SAFETY: between fork and exec only prctl and getppid run, both plain system calls

@@ -217,6 +217,7 @@ enum Reread {
 
 /// udevd's `synthesize_change` for a whole disk: a read-only open (its close is no write),
 /// `LOCK_EX|LOCK_NB`, BLKRRPART.
+#[allow(unsafe_code)] // the BLKRRPART ioctl, as udevd sends it
 fn reread_unless_locked(disk: &Path) -> Reread {
     use rustix::ioctl::{ioctl, NoArg, Opcode};
     let Ok(f) =
@@ -227,8 +228,9 @@ fn reread_unless_locked(disk: &Path) -> Reread {
     if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         return Reread::Locked;
     }
-    const BLKRRPART: Opcode = 0x125f; // _IO(0x12, 95)
-                                      // SAFETY: BLKRRPART takes no argument; `f` is an open block device.
+    // _IO(0x12, 95)
+    const BLKRRPART: Opcode = 0x125f;
+    // SAFETY: BLKRRPART takes no argument; `f` is an open block device.
     match unsafe { ioctl(&f, NoArg::<BLKRRPART>::new()) } {
         Ok(()) => Reread::Done,
         Err(_) => Reread::Busy,

@@ -4,6 +4,9 @@
 //! parsers at all (this host's has none), because BLKRRPART drops partitions added by hand, and
 //! because it fails with EBUSY while any partition is mounted, where BLKPG resizes in place.
 
+// A platform module: ioctls on block devices.
+#![allow(unsafe_code)]
+
 use linux_raw_sys::ioctl as nr;
 use rustix::io::Result;
 use rustix::ioctl::{ioctl, Getter, NoArg, Opcode, Setter};

@@ -2,6 +2,9 @@
 //! disk whose backing file grew shows the new size (the loop analogue of a SCSI capacity rescan);
 //! partitions stay as they are.
 
+// A platform module: an ioctl on loop devices.
+#![allow(unsafe_code)]
+
 use linux_raw_sys::loop_device as ld;
 use rustix::io::Result;
 use rustix::ioctl::{ioctl, NoArg, Opcode};

@@ -148,6 +148,7 @@ impl FdPath {
 
 /// Runs `argv` to completion with `fds` open in the child (as [`FdPath::path`]); the borrows
 /// keep them open until the tool has exited.
+#[allow(unsafe_code)] // pre_exec: a hook that runs between fork and exec
 pub(crate) fn output_with(argv: &[OsString], fds: &[&FdPath]) -> Result<Output> {
     let mut cmd = command(argv)?;
     let raw: Vec<RawFd> = fds.iter().map(|f| f.fd.as_raw_fd()).collect();

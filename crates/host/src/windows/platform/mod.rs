@@ -1,6 +1,9 @@
 //! The real Windows platform: thin layers that make the documented calls ([`win32`], [`wmi`],
 //! `nt`), and the groups whose logic still sits with its calls (`fs`, `system`).
 
+// The Windows platform layer: the only place of the Windows backend with FFI.
+#![allow(unsafe_code)]
+
 pub mod fs;
 mod nt;
 pub mod system;
