@@ -8,6 +8,56 @@ use csi_proxy_host::types::{DiskIds, DiskLocation};
 use csi_proxy_wire::{v1, v1alpha1, v1beta1, v1beta2, v1beta3};
 use std::collections::BTreeMap;
 
+// What each version serves: `RpcName => Op: trait_method(Request) -> Response;` (see grpc_service!).
+
+grpc_service!(v1alpha1::disk_server::Disk {
+    ListDiskLocations => ListDiskLocations: list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
+    PartitionDisk => PartitionDisk: partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
+    Rescan => Rescan: rescan(RescanRequest) -> RescanResponse;
+    GetDiskNumberByName => GetDiskNumberByName:
+        get_disk_number_by_name(GetDiskNumberByNameRequest) -> GetDiskNumberByNameResponse;
+});
+
+grpc_service!(v1beta1::disk_server::Disk {
+    ListDiskLocations => ListDiskLocations: list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
+    PartitionDisk => PartitionDisk: partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
+    Rescan => Rescan: rescan(RescanRequest) -> RescanResponse;
+    ListDiskIDs => ListDiskIds: list_disk_i_ds(ListDiskIDsRequest) -> ListDiskIDsResponse;
+    DiskStats => GetDiskStats: disk_stats(DiskStatsRequest) -> DiskStatsResponse;
+});
+
+grpc_service!(v1beta2::disk_server::Disk {
+    ListDiskLocations => ListDiskLocations: list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
+    PartitionDisk => PartitionDisk: partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
+    Rescan => Rescan: rescan(RescanRequest) -> RescanResponse;
+    ListDiskIDs => ListDiskIds: list_disk_i_ds(ListDiskIDsRequest) -> ListDiskIDsResponse;
+    DiskStats => GetDiskStats: disk_stats(DiskStatsRequest) -> DiskStatsResponse;
+    SetAttachState => SetDiskState: set_attach_state(SetAttachStateRequest) -> SetAttachStateResponse;
+    GetAttachState => GetDiskState: get_attach_state(GetAttachStateRequest) -> GetAttachStateResponse;
+});
+
+grpc_service!(v1beta3::disk_server::Disk {
+    ListDiskLocations => ListDiskLocations: list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
+    PartitionDisk => PartitionDisk: partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
+    Rescan => Rescan: rescan(RescanRequest) -> RescanResponse;
+    ListDiskIDs => ListDiskIds: list_disk_i_ds(ListDiskIDsRequest) -> ListDiskIDsResponse;
+    GetDiskStats => GetDiskStats: get_disk_stats(GetDiskStatsRequest) -> GetDiskStatsResponse;
+    SetDiskState => SetDiskState: set_disk_state(SetDiskStateRequest) -> SetDiskStateResponse;
+    GetDiskState => GetDiskState: get_disk_state(GetDiskStateRequest) -> GetDiskStateResponse;
+});
+
+grpc_service!(v1::disk_server::Disk {
+    ListDiskLocations => ListDiskLocations: list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
+    PartitionDisk => PartitionDisk: partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
+    Rescan => Rescan: rescan(RescanRequest) -> RescanResponse;
+    ListDiskIDs => ListDiskIds: list_disk_i_ds(ListDiskIDsRequest) -> ListDiskIDsResponse;
+    GetDiskStats => GetDiskStats: get_disk_stats(GetDiskStatsRequest) -> GetDiskStatsResponse;
+    SetDiskState => SetDiskState: set_disk_state(SetDiskStateRequest) -> SetDiskStateResponse;
+    GetDiskState => GetDiskState: get_disk_state(GetDiskStateRequest) -> GetDiskStateResponse;
+});
+
+// How each version's messages convert.
+
 type Locations = BTreeMap<u32, DiskLocation>;
 type Ids = BTreeMap<u32, DiskIds>;
 
@@ -96,44 +146,6 @@ macro_rules! current {
         empty_responses!($v::SetDiskStateResponse);
         into_op!($v::GetDiskStateRequest => GetDiskState, |r| GetDiskState { disk: r.disk_number });
         from_output!($v::GetDiskStateResponse, bool, |o| $v::GetDiskStateResponse { is_online: o });
-
-        grpc_service!($v::disk_server::Disk {
-            ListDiskLocations => list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
-            PartitionDisk => partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
-            Rescan => rescan(RescanRequest) -> RescanResponse;
-            ListDiskIDs => list_disk_i_ds(ListDiskIDsRequest) -> ListDiskIDsResponse;
-            GetDiskStats => get_disk_stats(GetDiskStatsRequest) -> GetDiskStatsResponse;
-            SetDiskState => set_disk_state(SetDiskStateRequest) -> SetDiskStateResponse;
-            GetDiskState => get_disk_state(GetDiskStateRequest) -> GetDiskStateResponse;
-        });
     )*};
 }
 current!(v1beta3, v1);
-
-/// Each older version's RPC list is its predecessor's plus what it added.
-macro_rules! old_service {
-    ($v:ident { $($extra:tt)* }) => {
-        grpc_service!($v::disk_server::Disk {
-            ListDiskLocations => list_disk_locations(ListDiskLocationsRequest) -> ListDiskLocationsResponse;
-            PartitionDisk => partition_disk(PartitionDiskRequest) -> PartitionDiskResponse;
-            Rescan => rescan(RescanRequest) -> RescanResponse;
-            $($extra)*
-        });
-    };
-    (beta $v:ident { $($extra:tt)* }) => {
-        old_service!($v {
-            ListDiskIDs => list_disk_i_ds(ListDiskIDsRequest) -> ListDiskIDsResponse;
-            DiskStats => disk_stats(DiskStatsRequest) -> DiskStatsResponse;
-            $($extra)*
-        });
-    };
-}
-
-old_service!(v1alpha1 {
-    GetDiskNumberByName => get_disk_number_by_name(GetDiskNumberByNameRequest) -> GetDiskNumberByNameResponse;
-});
-old_service!(beta v1beta1 {});
-old_service!(beta v1beta2 {
-    SetAttachState => set_attach_state(SetAttachStateRequest) -> SetAttachStateResponse;
-    GetAttachState => get_attach_state(GetAttachStateRequest) -> GetAttachStateResponse;
-});

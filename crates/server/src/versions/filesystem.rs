@@ -5,6 +5,51 @@ use super::{empty_responses, from_output, grpc_service, into_op};
 use crate::ops::filesystem::*;
 use csi_proxy_wire::{v1, v1alpha1, v1beta1, v1beta2, v2alpha1};
 
+// What each version serves: `RpcName => Op: trait_method(Request) -> Response;` (see grpc_service!).
+
+grpc_service!(v1alpha1::filesystem_server::Filesystem {
+    PathExists => PathExists: path_exists(PathExistsRequest) -> PathExistsResponse;
+    Mkdir => Mkdir: mkdir(MkdirRequest) -> MkdirResponse;
+    Rmdir => Rmdir: rmdir(RmdirRequest) -> RmdirResponse;
+    LinkPath => CreateSymlink: link_path(LinkPathRequest) -> LinkPathResponse;
+    IsMountPoint => IsSymlink: is_mount_point(IsMountPointRequest) -> IsMountPointResponse;
+});
+
+grpc_service!(v1beta1::filesystem_server::Filesystem {
+    PathExists => PathExists: path_exists(PathExistsRequest) -> PathExistsResponse;
+    Mkdir => Mkdir: mkdir(MkdirRequest) -> MkdirResponse;
+    Rmdir => Rmdir: rmdir(RmdirRequest) -> RmdirResponse;
+    LinkPath => CreateSymlink: link_path(LinkPathRequest) -> LinkPathResponse;
+    IsMountPoint => IsSymlink: is_mount_point(IsMountPointRequest) -> IsMountPointResponse;
+});
+
+grpc_service!(v1beta2::filesystem_server::Filesystem {
+    PathExists => PathExists: path_exists(PathExistsRequest) -> PathExistsResponse;
+    Mkdir => Mkdir: mkdir(MkdirRequest) -> MkdirResponse;
+    Rmdir => Rmdir: rmdir(RmdirRequest) -> RmdirResponse;
+    CreateSymlink => CreateSymlink: create_symlink(CreateSymlinkRequest) -> CreateSymlinkResponse;
+    IsSymlink => IsSymlink: is_symlink(IsSymlinkRequest) -> IsSymlinkResponse;
+});
+
+grpc_service!(v1::filesystem_server::Filesystem {
+    PathExists => PathExists: path_exists(PathExistsRequest) -> PathExistsResponse;
+    Mkdir => Mkdir: mkdir(MkdirRequest) -> MkdirResponse;
+    Rmdir => Rmdir: rmdir(RmdirRequest) -> RmdirResponse;
+    CreateSymlink => CreateSymlink: create_symlink(CreateSymlinkRequest) -> CreateSymlinkResponse;
+    IsSymlink => IsSymlink: is_symlink(IsSymlinkRequest) -> IsSymlinkResponse;
+});
+
+grpc_service!(v2alpha1::filesystem_server::Filesystem {
+    PathExists => PathExists: path_exists(PathExistsRequest) -> PathExistsResponse;
+    Mkdir => Mkdir: mkdir(MkdirRequest) -> MkdirResponse;
+    Rmdir => Rmdir: rmdir(RmdirRequest) -> RmdirResponse;
+    RmdirContents => RmdirContents: rmdir_contents(RmdirContentsRequest) -> RmdirContentsResponse;
+    CreateSymlink => CreateSymlink: create_symlink(CreateSymlinkRequest) -> CreateSymlinkResponse;
+    IsSymlink => IsSymlink: is_symlink(IsSymlinkRequest) -> IsSymlinkResponse;
+});
+
+// How each version's messages convert.
+
 /// Requests that read the same in every version.
 macro_rules! common {
     ($($v:ident),*) => {$(
@@ -25,14 +70,6 @@ macro_rules! old {
         empty_responses!($v::LinkPathResponse);
         into_op!($v::IsMountPointRequest => IsSymlink, |r| IsSymlink { path: r.path });
         from_output!($v::IsMountPointResponse, bool, |o| $v::IsMountPointResponse { is_mount_point: o, ..Default::default() });
-
-        grpc_service!($v::filesystem_server::Filesystem {
-            PathExists => path_exists(PathExistsRequest) -> PathExistsResponse;
-            Mkdir => mkdir(MkdirRequest) -> MkdirResponse;
-            Rmdir => rmdir(RmdirRequest) -> RmdirResponse;
-            LinkPath => link_path(LinkPathRequest) -> LinkPathResponse;
-            IsMountPoint => is_mount_point(IsMountPointRequest) -> IsMountPointResponse;
-        });
     )*};
 }
 old!(v1alpha1, v1beta1);
@@ -48,24 +85,6 @@ macro_rules! current {
     )*};
 }
 current!(v1beta2, v1, v2alpha1);
-
-macro_rules! current_service {
-    ($v:ident { $($extra:tt)* }) => {
-        grpc_service!($v::filesystem_server::Filesystem {
-            PathExists => path_exists(PathExistsRequest) -> PathExistsResponse;
-            Mkdir => mkdir(MkdirRequest) -> MkdirResponse;
-            Rmdir => rmdir(RmdirRequest) -> RmdirResponse;
-            CreateSymlink => create_symlink(CreateSymlinkRequest) -> CreateSymlinkResponse;
-            IsSymlink => is_symlink(IsSymlinkRequest) -> IsSymlinkResponse;
-            $($extra)*
-        });
-    };
-}
-current_service!(v1beta2 {});
-current_service!(v1 {});
-current_service!(v2alpha1 {
-    RmdirContents => rmdir_contents(RmdirContentsRequest) -> RmdirContentsResponse;
-});
 
 into_op!(v2alpha1::RmdirContentsRequest => RmdirContents, |r| RmdirContents { path: r.path });
 empty_responses!(v2alpha1::RmdirContentsResponse);

@@ -9,6 +9,36 @@ use csi_proxy_host::types::{AuthType, ConnectTarget as Connect, Secret, TargetPo
 use csi_proxy_host::{Error, Result};
 use csi_proxy_wire::{v1alpha1, v1alpha2};
 
+// What each version serves: `RpcName => Op: trait_method(Request) -> Response;` (see grpc_service!).
+
+grpc_service!(v1alpha1::iscsi_server::Iscsi {
+    AddTargetPortal => AddTargetPortal: add_target_portal(AddTargetPortalRequest) -> AddTargetPortalResponse;
+    DiscoverTargetPortal => DiscoverTargetPortal:
+        discover_target_portal(DiscoverTargetPortalRequest) -> DiscoverTargetPortalResponse;
+    RemoveTargetPortal => RemoveTargetPortal:
+        remove_target_portal(RemoveTargetPortalRequest) -> RemoveTargetPortalResponse;
+    ListTargetPortals => ListTargetPortals: list_target_portals(ListTargetPortalsRequest) -> ListTargetPortalsResponse;
+    ConnectTarget => ConnectTarget: connect_target(ConnectTargetRequest) -> ConnectTargetResponse;
+    DisconnectTarget => DisconnectTarget: disconnect_target(DisconnectTargetRequest) -> DisconnectTargetResponse;
+    GetTargetDisks => GetTargetDisks: get_target_disks(GetTargetDisksRequest) -> GetTargetDisksResponse;
+});
+
+grpc_service!(v1alpha2::iscsi_server::Iscsi {
+    AddTargetPortal => AddTargetPortal: add_target_portal(AddTargetPortalRequest) -> AddTargetPortalResponse;
+    DiscoverTargetPortal => DiscoverTargetPortal:
+        discover_target_portal(DiscoverTargetPortalRequest) -> DiscoverTargetPortalResponse;
+    RemoveTargetPortal => RemoveTargetPortal:
+        remove_target_portal(RemoveTargetPortalRequest) -> RemoveTargetPortalResponse;
+    ListTargetPortals => ListTargetPortals: list_target_portals(ListTargetPortalsRequest) -> ListTargetPortalsResponse;
+    ConnectTarget => ConnectTarget: connect_target(ConnectTargetRequest) -> ConnectTargetResponse;
+    DisconnectTarget => DisconnectTarget: disconnect_target(DisconnectTargetRequest) -> DisconnectTargetResponse;
+    GetTargetDisks => GetTargetDisks: get_target_disks(GetTargetDisksRequest) -> GetTargetDisksResponse;
+    SetMutualChapSecret => SetMutualChapSecret:
+        set_mutual_chap_secret(SetMutualChapSecretRequest) -> SetMutualChapSecretResponse;
+});
+
+// How each version's messages convert.
+
 const DEFAULT_PORT: u16 = 3260;
 
 fn portal(address: &str, port: u32) -> Result<TargetPortal> {
@@ -83,22 +113,3 @@ all!(v1alpha1, v1alpha2);
 into_op!(v1alpha2::SetMutualChapSecretRequest => SetMutualChapSecret,
     |r| SetMutualChapSecret { secret: Secret::new(r.mutual_chap_secret) });
 empty_responses!(v1alpha2::SetMutualChapSecretResponse);
-
-macro_rules! service {
-    ($v:ident { $($extra:tt)* }) => {
-        grpc_service!($v::iscsi_server::Iscsi {
-            AddTargetPortal => add_target_portal(AddTargetPortalRequest) -> AddTargetPortalResponse;
-            DiscoverTargetPortal => discover_target_portal(DiscoverTargetPortalRequest) -> DiscoverTargetPortalResponse;
-            RemoveTargetPortal => remove_target_portal(RemoveTargetPortalRequest) -> RemoveTargetPortalResponse;
-            ListTargetPortals => list_target_portals(ListTargetPortalsRequest) -> ListTargetPortalsResponse;
-            ConnectTarget => connect_target(ConnectTargetRequest) -> ConnectTargetResponse;
-            DisconnectTarget => disconnect_target(DisconnectTargetRequest) -> DisconnectTargetResponse;
-            GetTargetDisks => get_target_disks(GetTargetDisksRequest) -> GetTargetDisksResponse;
-            $($extra)*
-        });
-    };
-}
-service!(v1alpha1 {});
-service!(v1alpha2 {
-    SetMutualChapSecret => set_mutual_chap_secret(SetMutualChapSecretRequest) -> SetMutualChapSecretResponse;
-});

@@ -6,6 +6,38 @@ use crate::ops::smb::*;
 use csi_proxy_host::types::Secret;
 use csi_proxy_wire::{v1, v1alpha1, v1beta1, v1beta2};
 
+// What each version serves: `RpcName => Op: trait_method(Request) -> Response;` (see grpc_service!).
+
+grpc_service!(v1alpha1::smb_server::Smb {
+    NewSmbGlobalMapping => NewSmbGlobalMapping:
+        new_smb_global_mapping(NewSmbGlobalMappingRequest) -> NewSmbGlobalMappingResponse;
+    RemoveSmbGlobalMapping => RemoveSmbGlobalMapping:
+        remove_smb_global_mapping(RemoveSmbGlobalMappingRequest) -> RemoveSmbGlobalMappingResponse;
+});
+
+grpc_service!(v1beta1::smb_server::Smb {
+    NewSmbGlobalMapping => NewSmbGlobalMapping:
+        new_smb_global_mapping(NewSmbGlobalMappingRequest) -> NewSmbGlobalMappingResponse;
+    RemoveSmbGlobalMapping => RemoveSmbGlobalMapping:
+        remove_smb_global_mapping(RemoveSmbGlobalMappingRequest) -> RemoveSmbGlobalMappingResponse;
+});
+
+grpc_service!(v1beta2::smb_server::Smb {
+    NewSmbGlobalMapping => NewSmbGlobalMapping:
+        new_smb_global_mapping(NewSmbGlobalMappingRequest) -> NewSmbGlobalMappingResponse;
+    RemoveSmbGlobalMapping => RemoveSmbGlobalMapping:
+        remove_smb_global_mapping(RemoveSmbGlobalMappingRequest) -> RemoveSmbGlobalMappingResponse;
+});
+
+grpc_service!(v1::smb_server::Smb {
+    NewSmbGlobalMapping => NewSmbGlobalMapping:
+        new_smb_global_mapping(NewSmbGlobalMappingRequest) -> NewSmbGlobalMappingResponse;
+    RemoveSmbGlobalMapping => RemoveSmbGlobalMapping:
+        remove_smb_global_mapping(RemoveSmbGlobalMappingRequest) -> RemoveSmbGlobalMappingResponse;
+});
+
+// How each version's messages convert.
+
 macro_rules! all {
     ($($v:ident),*) => {$(
         into_op!($v::NewSmbGlobalMappingRequest => NewSmbGlobalMapping, |r| NewSmbGlobalMapping {
@@ -17,11 +49,6 @@ macro_rules! all {
         into_op!($v::RemoveSmbGlobalMappingRequest => RemoveSmbGlobalMapping,
             |r| RemoveSmbGlobalMapping { remote_path: r.remote_path });
         empty_responses!($v::NewSmbGlobalMappingResponse, $v::RemoveSmbGlobalMappingResponse);
-
-        grpc_service!($v::smb_server::Smb {
-            NewSmbGlobalMapping => new_smb_global_mapping(NewSmbGlobalMappingRequest) -> NewSmbGlobalMappingResponse;
-            RemoveSmbGlobalMapping => remove_smb_global_mapping(RemoveSmbGlobalMappingRequest) -> RemoveSmbGlobalMappingResponse;
-        });
     )*};
 }
 all!(v1alpha1, v1beta1, v1beta2, v1);

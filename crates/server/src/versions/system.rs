@@ -5,6 +5,18 @@ use crate::ops::system::*;
 use csi_proxy_host::types::ServiceInfo;
 use csi_proxy_wire::v1alpha1;
 
+// What each version serves: `RpcName => Op: trait_method(Request) -> Response;` (see grpc_service!).
+
+grpc_service!(v1alpha1::system_server::System {
+    GetBIOSSerialNumber => GetBiosSerialNumber:
+        get_bios_serial_number(GetBiosSerialNumberRequest) -> GetBiosSerialNumberResponse;
+    StartService => StartService: start_service(StartServiceRequest) -> StartServiceResponse;
+    StopService => StopService: stop_service(StopServiceRequest) -> StopServiceResponse;
+    GetService => GetService: get_service(GetServiceRequest) -> GetServiceResponse;
+});
+
+// How each version's messages convert.
+
 into_op!(v1alpha1::GetBiosSerialNumberRequest => GetBiosSerialNumber, |r| GetBiosSerialNumber {});
 from_output!(v1alpha1::GetBiosSerialNumberResponse, String, |o| v1alpha1::GetBiosSerialNumberResponse {
     serial_number: o
@@ -18,11 +30,4 @@ from_output!(v1alpha1::GetServiceResponse, ServiceInfo, |o| v1alpha1::GetService
     display_name: o.display_name,
     start_type: o.start_type as i32,
     status: o.status as i32,
-});
-
-grpc_service!(v1alpha1::system_server::System {
-    GetBIOSSerialNumber => get_bios_serial_number(GetBiosSerialNumberRequest) -> GetBiosSerialNumberResponse;
-    StartService => start_service(StartServiceRequest) -> StartServiceResponse;
-    StopService => stop_service(StopServiceRequest) -> StopServiceResponse;
-    GetService => get_service(GetServiceRequest) -> GetServiceResponse;
 });

@@ -8,6 +8,96 @@ use crate::ops::volume::*;
 use csi_proxy_host::types::VolumeStats;
 use csi_proxy_wire::{v1, v1alpha1, v1beta1, v1beta2, v1beta3, v2alpha1};
 
+// What each version serves: `RpcName => Op: trait_method(Request) -> Response;` (see grpc_service!).
+
+grpc_service!(v1alpha1::volume_server::Volume {
+    ListVolumesOnDisk => ListVolumesOnDisk: list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
+    MountVolume => MountVolume: mount_volume(MountVolumeRequest) -> MountVolumeResponse;
+    DismountVolume => UnmountVolume: dismount_volume(DismountVolumeRequest) -> DismountVolumeResponse;
+    IsVolumeFormatted => IsVolumeFormatted: is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
+    FormatVolume => FormatVolume: format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
+    ResizeVolume => ResizeVolume: resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
+});
+
+grpc_service!(v1beta1::volume_server::Volume {
+    ListVolumesOnDisk => ListVolumesOnDisk: list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
+    MountVolume => MountVolume: mount_volume(MountVolumeRequest) -> MountVolumeResponse;
+    DismountVolume => UnmountVolume: dismount_volume(DismountVolumeRequest) -> DismountVolumeResponse;
+    IsVolumeFormatted => IsVolumeFormatted: is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
+    FormatVolume => FormatVolume: format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
+    ResizeVolume => ResizeVolume: resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
+    VolumeStats => GetVolumeStats: volume_stats(VolumeStatsRequest) -> VolumeStatsResponse;
+    GetVolumeDiskNumber => GetDiskNumberFromVolumeId:
+        get_volume_disk_number(VolumeDiskNumberRequest) -> VolumeDiskNumberResponse;
+    GetVolumeIDFromMount => GetVolumeIdFromTargetPath:
+        get_volume_id_from_mount(VolumeIdFromMountRequest) -> VolumeIdFromMountResponse;
+});
+
+grpc_service!(v1beta2::volume_server::Volume {
+    ListVolumesOnDisk => ListVolumesOnDisk: list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
+    MountVolume => MountVolume: mount_volume(MountVolumeRequest) -> MountVolumeResponse;
+    DismountVolume => UnmountVolume: dismount_volume(DismountVolumeRequest) -> DismountVolumeResponse;
+    IsVolumeFormatted => IsVolumeFormatted: is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
+    FormatVolume => FormatVolume: format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
+    ResizeVolume => ResizeVolume: resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
+    VolumeStats => GetVolumeStats: volume_stats(VolumeStatsRequest) -> VolumeStatsResponse;
+    GetVolumeDiskNumber => GetDiskNumberFromVolumeId:
+        get_volume_disk_number(VolumeDiskNumberRequest) -> VolumeDiskNumberResponse;
+    GetVolumeIDFromMount => GetVolumeIdFromTargetPath:
+        get_volume_id_from_mount(VolumeIdFromMountRequest) -> VolumeIdFromMountResponse;
+    WriteVolumeCache => WriteVolumeCache: write_volume_cache(WriteVolumeCacheRequest) -> WriteVolumeCacheResponse;
+});
+
+grpc_service!(v1beta3::volume_server::Volume {
+    ListVolumesOnDisk => ListVolumesOnDisk: list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
+    MountVolume => MountVolume: mount_volume(MountVolumeRequest) -> MountVolumeResponse;
+    UnmountVolume => UnmountVolume: unmount_volume(UnmountVolumeRequest) -> UnmountVolumeResponse;
+    IsVolumeFormatted => IsVolumeFormatted: is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
+    FormatVolume => FormatVolume: format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
+    ResizeVolume => ResizeVolume: resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
+    GetVolumeStats => GetVolumeStats: get_volume_stats(GetVolumeStatsRequest) -> GetVolumeStatsResponse;
+    GetDiskNumberFromVolumeID => GetDiskNumberFromVolumeId:
+        get_disk_number_from_volume_id(GetDiskNumberFromVolumeIdRequest) -> GetDiskNumberFromVolumeIdResponse;
+    GetVolumeIDFromTargetPath => GetVolumeIdFromTargetPath:
+        get_volume_id_from_target_path(GetVolumeIdFromTargetPathRequest) -> GetVolumeIdFromTargetPathResponse;
+    WriteVolumeCache => WriteVolumeCache: write_volume_cache(WriteVolumeCacheRequest) -> WriteVolumeCacheResponse;
+});
+
+grpc_service!(v1::volume_server::Volume {
+    ListVolumesOnDisk => ListVolumesOnDisk: list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
+    MountVolume => MountVolume: mount_volume(MountVolumeRequest) -> MountVolumeResponse;
+    UnmountVolume => UnmountVolume: unmount_volume(UnmountVolumeRequest) -> UnmountVolumeResponse;
+    IsVolumeFormatted => IsVolumeFormatted: is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
+    FormatVolume => FormatVolume: format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
+    ResizeVolume => ResizeVolume: resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
+    GetVolumeStats => GetVolumeStats: get_volume_stats(GetVolumeStatsRequest) -> GetVolumeStatsResponse;
+    GetDiskNumberFromVolumeID => GetDiskNumberFromVolumeId:
+        get_disk_number_from_volume_id(GetDiskNumberFromVolumeIdRequest) -> GetDiskNumberFromVolumeIdResponse;
+    GetVolumeIDFromTargetPath => GetVolumeIdFromTargetPath:
+        get_volume_id_from_target_path(GetVolumeIdFromTargetPathRequest) -> GetVolumeIdFromTargetPathResponse;
+    WriteVolumeCache => WriteVolumeCache: write_volume_cache(WriteVolumeCacheRequest) -> WriteVolumeCacheResponse;
+});
+
+grpc_service!(v2alpha1::volume_server::Volume {
+    ListVolumesOnDisk => ListVolumesOnDisk: list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
+    MountVolume => MountVolume: mount_volume(MountVolumeRequest) -> MountVolumeResponse;
+    UnmountVolume => UnmountVolume: unmount_volume(UnmountVolumeRequest) -> UnmountVolumeResponse;
+    IsVolumeFormatted => IsVolumeFormatted: is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
+    FormatVolume => FormatVolume: format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
+    ResizeVolume => ResizeVolume: resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
+    GetVolumeStats => GetVolumeStats: get_volume_stats(GetVolumeStatsRequest) -> GetVolumeStatsResponse;
+    GetDiskNumberFromVolumeID => GetDiskNumberFromVolumeId:
+        get_disk_number_from_volume_id(GetDiskNumberFromVolumeIdRequest) -> GetDiskNumberFromVolumeIdResponse;
+    GetVolumeIDFromTargetPath => GetVolumeIdFromTargetPath:
+        get_volume_id_from_target_path(GetVolumeIdFromTargetPathRequest) -> GetVolumeIdFromTargetPathResponse;
+    GetClosestVolumeIDFromTargetPath => GetClosestVolumeIdFromTargetPath:
+        get_closest_volume_id_from_target_path(GetClosestVolumeIdFromTargetPathRequest)
+            -> GetClosestVolumeIdFromTargetPathResponse;
+    WriteVolumeCache => WriteVolumeCache: write_volume_cache(WriteVolumeCacheRequest) -> WriteVolumeCacheResponse;
+});
+
+// How each version's messages convert.
+
 macro_rules! common {
     ($($v:ident),*) => {$(
         from_output!($v::ListVolumesOnDiskResponse, Vec<String>, |o| $v::ListVolumesOnDiskResponse { volume_ids: o });
@@ -93,53 +183,4 @@ into_op!(v2alpha1::GetClosestVolumeIdFromTargetPathRequest => GetClosestVolumeId
     |r| GetClosestVolumeIdFromTargetPath { target_path: r.target_path });
 from_output!(v2alpha1::GetClosestVolumeIdFromTargetPathResponse, String, |o| {
     v2alpha1::GetClosestVolumeIdFromTargetPathResponse { volume_id: o }
-});
-
-/// Each version's RPC list is its predecessor's plus what it added, so the lists are built up.
-macro_rules! volume_service {
-    (alpha $v:ident { $($extra:tt)* }) => {
-        grpc_service!($v::volume_server::Volume {
-            ListVolumesOnDisk => list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
-            MountVolume => mount_volume(MountVolumeRequest) -> MountVolumeResponse;
-            DismountVolume => dismount_volume(DismountVolumeRequest) -> DismountVolumeResponse;
-            IsVolumeFormatted => is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
-            FormatVolume => format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
-            ResizeVolume => resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
-            $($extra)*
-        });
-    };
-    (beta $v:ident { $($extra:tt)* }) => {
-        volume_service!(alpha $v {
-            VolumeStats => volume_stats(VolumeStatsRequest) -> VolumeStatsResponse;
-            GetVolumeDiskNumber => get_volume_disk_number(VolumeDiskNumberRequest) -> VolumeDiskNumberResponse;
-            GetVolumeIDFromMount => get_volume_id_from_mount(VolumeIdFromMountRequest) -> VolumeIdFromMountResponse;
-            $($extra)*
-        });
-    };
-    (current $v:ident { $($extra:tt)* }) => {
-        grpc_service!($v::volume_server::Volume {
-            ListVolumesOnDisk => list_volumes_on_disk(ListVolumesOnDiskRequest) -> ListVolumesOnDiskResponse;
-            MountVolume => mount_volume(MountVolumeRequest) -> MountVolumeResponse;
-            UnmountVolume => unmount_volume(UnmountVolumeRequest) -> UnmountVolumeResponse;
-            IsVolumeFormatted => is_volume_formatted(IsVolumeFormattedRequest) -> IsVolumeFormattedResponse;
-            FormatVolume => format_volume(FormatVolumeRequest) -> FormatVolumeResponse;
-            ResizeVolume => resize_volume(ResizeVolumeRequest) -> ResizeVolumeResponse;
-            GetVolumeStats => get_volume_stats(GetVolumeStatsRequest) -> GetVolumeStatsResponse;
-            GetDiskNumberFromVolumeID => get_disk_number_from_volume_id(GetDiskNumberFromVolumeIdRequest) -> GetDiskNumberFromVolumeIdResponse;
-            GetVolumeIDFromTargetPath => get_volume_id_from_target_path(GetVolumeIdFromTargetPathRequest) -> GetVolumeIdFromTargetPathResponse;
-            WriteVolumeCache => write_volume_cache(WriteVolumeCacheRequest) -> WriteVolumeCacheResponse;
-            $($extra)*
-        });
-    };
-}
-
-volume_service!(alpha v1alpha1 {});
-volume_service!(beta v1beta1 {});
-volume_service!(beta v1beta2 {
-    WriteVolumeCache => write_volume_cache(WriteVolumeCacheRequest) -> WriteVolumeCacheResponse;
-});
-volume_service!(current v1beta3 {});
-volume_service!(current v1 {});
-volume_service!(current v2alpha1 {
-    GetClosestVolumeIDFromTargetPath => get_closest_volume_id_from_target_path(GetClosestVolumeIdFromTargetPathRequest) -> GetClosestVolumeIdFromTargetPathResponse;
 });
