@@ -7,6 +7,10 @@
 //! the primary/backup copy (so that mutations get past them); bits 5-6 what to do with a table:
 //! nothing, rewrite it, add a partition (PartitionDisk) or grow one (ResizeVolume).
 //!
+//! The same input also makes a new table (PartitionDisk's) on a blank disk of that size: it
+//! exists exactly when both copies and a usable block fit, and reads back healthy with the
+//! standard layout and its one partition behind the protective MBR.
+//!
 //! Properties: the reader never reads past the disk; a GPT is read only behind a protective or
 //! blank LBA 0; every header bound holds; partitions lie on the disk; free extents and growth
 //! room never overlap a partition; a rewrite reads back healthy with the same entries, never
@@ -33,6 +37,7 @@ fuzz_target!(|data: &[u8]| {
     guids(data);
     if data.len() >= 8 {
         image(data);
+        fresh(data);
     }
 });
 
@@ -202,6 +207,38 @@ fn image(data: &[u8]) {
             }
         }
     }
+}
+
+/// A new table on a blank disk of the input's block size and block count.
+fn fresh(data: &[u8]) {
+    let lbs = 512u64 << (data[0] & 3);
+    let total = u64::from(u32::from_le_bytes(data[1..5].try_into().unwrap()));
+    let array = (128 * 128u64).div_ceil(lbs);
+    let Some(mut t) = gpt::Gpt::new(lbs, total, [data[7]; 16]) else {
+        assert!(total < 4 + 2 * array, "no new table on {total} blocks of {lbs}");
+        return;
+    };
+    assert!(total >= 4 + 2 * array, "a new table on {total} blocks of {lbs}");
+    let h = t.header();
+    assert_eq!((h.current_lba, h.backup_lba, h.entries_lba, h.num_entries, h.entry_size), (1, total - 1, 2, 128, 128));
+    assert_eq!((h.first_usable, h.last_usable), (2 + array, total - 2 - array));
+    assert_eq!(t.free_extents(), vec![(h.first_usable, h.last_usable)]);
+    let align = ((1 << 20) / lbs).max(1);
+    if let Some((first, last)) = gpt::aligned_extent(h.first_usable, h.last_usable, align) {
+        t.set_entry(1, LINUX_FS, [data[6]; 16], first, last);
+    }
+    let want = t.entries();
+    let disk = Disk { size: total * lbs, chunks: Default::default(), writes: Default::default() };
+    t.write(&disk, &[]).expect("a new table is written");
+    assert!(disk.writes.borrow().iter().all(|&(off, _)| off >= lbs), "the table wrote LBA 0");
+    let mbr = gpt::protective_mbr(total);
+    assert_eq!(mbr, protective_mbr(total));
+    gpt::Disk::write_at(&disk, 0, &mbr).unwrap();
+    let again = gpt::Gpt::read(&disk, lbs, total).unwrap().expect("a new table reads back");
+    assert!(again.healthy());
+    assert_eq!(again.entries(), want);
+    assert_eq!(again.header(), h);
+    check(&again, lbs, total);
 }
 
 /// Invariants of any table the reader returns.

@@ -1,5 +1,5 @@
 //! Command line of the daemon, parsed the way Go's `flag` package parses upstream's
-//! (UPSTREAM.md §4.1), so existing service install lines keep working unchanged:
+//! (docs/upstream.md#flags), so existing service install lines keep working unchanged:
 //!
 //! * a flag is `-name` or `--name`;
 //! * a value is given as `-name=value` or `-name value` (the next argument is taken as the value

@@ -1,4 +1,4 @@
-//! Logging set up from klog-style flags (UPSTREAM.md §4.3), on top of `tracing-subscriber`.
+//! Logging set up from klog-style flags (docs/upstream.md#flags), on top of `tracing-subscriber`.
 //!
 //! Where logs go, as with klog:
 //! * `-logtostderr=true` (the default): standard error only; `-log_file`/`-log_dir` are ignored;

@@ -1,8 +1,8 @@
 //! A simulated host that keeps disks, volumes, a directory tree, SMB mappings, iSCSI portals and
 //! services in memory. Tests drive every RPC through it; the daemon never uses it.
 //!
-//! Behaviour follows upstream's idempotency rules (UPSTREAM.md §3.7) so that tests of the server
-//! exercise realistic answers, including errors.
+//! Behaviour follows upstream's idempotency rules (docs/upstream.md#idempotency) so that tests
+//! of the server exercise realistic answers, including errors.
 
 use crate::types::*;
 use crate::*;

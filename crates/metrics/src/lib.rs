@@ -1,4 +1,4 @@
-//! Prometheus metrics of csi-proxy (UPSTREAM.md §4.4).
+//! Prometheus metrics of csi-proxy (docs/upstream.md#metrics).
 //!
 //! Upstream exports the server-side series of go-grpc-middleware's Prometheus interceptor plus
 //! the usual process metrics, as Prometheus text on `/metrics` of `-metrics-bind-address`. This

@@ -1,5 +1,5 @@
 //! Windows named pipes: `\\.\pipe\csi-proxy-<group>-<version>`, as go-winio's `ListenPipe(path, nil)`
-//! creates them for upstream (UPSTREAM.md §1.3): byte mode, remote clients rejected, unlimited
+//! creates them for upstream: byte mode, remote clients rejected, unlimited
 //! instances, the first instance created with `FILE_FLAG_FIRST_PIPE_INSTANCE` (so a second daemon
 //! fails instead of sharing the name), and always one instance waiting for the next client.
 

@@ -93,7 +93,7 @@ impl Api {
 
 macro_rules! apis {
     ($($group:ident: [$($v:literal),*]),* $(,)?) => {
-        /// Every API upstream serves, all at once (UPSTREAM.md §1.2).
+        /// Every API upstream serves; it serves all of them at once, each on its own pipe.
         pub const APIS: &[Api] = &[$($(Api { group: Group::$group, version: $v },)*)*];
     };
 }

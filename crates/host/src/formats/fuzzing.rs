@@ -50,6 +50,10 @@ pub mod gpt {
     pub struct Gpt(Table);
 
     impl Gpt {
+        /// A new table without partitions (`Table::new`): in memory until [`Gpt::write`].
+        pub fn new(lbs: u64, total_lbas: u64, disk_guid: [u8; 16]) -> Option<Gpt> {
+            Table::new(lbs, total_lbas, Guid(disk_guid)).map(Gpt)
+        }
         pub fn read(disk: &impl Disk, lbs: u64, total_lbas: u64) -> io::Result<Option<Gpt>> {
             Ok(Table::read(&Io(disk), lbs, total_lbas)?.map(Gpt))
         }
@@ -108,6 +112,11 @@ pub mod gpt {
         pub fn write(&mut self, disk: &impl Disk, partitions_before: &[(u64, u64)]) -> io::Result<()> {
             self.0.write(&Io(disk), partitions_before)
         }
+    }
+
+    /// LBA 0 of a new table.
+    pub fn protective_mbr(total_lbas: u64) -> [u8; 512] {
+        gpt_table::protective_mbr(total_lbas)
     }
 
     /// What LBA 0 holds, by the variant's name.

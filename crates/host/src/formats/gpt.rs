@@ -1,11 +1,11 @@
-//! The GPT on-disk format, read and edited in place.
+//! The GPT on-disk format: read, edited in place, and created.
 //!
-//! New tables are written by the `gpt` crate (see `partitions.rs`). Existing tables are read and
-//! edited here instead, because a table on a disk is input we do not control and may belong to a
-//! mounted filesystem: this reader bounds every size it is handed (the crate asserts on an entry
-//! size other than 128 and allocates whatever the header asks for), and the editor keeps every
-//! entry in its slot (the crate's writer packs used entries to the front of the array, which
-//! renumbers partitions the kernel already knows) and every byte it does not mean to change.
+//! A table on a disk is input we do not control and may belong to a mounted filesystem: the
+//! reader bounds every size it is handed, and the editor keeps every entry in its slot (the
+//! kernel numbers partitions by slot) and every byte it does not mean to change. A new table is
+//! the same writer given an empty table ([`Table::new`]) and a [`protective_mbr`]. The `gpt`
+//! crate is in the tests only: an independent implementation that reads back what we write, and
+//! whose tables (PartitionDisk used it before) ours match byte for byte given the same GUIDs.
 //!
 //! Layout (UEFI 2.10 §5.3): LBA 0 protective MBR; LBA 1 primary header; the primary entry array
 //! (usually from LBA 2); the usable area; the backup entry array; the backup header in the last LBA.
@@ -16,6 +16,12 @@ use std::io;
 const SIGNATURE: &[u8; 8] = b"EFI PART";
 /// Bytes of the header that the CRC covers in revision 1.0.
 const HEADER_SIZE: usize = 92;
+/// Revision 1.0, the only one there is.
+const REVISION_1_0: u32 = 0x0001_0000;
+/// Entries in a new table's array, and their size: 16 KiB, the least the spec allows, and what
+/// partitioning tools write (32 blocks of 512 bytes, 4 of 4096).
+const NEW_ENTRIES: u32 = 128;
+const NEW_ENTRY_SIZE: u32 = 128;
 /// The largest entry array we accept: 8192 entries of 128 bytes (the spec's minimum is 16 KiB).
 const MAX_ARRAY_BYTES: u64 = 1 << 20;
 /// Microsoft reserved partition: not a volume for PartitionDisk's "already partitioned" rule.
@@ -255,7 +261,7 @@ impl Entry {
     }
 }
 
-/// A GPT as read from a disk.
+/// A GPT as read from a disk (or made by [`Table::new`]).
 #[derive(Clone, Debug)]
 pub(crate) struct Table {
     /// Logical block size in bytes.
@@ -264,6 +270,7 @@ pub(crate) struct Table {
     pub total_lbas: u64,
     /// The header in use: the primary when it is valid, else the backup.
     pub header: Header,
+    /// A valid primary copy on the disk.
     pub primary_ok: bool,
     /// A valid backup header where the primary says, agreeing with it.
     pub backup_ok: bool,
@@ -272,6 +279,37 @@ pub(crate) struct Table {
 }
 
 impl Table {
+    /// A new GPT without partitions for a disk of `total_lbas` blocks of `lbs` bytes, laid out as
+    /// partitioning tools lay one out: 128 entries of 128 bytes from LBA 2, the usable area from
+    /// the block after them to the block before the backup array, which ends just before the
+    /// backup header in the disk's last block. In memory until [`Table::write`] (given no
+    /// previous partitions); LBA 0 then takes a [`protective_mbr`]. `None` when `lbs` is below
+    /// 512 or the disk cannot hold both copies and one usable block.
+    pub fn new(lbs: u64, total_lbas: u64, disk_guid: Guid) -> Option<Table> {
+        let array = vec![0u8; NEW_ENTRIES as usize * NEW_ENTRY_SIZE as usize];
+        let array_lbas = (array.len() as u64).div_ceil(lbs);
+        let first_usable = 2 + array_lbas;
+        let backup_lba = total_lbas.checked_sub(1)?;
+        let last_usable = backup_lba.checked_sub(array_lbas + 1)?;
+        if lbs < 512 || first_usable > last_usable {
+            return None;
+        }
+        let header = Header {
+            revision: REVISION_1_0,
+            current_lba: 1,
+            backup_lba,
+            first_usable,
+            last_usable,
+            disk_guid,
+            entries_lba: 2,
+            num_entries: NEW_ENTRIES,
+            entry_size: NEW_ENTRY_SIZE,
+            entries_crc: crc32(&array),
+        };
+        // Neither copy is on the disk yet.
+        Some(Table { lbs, total_lbas, header, primary_ok: false, backup_ok: false, array })
+    }
+
     /// Reads the GPT of a disk of `total_lbas` blocks of `lbs` bytes, trusting what the kernel's
     /// GPT parser trusts: a GPT is only read behind a protective MBR in LBA 0 (then the primary
     /// copy, or the backup when the primary is invalid). The one exception is a blank LBA 0 in
@@ -463,7 +501,7 @@ impl Table {
         array.resize((array_lbas * lbs) as usize, 0);
         let crc = crc32(&self.array);
         let primary = Header {
-            revision: 0x0001_0000,
+            revision: REVISION_1_0,
             current_lba: 1,
             backup_lba,
             first_usable: self.header.first_usable,
@@ -526,6 +564,23 @@ pub(crate) fn classify_mbr(sector: &[u8]) -> Mbr {
     } else {
         Mbr::Unknown
     }
+}
+
+/// LBA 0 of a new table: a protective MBR, one record of type 0xEE from LBA 1 over the rest of a
+/// disk of `total_lbas` blocks (at most 2^32 - 1 blocks, the spec's value for larger disks), its
+/// CHS start 0/0/2 and end 0xFFFFFF, no boot code, no disk signature. 512 bytes whatever the
+/// block size.
+pub(crate) fn protective_mbr(total_lbas: u64) -> [u8; 512] {
+    let mut s = [0u8; 512];
+    let r = &mut s[446..462];
+    r[1..4].copy_from_slice(&[0x00, 0x02, 0x00]);
+    r[4] = 0xEE;
+    r[5..8].copy_from_slice(&[0xFF, 0xFF, 0xFF]);
+    r[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let size = u32::try_from(total_lbas.saturating_sub(1)).unwrap_or(u32::MAX);
+    r[12..16].copy_from_slice(&size.to_le_bytes());
+    s[510..].copy_from_slice(&[0x55, 0xAA]);
+    s
 }
 
 /// The partition extent (first, last inclusive) that fills the free extent `[first, last]` with
@@ -637,6 +692,102 @@ mod tests {
             assert_eq!(e.len(), 1);
             assert_eq!((e[0].number, e[0].first_lba * n, (e[0].last_lba + 1) * n), (1, 1 << 20, 3 << 20));
             assert_eq!(e[0].type_guid.to_string(), "0fc63daf-8483-4772-8e79-3d69d8477de4");
+        }
+    }
+
+    const LINUX: Guid = Guid::from_text_const("0fc63daf-8483-4772-8e79-3d69d8477de4");
+
+    /// A new table with one partition over `first..=last`, written to a blank image of `total`
+    /// blocks of `lbs` bytes behind its protective MBR: the image and the table as written.
+    fn new_image(lbs: u64, total: u64, first: u64, last: u64) -> (Mem, Table) {
+        let dev = Mem(RefCell::new(vec![0u8; (total * lbs) as usize]));
+        let mut t = Table::new(lbs, total, Guid::parse("4e2e8f6a-3c1d-4b7e-9a0f-1d2c3b4a5968").unwrap()).unwrap();
+        t.set_entry(1, LINUX, Guid::parse("a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d").unwrap(), first, last, "csi-proxy");
+        t.write(&dev, &[]).unwrap();
+        dev.write_at(0, &protective_mbr(total)).unwrap();
+        (dev, t)
+    }
+
+    #[test]
+    fn a_new_table_reads_back_with_the_gpt_crate_and_with_ours() {
+        for (lb, lbs) in [(gpt::disk::LogicalBlockSize::Lb512, 512u64), (gpt::disk::LogicalBlockSize::Lb4096, 4096)] {
+            let total = (8 << 20) / lbs;
+            let array_lbas = (128 * 128) / lbs;
+            let (first_usable, last_usable) = (2 + array_lbas, total - 2 - array_lbas);
+            let align = (1 << 20) / lbs;
+            let (first, last) = aligned_extent(first_usable, last_usable, align).unwrap();
+            let (dev, written) = new_image(lbs, total, first, last);
+            let h = &written.header;
+            assert_eq!((h.first_usable, h.last_usable, h.entries_lba), (first_usable, last_usable, 2), "{lbs}");
+            assert_eq!((first * lbs, (last + 1) * lbs), (1 << 20, 7 << 20), "{lbs}: 1 MiB aligned at both ends");
+
+            // Ours: both copies valid, the backup in the last block, the one entry.
+            let t = Table::read(&dev, lbs, total).unwrap().unwrap();
+            assert!(t.healthy(), "{lbs}");
+            assert_eq!(t.header, written.header);
+            assert_eq!((t.header.num_entries, t.header.entry_size), (128, 128));
+            let e = t.entries();
+            assert_eq!(e.len(), 1);
+            assert_eq!((e[0].number, e[0].type_guid, e[0].first_lba, e[0].last_lba), (1, LINUX, first, last));
+            assert_eq!(e[0].guid.to_string(), "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d");
+
+            // The gpt crate: both headers valid and where they belong, the same entry.
+            let mut cur = std::io::Cursor::new(dev.0.borrow().clone());
+            let d = gpt::GptConfig::new()
+                .only_valid_headers(true)
+                .logical_block_size(lb)
+                .open_from_device(&mut cur)
+                .unwrap();
+            let (p, b) = (d.primary_header().unwrap(), d.backup_header().unwrap());
+            assert_eq!(
+                (p.current_lba, p.backup_lba, p.first_usable, p.last_usable, p.part_start, p.num_parts, p.part_size),
+                (1, total - 1, first_usable, last_usable, 2, 128, 128),
+                "{lbs}"
+            );
+            assert_eq!((b.current_lba, b.backup_lba, b.part_start), (total - 1, 1, last_usable + 1), "{lbs}");
+            assert_eq!((b.first_usable, b.last_usable, b.crc32_parts), (p.first_usable, p.last_usable, p.crc32_parts));
+            assert_eq!(d.guid().to_string(), "4e2e8f6a-3c1d-4b7e-9a0f-1d2c3b4a5968");
+            let used: Vec<_> = d.partitions().iter().filter(|(_, p)| p.is_used()).collect();
+            assert_eq!(used.len(), 1, "{lbs}");
+            let (&id, part) = used[0];
+            assert_eq!((id, part.first_lba, part.last_lba, part.flags), (1, first, last, 0));
+            assert_eq!(part.name, "csi-proxy");
+            assert_eq!(part.part_type_guid, gpt::partition_types::LINUX_FS);
+            assert_eq!(part.part_guid.to_string(), "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d");
+            // And its protective MBR.
+            let (got, want) = (
+                gpt::mbr::ProtectiveMBR::from_disk(&mut cur, lb).unwrap().to_bytes(),
+                gpt::mbr::ProtectiveMBR::with_lb_size(total as u32 - 1).to_bytes(),
+            );
+            assert_eq!(got[446..462], want[446..462], "{lbs}: the 0xEE record");
+            assert!(got == want, "{lbs}");
+        }
+    }
+
+    #[test]
+    fn a_new_table_needs_room_for_both_copies_and_a_block() {
+        let g = Guid([7; 16]);
+        // 512-byte blocks: MBR, header, 32 array blocks, one usable, 32 array blocks, header.
+        assert!(Table::new(512, 67, g).is_none());
+        let t = Table::new(512, 68, g).unwrap();
+        assert_eq!((t.header.first_usable, t.header.last_usable), (34, 34));
+        // 4096-byte blocks: 4 array blocks a copy.
+        assert!(Table::new(4096, 11, g).is_none());
+        assert_eq!(Table::new(4096, 12, g).unwrap().header.last_usable, 6);
+        assert!(Table::new(512, 0, g).is_none() && Table::new(512, 2, g).is_none());
+        assert!(Table::new(256, 1 << 20, g).is_none(), "no protective MBR fits a 256-byte block");
+        // Nothing is on the disk yet.
+        assert!(!t.primary_ok && !t.backup_ok && t.entries().is_empty() && t.free_slot() == Some(1));
+    }
+
+    #[test]
+    fn protective_mbrs_are_the_gpt_crates() {
+        for total in [3u64, 8192, 1 << 32, (1 << 32) + 1, 1 << 40] {
+            let crate_mbr = gpt::mbr::ProtectiveMBR::with_lb_size(u32::try_from(total - 1).unwrap_or(u32::MAX));
+            let (ours, theirs) = (protective_mbr(total), crate_mbr.to_bytes());
+            assert_eq!(ours[446..462], theirs[446..462], "{total} blocks: the 0xEE record");
+            assert!(ours == theirs, "{total} blocks");
+            assert_eq!(classify_mbr(&protective_mbr(total)), Mbr::Protective);
         }
     }
 

@@ -5,8 +5,8 @@
 //! Offsets and magics follow util-linux's `libblkid/src/superblocks/*.c` (and the formats' own
 //! definitions); the names returned are blkid's `TYPE` values (`gpt` and `dos` are its `PTTYPE`
 //! values), so tests can cross-check them with `blkid -p`. Any hit means "in use": FormatVolume
-//! never writes over it — with mke2fs `-F` and mkntfs, which check nothing themselves, this
-//! probe is the only guard.
+//! never writes over it. The Linux backend also asks libblkid when this probe finds nothing; why,
+//! and how the answers combine: *Two probes* in `linux/block/volumes.rs`.
 //!
 //! Read: the first [`PROBE_LEN`] bytes and the last ones from [`tail_start`] on. At the end of a
 //! device lie md RAID 0.90 and 1.0 superblocks, Intel (IMSM) and DDF RAID metadata, ZFS labels
@@ -20,7 +20,8 @@ use std::io::{self, Read, Seek, SeekFrom};
 /// 1 fill the first 512 KiB; btrfs and reiserfs superblocks sit at 64 KiB, jfs, UDF and ISO 9660
 /// descriptors from 32 KiB).
 pub(crate) const PROBE_LEN: usize = 512 * 1024;
-/// The kind reported when only libblkid recognises what is on a device.
+/// The kind reported when only libblkid recognises what is on a device (see *Two probes* in
+/// `linux/block/volumes.rs`).
 pub(crate) const OTHER_SIGNATURE: &str = "libblkid-signature";
 /// A ZFS vdev label: four per device, two at the start and two at the end (the end ones
 /// aligned down to the label size), each with its uberblock ring in its second half.

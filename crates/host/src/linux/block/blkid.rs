@@ -1,7 +1,6 @@
-//! A second opinion from libblkid (util-linux's prober, through the libblkid-rs bindings) before
-//! a volume is declared blank: our own probe (`probe`) knows the common signatures and runs on
-//! bytes we read; libblkid knows every signature util-linux does. FormatVolume formats only when
-//! both find nothing.
+//! libblkid (util-linux's prober, through the libblkid-rs bindings): does a device hold any
+//! signature? Asked only when our own probe finds nothing; why both are asked, and how their
+//! answers combine: *Two probes* in `volumes.rs`.
 
 use libblkid_rs::{BlkidProbe, BlkidSafeprobeRet};
 use std::os::fd::{AsRawFd, BorrowedFd};

@@ -38,7 +38,9 @@
 
 use super::disklock::{DiskLock, HeldVolume, Lock};
 use super::{blkpg, loopdev, Block, Disk, Volume};
-use crate::formats::gpt::{aligned_extent, classify_mbr, BlockIo, Entry, Guid, Mbr, Table, MICROSOFT_RESERVED};
+use crate::formats::gpt::{
+    aligned_extent, classify_mbr, protective_mbr, BlockIo, Entry, Guid, Mbr, Table, MICROSOFT_RESERVED,
+};
 use crate::formats::probe;
 use crate::{Error, Result};
 use rustix::fs::{Mode, OFlags};
@@ -52,16 +54,6 @@ use std::time::{Duration, Instant};
 /// Partitions start and end on 1 MiB boundaries.
 const ALIGNMENT: u64 = 1 << 20;
 /// GPT partition name of the partition PartitionDisk creates.
-/// A disk device is where the GPT code reads and writes.
-impl BlockIo for std::fs::File {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        std::os::unix::fs::FileExt::write_all_at(self, buf, offset)
-    }
-}
-
 const PARTITION_NAME: &str = "csi-proxy";
 /// Linux filesystem data.
 const LINUX_FS: Guid = match Guid::parse("0fc63daf-8483-4772-8e79-3d69d8477de4") {
@@ -75,6 +67,16 @@ const SYSFS_SECTOR: u64 = 512;
 
 const ID_PREFIX: &str = r"\\?\Volume{";
 const ID_SUFFIX: &str = r"}\";
+
+/// A disk device is where the GPT code reads and writes.
+impl BlockIo for std::fs::File {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(self, buf, offset)
+    }
+}
 
 /// The volume ID of the GPT partition with this unique GUID.
 pub(crate) fn volume_id(guid: &Guid) -> String {
@@ -171,7 +173,7 @@ impl OpenDisk {
 
     /// Alignment in logical blocks.
     fn align(&self) -> u64 {
-        (ALIGNMENT / self.lbs).max(1)
+        align_blocks(self.lbs)
     }
 }
 
@@ -224,6 +226,22 @@ fn random_guid() -> Result<Guid> {
     b[7] = (b[7] & 0x0f) | 0x40; // version 4: high nibble of the third field (stored little-endian)
     b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
     Ok(Guid(b))
+}
+
+/// [`ALIGNMENT`] in blocks of `lbs` bytes.
+fn align_blocks(lbs: u64) -> u64 {
+    (ALIGNMENT / lbs).max(1)
+}
+
+/// The table PartitionDisk gives a disk without one, `total_lbas` blocks of `lbs` bytes: one
+/// partition over all the usable space, start and end on [`ALIGNMENT`] boundaries, type Linux
+/// filesystem, named [`PARTITION_NAME`]. Not written yet; `None` when no such partition fits.
+fn fresh_table(lbs: u64, total_lbas: u64, disk_guid: Guid, partition_guid: Guid) -> Option<Table> {
+    let mut table = Table::new(lbs, total_lbas, disk_guid)?;
+    let h = &table.header;
+    let (first, last) = aligned_extent(h.first_usable, h.last_usable, align_blocks(lbs))?;
+    table.set_entry(1, LINUX_FS, partition_guid, first, last, PARTITION_NAME);
+    Some(table)
 }
 
 /// Where the used entries of a table lie (first, last).
@@ -441,11 +459,7 @@ impl Block {
     }
 
     fn write_protective_mbr(&self, od: &OpenDisk) -> Result<()> {
-        let lbas = u32::try_from(od.size / od.lbs - 1).unwrap_or(u32::MAX);
-        gpt::mbr::ProtectiveMBR::with_lb_size(lbas)
-            .overwrite_lba0(&mut &od.file)
-            .map_err(|e| Error::internal(format!("writing a protective MBR to {}: {e}", od.path.display())))?;
-        Ok(())
+        od.write(0, &protective_mbr(od.size / od.lbs))
     }
 
     /// Sets the size of a pure protective MBR's 0xEE record to the disk's (after it grew).
@@ -466,13 +480,12 @@ impl Block {
         od.write(0, &sector)
     }
 
-    /// A new protective MBR and GPT with one partition over the whole disk, by the `gpt` crate.
+    /// A new protective MBR and GPT with one partition over the whole disk.
     fn create_table(&self, disk: &Disk, od: &OpenDisk) -> Result<Table> {
         let label = Self::disk_label(disk);
-        let lbs = gpt::disk::LogicalBlockSize::try_from(od.lbs).map_err(|_| {
-            Error::precondition(format!("{label} has {}-byte sectors; GPT tables are made for 512 and 4096", od.lbs))
+        let mut table = fresh_table(od.lbs, od.size / od.lbs, random_guid()?, random_guid()?).ok_or_else(|| {
+            Error::precondition(format!("{label} is too small for a 1 MiB aligned partition ({} bytes)", od.size))
         })?;
-        let gpt_err = |e: gpt::GptError| Error::internal(format!("writing a GPT to {}: {e}", od.path.display()));
         // LBA 0 blank first (what is there is replaced by the protective MBR anyway): a GPT is
         // trusted behind a blank LBA 0, not behind another MBR, so a crash after the GPT write
         // leaves a table the next PartitionDisk completes.
@@ -480,21 +493,11 @@ impl Block {
             od.write(0, &[0u8; 512])?;
             od.sync()?;
         }
-        let mut table = gpt::GptConfig::new()
-            .writable(true)
-            .logical_block_size(lbs)
-            .create_from_device(&od.file, None)
-            .map_err(gpt_err)?;
-        let h = table.header();
-        let (first, last) = aligned_extent(h.first_usable, h.last_usable, od.align()).ok_or_else(|| {
-            Error::precondition(format!("{label} is too small for a 1 MiB aligned partition ({} bytes)", od.size))
-        })?;
-        table
-            .add_partition_at(PARTITION_NAME, 1, first, last - first + 1, gpt::partition_types::LINUX_FS, 0)
-            .map_err(gpt_err)?;
         // The GPT first, then LBA 0: a crash in between leaves a valid GPT whose MBR the next
         // PartitionDisk adds.
-        table.write().map_err(gpt_err)?;
+        table
+            .write(&od.file, &[])
+            .map_err(|e| Error::internal(format!("writing a GPT to {}: {e}", od.path.display())))?;
         od.sync()?;
         self.write_protective_mbr(od)?;
         od.sync()?;
@@ -855,25 +858,100 @@ mod tests {
         }
     }
 
+    struct Mem(std::cell::RefCell<Vec<u8>>);
+    impl BlockIo for Mem {
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            buf.copy_from_slice(&self.0.borrow()[offset as usize..offset as usize + buf.len()]);
+            Ok(())
+        }
+        fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+            self.0.borrow_mut()[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
+            Ok(())
+        }
+    }
+
     /// A table of a `blocks`-block disk (512-byte blocks) with partition 1 over `first..=last`,
     /// read back as the backend reads it.
     fn table(blocks: u64, first: u64, last: u64) -> Table {
-        struct Mem(std::cell::RefCell<Vec<u8>>);
-        impl BlockIo for Mem {
-            fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-                buf.copy_from_slice(&self.0.borrow()[offset as usize..offset as usize + buf.len()]);
-                Ok(())
-            }
-            fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-                self.0.borrow_mut()[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
-                Ok(())
+        let dev = Mem(std::cell::RefCell::new(vec![0u8; blocks as usize * 512]));
+        let mut t = Table::new(512, blocks, Guid([1; 16])).unwrap();
+        t.set_entry(1, LINUX_FS, Guid([2; 16]), first, last, "p");
+        t.write(&dev, &[]).unwrap();
+        Table::read(&dev, 512, blocks).unwrap().unwrap()
+    }
+
+    /// The image PartitionDisk wrote when the `gpt` crate made its tables (`lbs`-byte blocks,
+    /// `blocks` of them), with the disk and partition GUIDs the crate picked; `None` where it
+    /// refused (no room for a table, or for a 1 MiB aligned partition).
+    fn image_of_the_gpt_crate(lbs: u64, blocks: u64) -> Option<(Vec<u8>, Guid, Guid)> {
+        let lb = gpt::disk::LogicalBlockSize::try_from(lbs).unwrap();
+        let mut dev = std::io::Cursor::new(vec![0u8; (blocks * lbs) as usize]);
+        let mut d =
+            gpt::GptConfig::new().writable(true).logical_block_size(lb).create_from_device(&mut dev, None).ok()?;
+        let h = d.header();
+        let (first, last) = aligned_extent(h.first_usable, h.last_usable, align_blocks(lbs))?;
+        d.add_partition_at(PARTITION_NAME, 1, first, last - first + 1, gpt::partition_types::LINUX_FS, 0).unwrap();
+        let disk_guid = Guid::parse(&d.guid().to_string()).unwrap();
+        let part_guid = Guid::parse(&d.partitions()[&1].part_guid.to_string()).unwrap();
+        d.write().unwrap();
+        let lbas = u32::try_from(blocks - 1).unwrap_or(u32::MAX);
+        gpt::mbr::ProtectiveMBR::with_lb_size(lbas).overwrite_lba0(&mut dev).unwrap();
+        Some((dev.into_inner(), disk_guid, part_guid))
+    }
+
+    /// PartitionDisk's new table is the one the `gpt` crate wrote before ours replaced it: the
+    /// same usable range, entry arrays, partition extent, type and name, and, given the same
+    /// GUIDs, the same bytes on the whole disk. Sizes around the smallest disk that takes a
+    /// table and an aligned partition, and larger ones not a whole number of MiB.
+    #[test]
+    fn fresh_tables_are_what_the_gpt_crate_wrote() {
+        let sizes = |lbs: u64| {
+            // The first MiB (tables inside), one MiB of partition, the backup array and header.
+            let smallest = 2 * align_blocks(lbs) + 16384 / lbs + 1;
+            let mut s: Vec<u64> = (smallest - 3..smallest + 3).collect();
+            s.extend([3, 60, (8 << 20) / lbs, (8 << 20) / lbs + 7, (64 << 20) / lbs - 1]);
+            s
+        };
+        let (mut made, mut refused) = (0, 0);
+        for lbs in [512u64, 4096] {
+            for blocks in sizes(lbs) {
+                let what = format!("{blocks} blocks of {lbs} bytes");
+                let Some((old, disk_guid, part_guid)) = image_of_the_gpt_crate(lbs, blocks) else {
+                    assert!(fresh_table(lbs, blocks, Guid([1; 16]), Guid([2; 16])).is_none(), "{what}");
+                    refused += 1;
+                    continue;
+                };
+                made += 1;
+                let mut new = fresh_table(lbs, blocks, disk_guid, part_guid).unwrap_or_else(|| panic!("{what}"));
+                let dev = Mem(std::cell::RefCell::new(vec![0u8; (blocks * lbs) as usize]));
+                new.write(&dev, &[]).unwrap();
+                dev.write_at(0, &protective_mbr(blocks)).unwrap();
+
+                // The properties that matter, one by one (for a readable failure)...
+                let o = Table::read(&Mem(old.clone().into()), lbs, blocks).unwrap().unwrap();
+                let n = Table::read(&dev, lbs, blocks).unwrap().unwrap();
+                assert!(o.healthy() && n.healthy(), "{what}");
+                let layout = |t: &Table| {
+                    let h = &t.header;
+                    (h.first_usable, h.last_usable, h.entries_lba, h.backup_lba, h.num_entries, h.entry_size)
+                };
+                assert_eq!(layout(&n), layout(&o), "{what}: usable range, array, backup");
+                assert_eq!(n.entries(), o.entries(), "{what}: the partition");
+                let extent = n.entries()[0].first_lba * lbs..(n.entries()[0].last_lba + 1) * lbs;
+                assert!(extent.start % (1 << 20) == 0 && extent.end % (1 << 20) == 0, "{what}: {extent:?}");
+                // ...then every byte: backup array and header, name, attributes, MBR.
+                let new = dev.0.into_inner();
+                if let Some(at) = (0..new.len()).find(|&i| new[i] != old[i]) {
+                    panic!(
+                        "{what}: byte {at} (block {}) differs: {:#04x}, was {:#04x}",
+                        at as u64 / lbs,
+                        new[at],
+                        old[at]
+                    );
+                }
             }
         }
-        let mut dev = std::io::Cursor::new(vec![0u8; blocks as usize * 512]);
-        let mut d = gpt::GptConfig::new().writable(true).create_from_device(&mut dev, None).unwrap();
-        d.add_partition_at("p", 1, first, last - first + 1, gpt::partition_types::LINUX_FS, 0).unwrap();
-        d.write().unwrap();
-        Table::read(&Mem(std::cell::RefCell::new(dev.into_inner())), 512, blocks).unwrap().unwrap()
+        assert_eq!((made, refused), (12, 10), "both sides of the smallest disk, for both block sizes");
     }
 
     #[test]

@@ -3,12 +3,13 @@
 //! Each RPC resolves its volume ID with [`Block::volume`] and hands the [`Volume`] to the method
 //! that does the work (`mount`, `unmount`, `is_formatted`, `format`, `resize`, `stats`, `flush`).
 //! Semantics (documented in the README), where they differ from upstream's Windows behaviour
-//! (UPSTREAM.md §3.2, §3.7):
+//! (docs/upstream.md#volume, #idempotency):
 //!
 //! - **IsVolumeFormatted**: our own superblock probe of the partition device (`probe.rs`), at
-//!   its start and its end. Any signature it knows counts, not only filesystems: swap, LUKS,
-//!   LVM, md and firmware RAID members, ZFS pool members, bcache and nested partition tables
-//!   (a backup GPT header too) are "formatted", so that nothing is ever formatted over them.
+//!   its start and its end, then libblkid when ours finds nothing (see *Two probes* below). Any
+//!   signature counts, not only filesystems: swap, LUKS, LVM, md and firmware RAID members, ZFS
+//!   pool members, bcache and nested partition tables (a backup GPT header too) are
+//!   "formatted", so that nothing is ever formatted over them.
 //! - **FormatVolume**: mkfs of `-linux-fs-type` with an argv vector. A volume that holds any
 //!   signature is never formatted: FailedPrecondition naming the volume and what is on it
 //!   (upstream formats with Force and loses the data).
@@ -59,6 +60,19 @@
 //! A mount's device is its mountinfo `major:minor`, or, where that is an anonymous device
 //! (major 0, as btrfs shows), the device node named as its source — for btrfs (and fuseblk)
 //! only, a source below `/dev` without `..`, not on a FUSE mount, its final link not followed.
+//!
+//! **Two probes.** What a partition holds is decided in one place, `Block::probe_device`: our
+//! own probe (`formats/probe.rs`) first, libblkid (`blkid.rs`) only when ours finds nothing; the
+//! volume is blank only when both find nothing. Ours is the one whose answer is used: it names
+//! what it finds (the type MountVolume mounts and ResizeVolume grows, and the same parsers give
+//! the filesystem's size and NTFS's dirty flag), and it is Rust over bytes we read, tested and
+//! fuzzed on every OS, answering the same whatever util-linux the host has. But it knows the
+//! common signatures only, and mke2fs `-F` and mkntfs check nothing themselves: a signature it
+//! does not know would be formatted over. libblkid knows every signature util-linux does, so it
+//! has the last word on "blank": when it finds anything, the answer is
+//! `probe::OTHER_SIGNATURE` (logged with what libblkid saw), which makes IsVolumeFormatted true
+//! and FormatVolume refuse, and which nothing mounts or grows. A libblkid failure is an error,
+//! never "blank". Other places point here rather than repeat this.
 //!
 //! The partition device: every call that touches it opens `/dev/<name>` and checks the node's
 //! device number against sysfs (a static or copied `/dev` can hold stale nodes of other
@@ -193,8 +207,9 @@ impl VolumeHost for Block {
 }
 
 impl Block {
-    /// What our superblock probe finds on the volume's partition device: a blkid-style type
-    /// name, or `None` when it is blank as far as we can tell.
+    /// What the volume's partition device holds: our probe's blkid-style type name,
+    /// `probe::OTHER_SIGNATURE` when only libblkid recognises it, `None` when both find nothing
+    /// (see *Two probes* in the module documentation).
     pub fn filesystem_on(&self, v: &Volume) -> Result<Option<&'static str>> {
         self.probe_device(v, &self.open_device(v)?)
     }
@@ -215,7 +230,7 @@ impl Block {
         {
             return Ok(Some(kind));
         }
-        // Blank to us: libblkid must agree before anything treats the volume as empty.
+        // Blank to us: libblkid has the last word (*Two probes*, module documentation).
         match super::blkid::signature(device.file.as_fd()) {
             Ok(None) => Ok(None),
             Ok(Some(found)) => {

@@ -17,7 +17,7 @@ fn body(page: &[u8], code: u8) -> Option<&[u8]> {
 }
 
 /// Page 0x83 (device identification) reduced to one string by upstream's rule (Windows:
-/// `IOCTL_STORAGE_QUERY_PROPERTY`/`StorageDeviceIdProperty`, see UPSTREAM.md §3.3): the first
+/// `IOCTL_STORAGE_QUERY_PROPERTY`/`StorageDeviceIdProperty`): the first
 /// designator whose association is 0 (the logical unit) and whose code set is 1 (binary, given
 /// as lower-case hex) or 2 (ASCII, given as it is). The designator type is not looked at.
 ///
