@@ -130,7 +130,7 @@ pub(crate) fn device_source<'a>(source: &'a Path, dev: &Path) -> Option<&'a Path
     #[cfg(not(unix))]
     let bytes = source.as_os_str().as_encoded_bytes();
     let dotted = bytes.split(|&b| b == b'/').any(|c| c == b"." || c == b"..");
-    (source.is_absolute() && !dotted && source.starts_with(dev) && source != dev).then_some(source)
+    (source.has_root() && !dotted && source.starts_with(dev) && source != dev).then_some(source)
 }
 
 #[cfg(test)]

@@ -761,6 +761,7 @@ mod tests {
     /// The dirty flag as ntfs-3g's tools set and clear it, on a real image (skipped without
     /// them): mkntfs makes it clean, ntfsresize leaves it dirty, ntfsfix -d clears it.
     #[test]
+    #[cfg(target_os = "linux")] // runs the Linux mkfs tools
     fn ntfs_dirty_flag_of_real_images() {
         let tool = |name: &str| {
             ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
@@ -824,6 +825,7 @@ mod tests {
     /// Real mkfs output in sparse image files, cross-checked with `blkid -p` (test only; each
     /// tool is skipped when it is not installed).
     #[test]
+    #[cfg(target_os = "linux")] // runs the Linux mkfs tools
     fn real_images_agree_with_blkid() {
         let dir = std::env::temp_dir().join(format!("csi-proxy-probe-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -1,6 +1,6 @@
 //! The disk group on Windows.
 //!
-//! Semantics, where they differ from upstream (UPSTREAM.md §3.3, §3.7):
+//! Semantics, where they differ from upstream (docs/upstream.md#disk, #idempotency):
 //!
 //! - **ListDiskIDs**: the present disk interfaces (not MSFT_Disk), each opened without data
 //!   access: IOCTL_STORAGE_GET_DEVICE_NUMBER gives the key (devices other than disks are left

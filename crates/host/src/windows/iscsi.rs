@@ -7,7 +7,7 @@
 //! ourselves), iSCSI calls are rare (attach and detach, never polling), and the logic is tested
 //! against the same scripted WMI as the rest of the backend.
 //!
-//! Where this differs from upstream (UPSTREAM.md §3.5, §3.7):
+//! Where this differs from upstream (docs/upstream.md#iscsi, #idempotency):
 //! - Return values of `Connect`, `Disconnect`, `Unregister` and `SetCHAPSecret` are checked;
 //!   upstream ignores them and reports success for a failed login.
 //! - A login refused for its credentials (ISDSC_AUTHENTICATION_FAILURE or

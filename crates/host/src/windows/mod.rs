@@ -1,12 +1,16 @@
-//! The Windows backend's logic, written against two small platform traits so that it builds and
-//! is tested on every OS (the pattern of youki's `Syscall`): [`Win32`] for the documented Win32
-//! calls (volume management, device I/O controls) and [`wmi::Wmi`] for the few things Windows
-//! only offers through WMI (formatting, partitioning, resizing, SMB global mappings, iSCSI).
+//! The Windows backend's logic, written against small platform traits so that it builds and is
+//! tested on every OS (the pattern of youki's `Syscall`): [`Win32`] for the documented Win32
+//! calls (volume management, device I/O controls), [`wmi::Wmi`] for the few things Windows only
+//! offers through WMI (formatting, partitioning, resizing, SMB global mappings, iSCSI), and
+//! [`system::Scm`] for the service control manager and the firmware tables.
 //!
-//! The real implementations live in [`platform`] (built on Windows only) and stay thin: they make the call and hand
-//! back bytes, strings or rows. Everything that decides — which call, in what order, what a
+//! The real implementations live in `platform` (built on Windows only) and stay thin: they make
+//! the call and hand back bytes, strings or rows. Everything that decides — which call, in what order, what a
 //! result means, which error the client sees — is here, and runs against the scripted platform
 //! of the tests.
+//!
+//! Path containment, which every group handed a path obeys, is [`contain`], written against a
+//! third platform trait, [`contain::Nt`] (handle-relative opens).
 //!
 //! Volume IDs are upstream's `MSFT_Volume.UniqueId` form, `\\?\Volume{GUID}\`.
 
@@ -17,6 +21,8 @@ pub mod wmi;
 #[cfg(test)]
 pub(crate) mod script;
 
+use crate::Error;
+use std::fmt;
 use std::io;
 
 /// Win32 error codes the logic tells apart (winerror.h). Real calls report them as
@@ -40,6 +46,27 @@ pub mod code {
 /// An OS error with a Win32 code, as the real layer returns them.
 pub fn os_error(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
+}
+
+/// A Win32 failure, classified by its Win32 code (the logic also runs where codes are not the
+/// OS's own, so `io::ErrorKind` can't be trusted).
+pub(crate) fn failure(what: impl fmt::Display, e: io::Error) -> Error {
+    let msg = format!("{what}: {e}");
+    match e.raw_os_error() {
+        Some(code::ERROR_FILE_NOT_FOUND | code::ERROR_PATH_NOT_FOUND | code::ERROR_INVALID_NAME) => {
+            Error::NotFound(msg)
+        }
+        Some(code::ERROR_ACCESS_DENIED) => Error::PermissionDenied(msg),
+        Some(code::ERROR_NOT_READY) => Error::Unavailable(msg),
+        Some(code::ERROR_DIR_NOT_EMPTY) => Error::FailedPrecondition(msg),
+        Some(_) => Error::Internal(msg),
+        None => Error::io(what, e),
+    }
+}
+
+/// The name (or a directory on its way) does not exist.
+pub(crate) fn is_not_found(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(code::ERROR_FILE_NOT_FOUND | code::ERROR_PATH_NOT_FOUND))
 }
 
 /// The Win32 calls the backend makes. Paths and names are passed as Windows spells them; every
@@ -89,10 +116,6 @@ pub trait Win32: Send + Sync {
     /// The attributes of `path` itself (a final reparse point is not followed); `None` when
     /// it does not exist.
     fn attributes(&self, path: &str) -> io::Result<Option<u32>>;
-
-    /// The canonical path of an existing file or directory, every link on the way followed
-    /// (GetFinalPathNameByHandleW, normalised, `\\?\` form).
-    fn final_path(&self, path: &str) -> io::Result<String>;
 }
 
 /// The access a device is opened with for an IOCTL: the least its code requires (the access
@@ -113,9 +136,11 @@ pub mod attr {
     pub const REPARSE_POINT: u32 = 0x400;
 }
 
+pub mod contain;
 pub mod disks;
 pub mod extents;
 pub mod ioctl;
 pub mod iscsi;
 pub mod smb;
+pub mod system;
 pub mod volumes;

@@ -1,4 +1,4 @@
-//! A scripted [`Win32`] and [`Wmi`] for the backend's tests: answers are registered per call
+//! A scripted [`Win32`], [`Wmi`] and [`Nt`] for the backend's tests: answers are registered per call
 //! (one after another for a call made repeatedly; the last one sticks), and every call made is
 //! logged, so a test checks both what the backend answered and what it did, in order.
 //!
@@ -8,7 +8,11 @@
 //! - `filesystem_name <root>`, `free_space <root>`, `flush <device>`
 //! - `set_mount_point <dir> <volume>`, `delete_mount_point <dir>`
 //! - `volume_path_name <path>`, `volume_name_for_mount_point <mp>`, `mount_points_of <volume>`
-//! - `attributes <path>`, `final_path <path>`
+//! - `attributes <path>`
+//! - [`Nt`]: `open <path> <how>`, `open_at <dir> <name> <how>` (`how`: [`Open::name`]),
+//!   `final_path <handle>`, `attributes_of <handle>`, and `close <handle>` when a handle is
+//!   dropped. A handle is named by what opened it: the path, or `<dir>\<name>`; an open
+//!   answered [`Answer::Str`] names it that instead (a link followed somewhere else).
 //! - `query <WQL>` (namespace omitted: the class names it)
 //! - `call <target> <method> <args as Debug>` (secrets show as `<redacted>`)
 //! - `associators <path> <assoc class> <result class>`
@@ -16,12 +20,13 @@
 //! A call nobody scripted fails (Win32: ERROR_INVALID_FUNCTION, WMI: Internal) and is logged
 //! with `UNSCRIPTED ` in front; [`Script::assert_all_scripted`] catches those.
 
+use super::contain::{Nt, Open};
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::{os_error, Access, Win32};
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// One scripted answer.
 #[derive(Clone, Debug)]
@@ -44,7 +49,7 @@ pub enum Answer {
 #[derive(Default)]
 pub struct Script {
     answers: Mutex<HashMap<String, VecDeque<Answer>>>,
-    log: Mutex<Vec<String>>,
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Script {
@@ -162,8 +167,91 @@ impl Win32 for Script {
     fn attributes(&self, path: &str) -> io::Result<Option<u32>> {
         expect!(self, format!("attributes {path}"), Answer::Attributes(a) => a)
     }
-    fn final_path(&self, path: &str) -> io::Result<String> {
-        expect!(self, format!("final_path {path}"), Answer::Str(s) => s)
+}
+
+/// A handle of the scripted [`Nt`]: its name, and the log its closing goes to.
+#[derive(Debug)]
+pub struct Handle {
+    pub name: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.log.lock().unwrap().push(format!("close {}", self.name));
+    }
+}
+
+impl Script {
+    fn handle(&self, line: String, default: String) -> io::Result<Handle> {
+        let name = match self.win32(line.clone())? {
+            Answer::Done => default,
+            Answer::Str(s) => s,
+            other => return Err(wrong(&line, other)),
+        };
+        Ok(Handle { name, log: self.log.clone() })
+    }
+}
+
+/// A filesystem layout for the scripted [`Nt`], in the calls containment makes. Paths are drive
+/// paths (`C:\root\pv`); the handles are named by their `\\?\` spelling.
+impl Script {
+    /// The root `root` exists and is canonical (`open … look`, `final_path`).
+    pub fn root(&self, root: &str) -> &Self {
+        let v = format!(r"\\?\{root}");
+        self.on(format!("open {v} look"), Answer::Done).on(format!("final_path {v}"), Answer::Str(v))
+    }
+
+    /// `dir` exists, is a plain directory and is canonical; opened by path and held as the
+    /// deepest existing ancestor of what is asked for.
+    pub fn held_dir(&self, dir: &str) -> &Self {
+        self.resolved_dir(dir, dir)
+    }
+
+    /// `dir` exists and is a directory whose canonical path is `canonical` (a link on the way).
+    pub fn resolved_dir(&self, dir: &str, canonical: &str) -> &Self {
+        let v = format!(r"\\?\{dir}");
+        self.on(format!("open {v} hold"), Answer::Done)
+            .on(format!("final_path {v}"), Answer::Str(format!(r"\\?\{canonical}")))
+            .on(format!("attributes_of {v}"), Answer::Attributes(Some(super::attr::DIRECTORY)))
+    }
+
+    /// `dir` does not exist (opening it by path fails).
+    pub fn missing_dir(&self, dir: &str) -> &Self {
+        self.on(format!(r"open \\?\{dir} hold"), Answer::Win32Error(super::code::ERROR_FILE_NOT_FOUND))
+    }
+
+    /// The entry `name` in the held directory `dir`, with `attrs`.
+    pub fn entry(&self, dir: &str, name: &str, attrs: u32) -> &Self {
+        self.on(format!(r"open_at \\?\{dir} {name} entry"), Answer::Done)
+            .on(format!(r"attributes_of \\?\{dir}\{name}"), Answer::Attributes(Some(attrs)))
+    }
+
+    /// Nothing is at `name` in the held directory `dir`.
+    pub fn no_entry(&self, dir: &str, name: &str) -> &Self {
+        self.on(format!(r"open_at \\?\{dir} {name} entry"), Answer::Win32Error(super::code::ERROR_FILE_NOT_FOUND))
+    }
+
+    /// The link `name` in the held directory `dir` leads to `canonical` (a drive path).
+    pub fn link_to(&self, dir: &str, name: &str, canonical: &str) -> &Self {
+        self.on(format!(r"open_at \\?\{dir} {name} look"), Answer::Str(format!("{name} followed")))
+            .on(format!("final_path {name} followed"), Answer::Str(format!(r"\\?\{canonical}")))
+    }
+}
+
+impl Nt for Script {
+    type Handle = Handle;
+    fn open(&self, path: &str, how: Open) -> io::Result<Handle> {
+        self.handle(format!("open {path} {}", how.name()), path.to_owned())
+    }
+    fn open_at(&self, dir: &Handle, name: &str, how: Open) -> io::Result<Handle> {
+        self.handle(format!("open_at {} {name} {}", dir.name, how.name()), format!(r"{}\{name}", dir.name))
+    }
+    fn final_path(&self, h: &Handle) -> io::Result<String> {
+        expect!(self, format!("final_path {}", h.name), Answer::Str(s) => s)
+    }
+    fn attributes(&self, h: &Handle) -> io::Result<u32> {
+        expect!(self, format!("attributes_of {}", h.name), Answer::Attributes(Some(a)) => a)
     }
 }
 

@@ -2,7 +2,7 @@
 //! documented Win32 call for a host-wide mapping, `WNetAddConnection*` maps per logon session)
 //! and the local link to the share.
 //!
-//! Where this differs from upstream (UPSTREAM.md §3.4, §3.7):
+//! Where this differs from upstream (docs/upstream.md#smb-mapping, #idempotency):
 //! - **Everything is validated before anything changes.** The remote path's components and the
 //!   local path (inside the roots, nothing there yet) are checked before the first WMI call;
 //!   upstream creates the mapping first and validates the local path afterwards.
@@ -29,8 +29,8 @@ use crate::{Error, Result, SmbHost};
 use std::sync::{Arc, Mutex};
 use tracing::{debug, info, warn};
 
-/// Where the share gets linked on the host; the real one is the filesystem group's containment
-/// (`sys::windows::fs`).
+/// Where the share gets linked on the host; the real one is the filesystem group's
+/// (`platform::fs`), under the one containment of the backend ([`super::contain`]).
 pub trait ShareLinks: Send + Sync {
     /// Checks that `local` may hold the link to `target`: inside the roots, and either free
     /// (`Ok(false)`) or already that very link (`Ok(true)`, a retried call). Anything else there

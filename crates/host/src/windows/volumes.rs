@@ -4,7 +4,7 @@
 //!
 //! Volume IDs are `\\?\Volume{GUID}\` (upstream's `MSFT_Volume.UniqueId`). Every RPC checks the
 //! ID's form before any host call; the trailing `\` may be left out and the hex digits may be of
-//! any case. Semantics, where they differ from upstream (UPSTREAM.md §3.2, §3.7) or from the
+//! any case. Semantics, where they differ from upstream (docs/upstream.md#volume, #idempotency) or from the
 //! Linux backend (`sys::linux::block::volumes`):
 //!
 //! - **ListVolumesOnDisk**: every volume (FindFirstVolumeW) whose disk extents
@@ -13,13 +13,19 @@
 //!   upstream's code). Sorted by partition number. Volumes that don't answer (CD-ROMs, media
 //!   not ready) are skipped. An unknown disk gives an empty list, as upstream.
 //! - **Target paths** (Mount, Unmount, GetVolumeIDFromTargetPath and the start of
-//!   GetClosestVolumeIDFromTargetPath) obey the filesystem group's containment, which upstream
-//!   does not apply here: lexically inside a root (by component, case-insensitively), then by
-//!   the OS's final path against the roots' final paths, so a junction on the way that leads
-//!   out is refused (PermissionDenied). A target that is itself a reparse point is checked by
-//!   its parent's final path plus its name (a mounted folder's own final path names the mounted
-//!   volume, not the place); if it is not a volume mount point, where it leads must be inside
-//!   too. Mount and Unmount refuse a root itself.
+//!   GetClosestVolumeIDFromTargetPath) obey the filesystem group's containment
+//!   ([`super::contain`]), which upstream does not apply here: lexically inside a root (by
+//!   component, case-insensitively), then the target's parent is opened and held and its
+//!   canonical path checked against the roots' canonical paths, so a junction on the way that
+//!   leads out is refused (PermissionDenied); the target itself is opened relative to the held
+//!   parent, a link there not followed, and held too ([`Held`]). Its place is the parent's
+//!   canonical path plus its name (a mounted folder's own final path names the mounted volume,
+//!   not the place); if it is a reparse point but not a volume mount point, where it leads must
+//!   be inside too. Mount and Unmount refuse a root itself. The handles are held until the RPC
+//!   is done, and the path-taking Win32 calls (SetVolumeMountPointW, DeleteVolumeMountPointW,
+//!   GetVolumeNameForVolumeMountPointW, GetVolumePathNameW) get the held target's canonical
+//!   path, `\\?\C:\…\`: nothing on it can be renamed, removed or swapped for a link between
+//!   the check and the call.
 //! - **MountVolume**: the target must exist (NotFound) and be a directory; SetVolumeMountPointW
 //!   wants it empty, and a link (a junction or symbolic link that is no mount point) is refused
 //!   rather than handed to it. The same volume already mounted there is success (upstream's
@@ -52,21 +58,22 @@
 //!   The attribute alone can't tell a junction from a mounted folder (both carry
 //!   IO_REPARSE_TAG_MOUNT_POINT): a link answers the volume it leads to, as upstream's.
 //! - **GetClosestVolumeIDFromTargetPath**: the target is contained, as on Linux; then
-//!   upstream's walk of at most 256 steps: a reparse point answering a volume is the answer,
-//!   anything else moves to its parent, and the drive root's volume comes from
-//!   GetVolumeNameForVolumeMountPointW (`C:\`), not upstream's `MSFT_Partition.DriveLetter`
-//!   query. A path deeper than 256 names never reaches its root and is NotFound, as upstream.
+//!   upstream's walk of at most 256 steps, up the held target's canonical path: a reparse point
+//!   answering a volume is the answer, anything else moves to its parent, and the drive root's
+//!   volume comes from GetVolumeNameForVolumeMountPointW (`\\?\C:\`), not upstream's
+//!   `MSFT_Partition.DriveLetter` query. A path deeper than 256 names never reaches its root and
+//!   is NotFound, as upstream.
 //! - **WriteVolumeCache**: FlushFileBuffers on the volume.
 //!
 //! Opening a volume that does not exist fails with ERROR_FILE_NOT_FOUND (a GUID the mount
 //! manager doesn't know), ERROR_PATH_NOT_FOUND or ERROR_INVALID_NAME; all three are NotFound
 //! naming the volume.
 
+use super::contain::{Containment, Held, Nt};
 use super::extents::{self, IOCTL_DISK_GET_PARTITION_INFO_EX, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS};
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
-use super::{attr, code, Access, Win32};
-use crate::paths::windows::{self as wp, WinPath};
-use crate::paths::{within, Roots};
+use super::{attr, code, failure as os, Access, Win32};
+use crate::paths::windows as wp;
 use crate::types::VolumeStats;
 use crate::{Error, Result, VolumeHost};
 use std::fmt;
@@ -86,10 +93,10 @@ pub const MAX_VOLUMES: usize = 4096;
 /// The form every volume ID must have, for messages.
 const ID_FORM: &str = r"\\?\Volume{xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx}\";
 
-pub struct Volumes {
+pub struct Volumes<N: Nt> {
     win32: Arc<dyn Win32>,
     wmi: Arc<dyn Wmi>,
-    roots: Roots,
+    contain: Containment<N>,
 }
 
 /// A volume ID whose form was checked.
@@ -149,22 +156,6 @@ fn is_not_mount_point(e: &io::Error) -> bool {
     matches!(raw(e), Some(code::ERROR_NOT_A_REPARSE_POINT | code::ERROR_INVALID_PARAMETER)) || is_not_found(e)
 }
 
-/// A Win32 failure, classified by its Win32 code (the logic also runs where codes are not
-/// the OS's own, so `io::ErrorKind` can't be trusted).
-fn os(what: impl fmt::Display, e: io::Error) -> Error {
-    let msg = format!("{what}: {e}");
-    match raw(&e) {
-        Some(code::ERROR_FILE_NOT_FOUND | code::ERROR_PATH_NOT_FOUND | code::ERROR_INVALID_NAME) => {
-            Error::NotFound(msg)
-        }
-        Some(code::ERROR_ACCESS_DENIED) => Error::PermissionDenied(msg),
-        Some(code::ERROR_NOT_READY) => Error::Unavailable(msg),
-        Some(code::ERROR_DIR_NOT_EMPTY) => Error::FailedPrecondition(msg),
-        Some(_) => Error::Internal(msg),
-        None => Error::io(what, e),
-    }
-}
-
 /// A failure of a call on a volume: a missing volume is NotFound naming it.
 fn on_volume(v: &VolumeId, doing: &str, e: io::Error) -> Error {
     if is_not_found(&e) {
@@ -196,31 +187,30 @@ fn long_path(path: &str) -> String {
     with_slash(&p)
 }
 
-/// Roots come from the command line, where `/` may have been used.
-fn parse_root(root: &str) -> Option<WinPath> {
-    wp::parse(&root.replace('/', "\\")).ok()
-}
-
-/// A target path that passed containment.
-struct Target {
-    /// The path as Windows should see it: drive upper case, no doubled or trailing `\`.
-    path: WinPath,
+/// A target path that passed containment, held until it is dropped.
+struct Target<H> {
+    held: Held<H>,
+    /// The path as given, normalised (drive upper case, no doubled or trailing `\`), for logs.
     shown: String,
-    /// Its attributes; `None` when it does not exist.
-    attrs: Option<u32>,
     /// The volume mounted at it, when it is a volume mount point.
     mounted: Option<String>,
 }
 
-impl Target {
-    fn is_reparse(&self) -> bool {
-        self.attrs.is_some_and(|a| a & attr::REPARSE_POINT != 0)
+impl<H> Target<H> {
+    fn attrs(&self) -> Option<u32> {
+        self.held.attrs()
+    }
+
+    /// The held target's canonical path with its `\`, for the mount point calls.
+    fn dir(&self) -> String {
+        with_slash(&self.held.verbatim())
     }
 }
 
-impl Volumes {
-    pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>, roots: Roots) -> Self {
-        Volumes { win32, wmi, roots }
+impl<N: Nt> Volumes<N> {
+    /// `contain` checks and holds the target paths (the roots are its).
+    pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>, contain: Containment<N>) -> Self {
+        Volumes { win32, wmi, contain }
     }
 
     /// The extents of a volume, as (disk, offset, length).
@@ -273,95 +263,50 @@ impl Volumes {
         }
     }
 
-    /// The roots' canonical components, with the roots as given; `None` for a root that does
-    /// not exist (or can't be resolved), which then matches nothing.
-    fn canonical_roots(&self) -> Vec<(&String, Option<Vec<String>>)> {
-        (self.roots.as_slice().iter())
-            .map(|r| {
-                let resolved = parse_root(r).and_then(|p| match self.win32.final_path(&p.to_string()) {
-                    Ok(raw) => wp::components(&raw),
-                    Err(e) => {
-                        tracing::debug!(root = %r, error = %e, "working directory does not resolve");
-                        None
-                    }
-                });
-                (r, resolved)
-            })
-            .collect()
-    }
-
-    fn final_components(&self, target: &str, path: &str) -> Result<Vec<String>> {
-        let raw = self.win32.final_path(path).map_err(|e| os(format!("resolving {path} (for {target})"), e))?;
-        wp::components(&raw).ok_or_else(|| {
-            // A form we cannot compare is outside as far as the caller is told.
-            self.roots.outside(target, Some(&shown(&raw)))
-        })
-    }
-
-    /// Checks `target` against the roots (see the module comment) and looks at what is there.
-    /// `allow_root`: whether a root itself is an acceptable target.
-    fn locate(&self, target: &str, allow_root: bool) -> Result<Target> {
-        let path = wp::parse(target)?;
-        let parts = path.parts();
-        let lexical: Vec<(&String, WinPath)> = (self.roots.as_slice().iter())
-            .filter_map(|r| parse_root(r).map(|p| (r, p)))
-            .filter(|(_, r)| within(&parts, &r.parts(), true))
-            .collect();
-        if lexical.is_empty() {
-            return Err(self.roots.outside(target, None));
-        }
+    /// Checks `target` against the roots (see the module comment), holds it and looks at what
+    /// is there. `allow_root`: whether a root itself is an acceptable target.
+    fn target(&self, target: &str, allow_root: bool) -> Result<Target<N::Handle>> {
+        let roots = self.contain.roots();
         let refuse_root = || {
             Error::denied(format!(
-                "path {target} is one of the working directories {} itself; expected a directory below one",
-                self.roots
+                "path {target} is one of the working directories {roots} itself; expected a directory below one"
             ))
         };
-        if !allow_root && lexical.iter().any(|(_, r)| r.parts().len() == parts.len()) {
+        // By name first: refused before any call.
+        let lexical = self.contain.lexical(target)?;
+        if !allow_root && lexical.is_root {
             return Err(refuse_root());
         }
-        let shown = path.to_string();
-        let attrs = self.win32.attributes(&shown).map_err(|e| os(format!("reading the attributes of {target}"), e))?;
-        let mut t = Target { path, shown, attrs, mounted: None };
-        let Some(attrs) = attrs else { return Ok(t) };
-
-        let roots = self.canonical_roots();
-        if !roots.iter().any(|(r, c)| c.is_some() && lexical.iter().any(|(l, _)| l == r)) {
-            return Err(Error::precondition(format!(
-                "path {target} is in the working directory {}, which does not exist",
-                lexical.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>().join(", ")
-            )));
+        let held = self.contain.hold(target)?;
+        let mut t = Target { held, shown: lexical.parsed.to_string(), mounted: None };
+        if t.attrs().is_none() {
+            return Ok(t);
         }
-        let roots: Vec<Vec<String>> = roots.into_iter().filter_map(|(_, c)| c).collect();
         let check = |canonical: &[String]| -> Result<()> {
-            if !roots.iter().any(|r| within(canonical, r, true)) {
-                return Err(self.roots.outside(target, Some(&wp::display(canonical))));
+            if !t.held.at.inside(canonical) {
+                return Err(roots.outside(target, Some(&wp::display(canonical))));
             }
-            if !allow_root && roots.iter().any(|r| r.len() == canonical.len() && within(canonical, r, true)) {
+            if !allow_root && t.held.at.is_root(canonical) {
                 return Err(refuse_root());
             }
             Ok(())
         };
-
-        if attrs & attr::REPARSE_POINT == 0 {
-            check(&self.final_components(target, &t.shown)?)?;
+        // Where it is: the held parent's canonical path and its name.
+        check(&t.held.canonical())?;
+        if !t.held.is_reparse() {
             return Ok(t);
         }
-        // A reparse point: where it is, by its parent, then what it is.
-        let mut place = match t.path.names.len() {
-            0 => self.final_components(target, &t.shown)?,
-            n => self.final_components(target, &t.path.prefix(n - 1))?,
-        };
-        place.extend(t.path.names.last().cloned());
-        check(&place)?;
-        t.mounted = match self.volume_at_mount_point(&with_slash(&t.shown)) {
+        // A reparse point: what it is.
+        let mounted = match self.volume_at_mount_point(&t.dir()) {
             Ok(found) => Some(found?),
             Err(e) if is_not_mount_point(&e) => None,
             Err(e) => return Err(os(format!("reading the volume mounted at {target}"), e)),
         };
-        if t.mounted.is_none() {
+        if mounted.is_none() {
             // Some other link: where it leads must be inside too.
-            check(&self.final_components(target, &t.shown)?)?;
+            check(&self.contain.follow(&t.held, target)?)?;
         }
+        t.mounted = mounted;
         Ok(t)
     }
 
@@ -375,7 +320,7 @@ impl Volumes {
     }
 }
 
-impl VolumeHost for Volumes {
+impl<N: Nt> VolumeHost for Volumes<N> {
     fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>> {
         let all = self.win32.volumes().map_err(|e| os("listing the volumes", e))?;
         if all.len() > MAX_VOLUMES {
@@ -416,8 +361,8 @@ impl VolumeHost for Volumes {
 
     fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
         let v = VolumeId::parse(volume_id)?;
-        let t = self.locate(target_path, false)?;
-        let Some(attrs) = t.attrs else {
+        let t = self.target(target_path, false)?;
+        let Some(attrs) = t.attrs() else {
             return Err(Error::not_found(format!(
                 "target {target_path} does not exist; expected an empty directory to mount volume {v} at"
             )));
@@ -436,14 +381,15 @@ impl VolumeHost for Volumes {
                 return Ok(());
             }
             Some(m) => return Err(other(m)),
-            None if t.is_reparse() => {
+            None if t.held.is_reparse() => {
                 return Err(Error::precondition(format!(
                 "target {target_path} is a link, not a directory; expected an empty directory to mount volume {v} at"
             )))
             }
             None => {}
         }
-        let dir = with_slash(&t.shown);
+        // The held target's canonical path: what was checked is what gets mounted on.
+        let dir = t.dir();
         match self.win32.set_mount_point(&dir, &v.id) {
             Ok(()) => {
                 tracing::info!(volume = %v, target = %t.shown, "volume mounted");
@@ -465,7 +411,7 @@ impl VolumeHost for Volumes {
 
     fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
         let v = VolumeId::parse(volume_id)?;
-        let t = self.locate(target_path, false)?;
+        let t = self.target(target_path, false)?;
         self.win32.flush(&v.device).map_err(|e| on_volume(&v, "flushing", e))?;
         match &t.mounted {
             None => {
@@ -476,7 +422,7 @@ impl VolumeHost for Volumes {
                 Err(Error::precondition(format!("{target_path} has volume {m} mounted, not volume {v}; left alone")))
             }
             Some(_) => {
-                let dir = with_slash(&t.shown);
+                let dir = t.dir();
                 match self.win32.delete_mount_point(&dir) {
                     Ok(()) => {
                         tracing::info!(volume = %v, target = %t.shown, "volume unmounted");
@@ -601,44 +547,47 @@ impl VolumeHost for Volumes {
     }
 
     fn volume_at_path(&self, target_path: &str) -> Result<String> {
-        let t = self.locate(target_path, true)?;
-        match t.attrs {
+        let t = self.target(target_path, true)?;
+        match t.attrs() {
             None => Err(Error::not_found(format!("path {target_path} does not exist"))),
             Some(a) if a & attr::REPARSE_POINT == 0 => {
                 Err(Error::not_found(format!("{target_path} is not a mounted folder")))
             }
-            Some(_) => self.volume_holding(&t.shown),
+            Some(_) => self.volume_holding(&t.held.verbatim()),
         }
     }
 
     fn closest_volume_to_path(&self, target_path: &str) -> Result<String> {
-        let t = self.locate(target_path, true)?;
-        let Some(mut attrs) = t.attrs else {
+        let t = self.target(target_path, true)?;
+        let Some(mut attrs) = t.attrs() else {
             return Err(Error::not_found(format!("path {target_path} does not exist")));
         };
-        let mut path = t.path;
+        // Up the held target's canonical path: no link is left on it, and none of it can be
+        // renamed while the target is held.
+        let mut path = t.held.canonical();
         for step in 0..MAX_WALK {
-            let at = path.to_string();
+            let (at, shown) = (wp::verbatim(&path), wp::display(&path));
             if step > 0 {
                 attrs = (self.win32.attributes(&at))
-                    .map_err(|e| os(format!("reading the attributes of {at} (for {target_path})"), e))?
-                    .ok_or_else(|| Error::not_found(format!("{at}, a parent of {target_path}, does not exist")))?;
+                    .map_err(|e| os(format!("reading the attributes of {shown} (for {target_path})"), e))?
+                    .ok_or_else(|| Error::not_found(format!("{shown}, a parent of {target_path}, does not exist")))?;
             }
             if attrs & attr::REPARSE_POINT != 0 {
                 match self.volume_holding(&at) {
                     Ok(v) => return Ok(v),
                     // A link that leads to no mount point: go on upwards.
-                    Err(Error::NotFound(why)) => tracing::debug!(path = %at, %why, "not a mounted folder"),
+                    Err(Error::NotFound(why)) => tracing::debug!(path = %shown, %why, "not a mounted folder"),
                     Err(e) => return Err(e),
                 }
             }
-            if path.names.pop().is_none() {
+            if path.len() == 1 {
                 let root = with_slash(&at);
                 return match self.volume_at_mount_point(&root) {
                     Ok(found) => found,
-                    Err(e) => Err(os(format!("reading the volume of drive {root} (for {target_path})"), e)),
+                    Err(e) => Err(os(format!("reading the volume of drive {shown} (for {target_path})"), e)),
                 };
             }
+            path.pop();
         }
         Err(Error::not_found(format!(
             "no volume found for {target_path} within {MAX_WALK} steps up from it; expected a mounted folder or a drive root"

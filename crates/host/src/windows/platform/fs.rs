@@ -1,88 +1,42 @@
 //! Filesystem group, contained in the allowed roots.
 //!
-//! Every operation first checks the path lexically ([`wp::parse`]) and requires it to name a
-//! place inside a root, by component and case-insensitively (upstream's check, minus its
-//! string-prefix flaw), so nothing outside the roots is ever opened on a caller's behalf. It then
-//! opens the deepest existing ancestor, following links, and holds it: the handle has data
-//! access and shares read and write but not delete, so the directory cannot be renamed or
-//! removed while held (and NTFS and FAT refuse to rename a directory with open handles below it,
-//! so its canonical path stays valid too). The OS's canonical path of that handle, plus the names not
-//! yet existing, must lie inside the canonical path of a root. Only then does the operation act,
-//! relative to the held handle, on the final name, opened with FILE_OPEN_REPARSE_POINT: a link
-//! there is acted on as a link, never followed. Where upstream does follow a final link
-//! (RmdirContents, Mkdir over an existing link), the followed handle's canonical path is checked
-//! again before anything is done through it.
-//!
-//! Roots are canonicalised the same way on every call, as they may be created or re-linked while
-//! the daemon runs. A root that does not exist (or is not a drive path) matches nothing; a path
-//! lexically inside missing roots only fails with FailedPrecondition naming them rather than
-//! with a misleading PermissionDenied.
+//! Every operation first has the path checked and its deepest existing ancestor held by
+//! [`Containment::locate`] (the one containment of the Windows backend, shared with the volume
+//! group's mount targets and the SMB group's share links; see [`crate::windows::contain`]):
+//! lexically inside a root (upstream's check, minus its string-prefix flaw), then by the held
+//! ancestor's canonical path. Only then does the operation act, relative to the held handle, on
+//! the final name, opened with FILE_OPEN_REPARSE_POINT: a link there is acted on as a link, never
+//! followed. Where upstream does follow a final link (RmdirContents, Mkdir over an existing
+//! link), the followed handle's canonical path is checked again before anything is done through
+//! it.
 //!
 //! Consequence worth knowing: paths *below* a link that leads outside the roots are refused,
 //! including paths below an SMB mapping link (canonically `\\?\UNC\…`). The link itself is inside
 //! by name, so it can be checked, removed and used as a CreateSymlink destination, which is what
 //! CSI drivers do with it.
 
-use super::nt::{self, Handle, Reparse, IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK};
-use crate::paths::windows::{self as wp, WinPath};
+use super::nt::{self, Handle, RealNt, Reparse, HOLD, IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK};
+use crate::paths::windows as wp;
 use crate::paths::{within, Roots};
+use crate::windows::contain::{self, Containment};
 use crate::{Error, FilesystemHost, Result};
 use windows_sys::Wdk::Storage::FileSystem::{FILE_DIRECTORY_FILE, FILE_OPEN, FILE_OPEN_IF, FILE_OPEN_REPARSE_POINT};
 use windows_sys::Win32::Storage::FileSystem::{
     DELETE, FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_OPEN_REPARSE_POINT, FILE_LIST_DIRECTORY,
-    FILE_READ_ATTRIBUTES, FILE_TRAVERSE, FILE_WRITE_ATTRIBUTES,
+    FILE_READ_ATTRIBUTES, FILE_WRITE_ATTRIBUTES,
 };
 
-/// Access for directories we hold. Listing is data access, which is what makes the share mode
-/// (no delete) bind: handles with attribute access only take part in no sharing checks.
-const HOLD: u32 = FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES;
 /// Access to look at a name.
 const PEEK: u32 = FILE_READ_ATTRIBUTES;
 /// Access to remove a name, and to list it when it is a directory.
 const REMOVE: u32 = DELETE | FILE_LIST_DIRECTORY | FILE_READ_ATTRIBUTES | FILE_WRITE_ATTRIBUTES;
 
 pub struct Filesystem {
-    roots: Roots,
+    contain: Containment<RealNt>,
 }
 
 /// A checked path: its deepest existing ancestor, held, and the names below it.
-struct Located {
-    parsed: WinPath,
-    held: Handle,
-    /// `held` as the caller spelled it, for messages.
-    held_path: String,
-    held_is_dir: bool,
-    /// Canonical components of `held`.
-    canonical: Vec<String>,
-    /// Names below `held` that did not exist; the last is the final name. Never empty.
-    rest: Vec<String>,
-    /// Canonical components of the roots that exist.
-    roots: Vec<Vec<String>>,
-}
-
-impl Located {
-    /// The held parent directory, when the parent exists.
-    fn parent(&self) -> Option<&Handle> {
-        (self.held_is_dir && self.rest.len() == 1).then_some(&self.held)
-    }
-
-    fn name(&self) -> &str {
-        self.rest.last().expect("a located path has a final name")
-    }
-
-    /// The canonical spelling of the path, its final name not resolved.
-    fn canonical_path(&self) -> Vec<String> {
-        self.canonical.iter().chain(&self.rest).cloned().collect()
-    }
-
-    fn inside(&self, canonical: &[String]) -> bool {
-        self.roots.iter().any(|r| within(canonical, r, true))
-    }
-
-    fn is_root(&self, canonical: &[String]) -> bool {
-        self.roots.iter().any(|r| r.len() == canonical.len() && within(canonical, r, true))
-    }
-}
+type Located = contain::Located<Handle>;
 
 impl FilesystemHost for Filesystem {
     /// Upstream's `Lstat`: a link counts as existing whether or not its target does.
@@ -126,7 +80,7 @@ impl FilesystemHost for Filesystem {
         let missing = || if force { Ok(()) } else { Err(Error::not_found(format!("{path} does not exist"))) };
         let Some(parent) = loc.parent() else { return missing() };
         if loc.is_root(&loc.canonical_path()) {
-            return Err(self.roots.refuse_removal(path));
+            return Err(self.roots().refuse_removal(path));
         }
         let h = match nt::open_at(parent, loc.name(), REMOVE, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
             Ok(h) => h,
@@ -154,10 +108,10 @@ impl FilesystemHost for Filesystem {
         };
         let canonical = self.canonical_of(&h, path)?;
         if !loc.inside(&canonical) {
-            return Err(self.roots.outside(path, Some(&wp::display(&canonical))));
+            return Err(self.roots().outside(path, Some(&wp::display(&canonical))));
         }
         if loc.is_root(&canonical) {
-            return Err(self.roots.refuse_removal(path));
+            return Err(self.roots().refuse_removal(path));
         }
         remove_contents(&h, path)
     }
@@ -207,7 +161,7 @@ impl FilesystemHost for Filesystem {
     }
 
     /// True for a symbolic link or mount point (junction, volume mounted folder) whose target
-    /// exists — Go's notion of a link here, see UPSTREAM.md §3.1. Other reparse points (dedup,
+    /// exists — Go's notion of a link here, see docs/upstream.md#is-symlink. Other reparse points (dedup,
     /// cloud files, AF_UNIX sockets) are not links. A target outside the roots is refused without
     /// being looked at, except the two kinds upstream relies on: a volume (`\\?\Volume{…}\`,
     /// mounted folders) and an SMB share (mapping links).
@@ -262,68 +216,20 @@ impl FilesystemHost for Filesystem {
 
 impl Filesystem {
     pub fn new(roots: Roots) -> Self {
-        Filesystem { roots }
+        Filesystem { contain: Containment::new(RealNt, roots) }
     }
 
-    /// Checks `path` lexically, holds its deepest existing ancestor and checks that ancestor's
-    /// canonical path (plus the missing names) against the canonical roots.
+    /// Checks `path` and holds its deepest existing ancestor ([`Containment::locate`]).
     fn locate(&self, path: &str) -> Result<Located> {
-        let parsed = wp::parse(path)?;
-        if parsed.names.is_empty() {
-            return Err(Error::invalid(format!(
-                "path {path} is a drive root; expected a path inside the working directories {}",
-                self.roots
-            )));
-        }
-        let parts = parsed.parts();
-        let lexical: Vec<&String> = (self.roots.as_slice().iter())
-            .filter(|r| parse_root(r).is_some_and(|r| within(&parts, &r.parts(), true)))
-            .collect();
-        if lexical.is_empty() {
-            return Err(self.roots.outside(path, None));
-        }
-        let canonical_roots: Vec<(&String, Option<Vec<String>>)> =
-            self.roots.as_slice().iter().map(|r| (r, canonical_root(r))).collect();
-        if !canonical_roots.iter().any(|(r, c)| c.is_some() && lexical.contains(r)) {
-            return Err(Error::precondition(format!(
-                "path {path} is in the working directory {}, which does not exist",
-                lexical.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
-            )));
-        }
-        let roots: Vec<Vec<String>> = canonical_roots.into_iter().filter_map(|(_, c)| c).collect();
-        for n in (0..parsed.names.len()).rev() {
-            let held_path = parsed.prefix(n);
-            let held = match nt::open_path(&wp::verbatim(&parts[..=n]), HOLD, 0) {
-                Ok(h) => h,
-                Err(e) if nt::is_not_found(&e) && n > 0 => continue,
-                Err(e) => return Err(Error::io(format!("opening {held_path} (for {path})"), e)),
-            };
-            let canonical = self.canonical_of(&held, path)?;
-            let (attrs, _) = attributes(&held, &held_path)?;
-            let rest = parsed.names[n..].to_vec();
-            let loc = Located {
-                parsed,
-                held,
-                held_path,
-                held_is_dir: attrs & FILE_ATTRIBUTE_DIRECTORY != 0,
-                canonical,
-                rest,
-                roots,
-            };
-            let full = loc.canonical_path();
-            if !loc.inside(&full) {
-                return Err(self.roots.outside(path, Some(&wp::display(&full))));
-            }
-            return Ok(loc);
-        }
-        unreachable!("the drive root either opens or fails");
+        self.contain.locate(path)
     }
 
-    /// The canonical components of an open handle; a form we cannot compare is refused.
+    fn roots(&self) -> &Roots {
+        self.contain.roots()
+    }
+
     fn canonical_of(&self, h: &Handle, path: &str) -> Result<Vec<String>> {
-        let raw = nt::final_path(h).map_err(|e| io(path, "resolving", e))?;
-        // A form we cannot compare is outside as far as the caller is told.
-        wp::components(&raw).ok_or_else(|| self.roots.outside(path, Some(&raw)))
+        self.contain.canonical_of(h, path)
     }
 
     /// Opens the directory a link at `dir\name` leads to, provided it is inside the roots.
@@ -339,7 +245,7 @@ impl Filesystem {
         })?;
         let canonical = self.canonical_of(&h, shown)?;
         if !loc.inside(&canonical) {
-            return Err(self.roots.outside(shown, Some(&wp::display(&canonical))));
+            return Err(self.roots().outside(shown, Some(&wp::display(&canonical))));
         }
         Ok(h)
     }
@@ -348,20 +254,9 @@ impl Filesystem {
         let target = target.strip_prefix(r"\??\").unwrap_or(target);
         Error::denied(format!(
             "link {link} points to {target}, which is not within the working directories {}",
-            self.roots
+            self.roots()
         ))
     }
-}
-
-/// Roots come from the command line, where `/` may have been used.
-fn parse_root(root: &str) -> Option<WinPath> {
-    wp::parse(&root.replace('/', "\\")).ok()
-}
-
-fn canonical_root(root: &str) -> Option<Vec<String>> {
-    let r = parse_root(root)?;
-    let h = nt::open_path(&wp::verbatim(&r.parts()), FILE_READ_ATTRIBUTES, 0).ok()?;
-    wp::components(&nt::final_path(&h).ok()?)
 }
 
 /// A relative symlink target, resolved against the canonical components of the link's directory

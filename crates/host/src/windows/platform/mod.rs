@@ -1,5 +1,7 @@
 //! The real Windows platform: thin layers that make the documented calls ([`win32`], [`wmi`],
-//! `nt`), and the groups whose logic still sits with its calls (`fs`, `system`).
+//! `nt`, whose `RealNt` is containment's handle layer, and [`system`]'s service control manager),
+//! and the filesystem group (`fs`), whose create/remove/link steps sit with their NT calls after
+//! the portable containment check.
 
 // The Windows platform layer: the only place of the Windows backend with FFI.
 #![allow(unsafe_code)]
@@ -10,6 +12,7 @@ pub mod system;
 pub mod win32;
 pub mod wmi;
 
+use super::contain::Containment;
 use super::disks::Disks;
 use super::iscsi::Iscsi;
 use super::smb::Smb;
@@ -27,10 +30,10 @@ pub fn hosts(config: Config) -> Hosts {
     let fs = Arc::new(fs::Filesystem::new(config.roots.clone()));
     Hosts {
         disk: Arc::new(Disks::new(win32.clone(), wmi.clone())),
-        volume: Arc::new(Volumes::new(win32.clone(), wmi.clone(), config.roots)),
+        volume: Arc::new(Volumes::new(win32.clone(), wmi.clone(), Containment::new(nt::RealNt, config.roots))),
         smb: Arc::new(Smb::new(win32, wmi.clone(), fs.clone())),
         iscsi: Arc::new(Iscsi::new(wmi)),
         filesystem: fs,
-        system: Arc::new(system::System::new()),
+        system: Arc::new(system::RealSystem::new(system::RealScm)),
     }
 }

@@ -1,16 +1,18 @@
 //! Safe wrappers over the handle-based file calls of the filesystem group: open by path or
 //! relative to a held directory, canonical path of a handle, attributes, listing, deletion and
 //! reparse data. Failures are `io::Error`s carrying the Win32 code (NT statuses are converted),
-//! so callers classify them one way.
+//! so callers classify them one way. [`RealNt`] is containment's platform trait on these calls.
 
+use crate::windows::contain::{self, Open};
 use std::io;
 use std::ptr::{null, null_mut};
 use windows_sys::Wdk::Foundation::{NtQueryObject, OBJECT_ATTRIBUTES, OBJECT_INFORMATION_CLASS};
 use windows_sys::Wdk::Storage::FileSystem::{
     FileAttributeTagInformation, FileBasicInformation, FileDirectoryInformation, FileDispositionInformation,
     FileDispositionInformationEx, NtCreateFile, NtQueryDirectoryFile, NtQueryInformationFile, NtSetInformationFile,
-    FILE_DISPOSITION_DELETE, FILE_DISPOSITION_IGNORE_READONLY_ATTRIBUTE, FILE_DISPOSITION_POSIX_SEMANTICS,
-    FILE_SYNCHRONOUS_IO_NONALERT, NTCREATEFILE_CREATE_DISPOSITION, NTCREATEFILE_CREATE_OPTIONS,
+    FILE_DISPOSITION_DELETE, FILE_DISPOSITION_IGNORE_READONLY_ATTRIBUTE, FILE_DISPOSITION_POSIX_SEMANTICS, FILE_OPEN,
+    FILE_OPEN_REPARSE_POINT, FILE_SYNCHRONOUS_IO_NONALERT, NTCREATEFILE_CREATE_DISPOSITION,
+    NTCREATEFILE_CREATE_OPTIONS,
 };
 use windows_sys::Win32::Foundation::{
     CloseHandle, RtlNtStatusToDosError, ERROR_ACCESS_DENIED, ERROR_DIRECTORY, ERROR_DIR_NOT_EMPTY,
@@ -20,7 +22,8 @@ use windows_sys::Win32::Foundation::{
 };
 use windows_sys::Win32::Storage::FileSystem::{
     CreateFileW, CreateSymbolicLinkW, GetFinalPathNameByHandleW, FILE_ATTRIBUTE_NORMAL, FILE_ATTRIBUTE_READONLY,
-    FILE_FLAG_BACKUP_SEMANTICS, FILE_NAME_NORMALIZED, FILE_SHARE_READ, FILE_SHARE_WRITE, OPEN_EXISTING,
+    FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT, FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED,
+    FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_TRAVERSE, OPEN_EXISTING,
     SYMBOLIC_LINK_FLAG_ALLOW_UNPRIVILEGED_CREATE, SYMBOLIC_LINK_FLAG_DIRECTORY, SYNCHRONIZE, VOLUME_NAME_DOS,
     VOLUME_NAME_GUID,
 };
@@ -32,6 +35,46 @@ pub const IO_REPARSE_TAG_SYMLINK: u32 = 0xA000_000C;
 /// `Flags` bit of a symlink's reparse data: the target is relative to the link's directory.
 const SYMLINK_FLAG_RELATIVE: u32 = 1;
 const MAXIMUM_REPARSE_DATA_BUFFER_SIZE: usize = 16 * 1024;
+
+/// Access for directories we hold. Listing is data access, which is what makes the share mode
+/// (no delete) bind: handles with attribute access only take part in no sharing checks.
+pub const HOLD: u32 = FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES;
+/// Access for an entry we hold ([`Open::Entry`]): data access for the same reason, without
+/// FILE_TRAVERSE, which on a file would be execute access.
+const HOLD_ENTRY: u32 = FILE_READ_DATA | FILE_READ_ATTRIBUTES;
+
+/// Containment's handle calls ([`contain::Nt`]) on the real ones: [`open_path`], [`open_at`],
+/// [`final_path`] and [`attributes`], with the access and flags each [`Open`] stands for.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealNt;
+
+impl contain::Nt for RealNt {
+    type Handle = Handle;
+
+    fn open(&self, path: &str, how: Open) -> io::Result<Handle> {
+        match how {
+            Open::Hold => open_path(path, HOLD, 0),
+            Open::Entry => open_path(path, HOLD_ENTRY, FILE_FLAG_OPEN_REPARSE_POINT),
+            Open::Look => open_path(path, FILE_READ_ATTRIBUTES, 0),
+        }
+    }
+
+    fn open_at(&self, dir: &Handle, name: &str, how: Open) -> io::Result<Handle> {
+        match how {
+            Open::Hold => open_at(dir, name, HOLD, FILE_OPEN, 0),
+            Open::Entry => open_at(dir, name, HOLD_ENTRY, FILE_OPEN, FILE_OPEN_REPARSE_POINT),
+            Open::Look => open_at(dir, name, FILE_READ_ATTRIBUTES, FILE_OPEN, 0),
+        }
+    }
+
+    fn final_path(&self, h: &Handle) -> io::Result<String> {
+        final_path(h)
+    }
+
+    fn attributes(&self, h: &Handle) -> io::Result<u32> {
+        attributes(h).map(|(attrs, _)| attrs)
+    }
+}
 
 /// An open kernel handle, closed on drop.
 #[derive(Debug)]

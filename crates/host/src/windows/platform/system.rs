@@ -1,22 +1,15 @@
-//! System group on Windows: the SMBIOS table for the BIOS serial (no WMI), the service control
-//! manager (SCM) for services.
-//!
-//! Start type mapping (`QueryServiceConfigW`'s `dwStartType` onto the proto enum, same numbers):
-//! boot 0, system 1, auto 2 (also when delayed: that is a separate flag of an auto-start
-//! service), demand 3 = Manual, disabled 4; any other value is Boot (0), as upstream maps unknown
-//! WMI start modes. Status: `dwCurrentState` 1..=7 are the proto's values; anything else is
-//! Unknown.
+//! The real [`Scm`]: the service control manager's calls and GetSystemFirmwareTable, each
+//! method the documented call named in the trait with only the buffer handling around it.
+//! Failures are `io::Error`s carrying the Win32 code, which the logic in
+//! [`crate::windows::system`] matches on.
 
-use crate::formats::smbios;
-use crate::services::{
-    dependents_running, poll_until, refuse_unstoppable, stop_order, RealClock, POLL_INTERVAL, WAIT_TIMEOUT,
-};
-use crate::types::{ServiceInfo, ServiceStatus, StartType};
-use crate::{Error, Result, SystemHost};
+use crate::windows::system::{access, code, ServiceConfig, StatusProcess, RSMB};
+use crate::windows::system::{Scm, System};
+use std::io;
 use windows_sys::Win32::Foundation::{
-    GetLastError, ERROR_ACCESS_DENIED, ERROR_DEPENDENT_SERVICES_RUNNING, ERROR_INSUFFICIENT_BUFFER, ERROR_INVALID_NAME,
+    ERROR_ACCESS_DENIED, ERROR_DEPENDENT_SERVICES_RUNNING, ERROR_INSUFFICIENT_BUFFER, ERROR_INVALID_NAME,
     ERROR_INVALID_SERVICE_CONTROL, ERROR_MORE_DATA, ERROR_SERVICE_ALREADY_RUNNING, ERROR_SERVICE_CANNOT_ACCEPT_CTRL,
-    ERROR_SERVICE_DISABLED, ERROR_SERVICE_DOES_NOT_EXIST, ERROR_SERVICE_NOT_ACTIVE, WIN32_ERROR,
+    ERROR_SERVICE_DISABLED, ERROR_SERVICE_DOES_NOT_EXIST, ERROR_SERVICE_NOT_ACTIVE,
 };
 use windows_sys::Win32::System::Services::{
     CloseServiceHandle, ControlService, EnumDependentServicesW, OpenSCManagerW, OpenServiceW, QueryServiceConfigW,
@@ -24,210 +17,36 @@ use windows_sys::Win32::System::Services::{
     SC_STATUS_PROCESS_INFO, SERVICE_ACTIVE, SERVICE_CONTROL_STOP, SERVICE_ENUMERATE_DEPENDENTS, SERVICE_QUERY_CONFIG,
     SERVICE_QUERY_STATUS, SERVICE_START, SERVICE_STATUS, SERVICE_STATUS_PROCESS, SERVICE_STOP,
 };
-use windows_sys::Win32::System::SystemInformation::{GetSystemFirmwareTable, RSMB};
+use windows_sys::Win32::System::SystemInformation::GetSystemFirmwareTable;
 
-/// Service control and machine identity.
-pub struct System {}
+// The logic's copies of the SDK's values are the SDK's values.
+const _: () = {
+    assert!(access::SERVICE_QUERY_CONFIG == SERVICE_QUERY_CONFIG);
+    assert!(access::SERVICE_QUERY_STATUS == SERVICE_QUERY_STATUS);
+    assert!(access::SERVICE_ENUMERATE_DEPENDENTS == SERVICE_ENUMERATE_DEPENDENTS);
+    assert!(access::SERVICE_START == SERVICE_START);
+    assert!(access::SERVICE_STOP == SERVICE_STOP);
+    assert!(code::ERROR_DEPENDENT_SERVICES_RUNNING as u32 == ERROR_DEPENDENT_SERVICES_RUNNING);
+    assert!(code::ERROR_INVALID_SERVICE_CONTROL as u32 == ERROR_INVALID_SERVICE_CONTROL);
+    assert!(code::ERROR_SERVICE_ALREADY_RUNNING as u32 == ERROR_SERVICE_ALREADY_RUNNING);
+    assert!(code::ERROR_SERVICE_DISABLED as u32 == ERROR_SERVICE_DISABLED);
+    assert!(code::ERROR_SERVICE_DOES_NOT_EXIST as u32 == ERROR_SERVICE_DOES_NOT_EXIST);
+    assert!(code::ERROR_SERVICE_CANNOT_ACCEPT_CTRL as u32 == ERROR_SERVICE_CANNOT_ACCEPT_CTRL);
+    assert!(code::ERROR_SERVICE_NOT_ACTIVE as u32 == ERROR_SERVICE_NOT_ACTIVE);
+    assert!(crate::windows::code::ERROR_ACCESS_DENIED as u32 == ERROR_ACCESS_DENIED);
+    assert!(crate::windows::code::ERROR_INVALID_NAME as u32 == ERROR_INVALID_NAME);
+    assert!(RSMB == windows_sys::Win32::System::SystemInformation::RSMB);
+};
 
-impl Default for System {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// The system group on this machine: [`System`]'s logic over the real SCM.
+pub type RealSystem = System<RealScm>;
 
-impl SystemHost for System {
-    fn bios_serial_number(&self) -> Result<String> {
-        let raw = firmware_table(RSMB, 0)?;
-        let table =
-            smbios::raw_table(&raw).map_err(|e| Error::internal(format!("reading the BIOS serial number: {e}")))?;
-        match smbios::system_serial(table) {
-            Ok(Some(serial)) => Ok(serial),
-            Ok(None) => Err(Error::not_found(
-                "the firmware reports no system serial number (SMBIOS System Information has no serial string)",
-            )),
-            Err(e) => Err(Error::internal(format!("reading the BIOS serial number: {e}"))),
-        }
-    }
-
-    fn service(&self, name: &str) -> Result<ServiceInfo> {
-        let scm = Handle::manager()?;
-        let svc = scm.open(name, SERVICE_QUERY_CONFIG | SERVICE_QUERY_STATUS)?;
-        let (start_type, display_name) = svc.config(name)?;
-        let status = svc.status(name)?;
-        Ok(ServiceInfo { display_name, start_type, status: status_of(status.dwCurrentState) })
-    }
-
-    /// Already running is success. Waits (at most [`WAIT_TIMEOUT`]) until the service runs.
-    fn start_service(&self, name: &str) -> Result<()> {
-        let scm = Handle::manager()?;
-        let svc = scm.open(name, SERVICE_START | SERVICE_QUERY_STATUS)?;
-        let state = status_of(svc.status(name)?.dwCurrentState);
-        match state {
-            ServiceStatus::Running => return Ok(()),
-            ServiceStatus::Paused | ServiceStatus::PausePending => {
-                return Err(Error::precondition(format!(
-                    "service {name:?} is {state:?}: continue it rather than start it"
-                )));
-            }
-            ServiceStatus::StopPending => {
-                // It cannot be started before it has stopped.
-                wait_for(&svc, name, ServiceStatus::Stopped, "stop")?;
-            }
-            _ => {}
-        }
-        // Already on its way to Running: only wait.
-        if !matches!(state, ServiceStatus::StartPending | ServiceStatus::ContinuePending) {
-            // SAFETY: `svc` is an open service handle with SERVICE_START; no arguments are passed
-            // (count 0, null vector).
-            if unsafe { StartServiceW(svc.0, 0, std::ptr::null()) } == 0 {
-                let code = last_error();
-                match code {
-                    ERROR_SERVICE_ALREADY_RUNNING => {}
-                    ERROR_SERVICE_DISABLED => {
-                        return Err(Error::precondition(format!("service {name:?} is disabled and cannot be started")))
-                    }
-                    _ => return Err(win32(code, &format!("starting service {name:?}"))),
-                }
-            }
-        }
-        wait_for(&svc, name, ServiceStatus::Running, "become running")
-    }
-
-    /// Already stopped is success. Running dependents make a plain stop fail; with `force` they
-    /// are stopped first, each after its own dependents, then the service. Each stop waits (at
-    /// most [`WAIT_TIMEOUT`]) until the service has stopped.
-    fn stop_service(&self, name: &str, force: bool, may_stop: &dyn Fn(&str) -> bool) -> Result<()> {
-        let scm = Handle::manager()?;
-        let svc = scm.open(name, SERVICE_STOP | SERVICE_QUERY_STATUS | SERVICE_ENUMERATE_DEPENDENTS)?;
-        if status_of(svc.status(name)?.dwCurrentState) == ServiceStatus::Stopped {
-            return Ok(());
-        }
-        let order = stop_order(name, same_name, |n| {
-            if same_name(n, name) {
-                svc.active_dependents(name)
-            } else {
-                match scm.open(n, SERVICE_ENUMERATE_DEPENDENTS) {
-                    Ok(dep) => dep.active_dependents(n),
-                    // Gone in the meantime: nothing depends on it any more.
-                    Err(Error::NotFound(_)) => Ok(Vec::new()),
-                    Err(e) => Err(e),
-                }
-            }
-        })?;
-        if !order.is_empty() && !force {
-            return Err(dependents_running(name, &order));
-        }
-        refuse_unstoppable(name, &order, may_stop)?;
-        for dep in &order {
-            match scm.open(dep, SERVICE_STOP | SERVICE_QUERY_STATUS) {
-                Ok(d) => stop_one(&d, dep)?,
-                Err(Error::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        stop_one(&svc, name)
-    }
-}
-
-impl System {
-    pub fn new() -> Self {
-        System {}
-    }
-}
-
-/// SCM names are case-insensitive.
-fn same_name(a: &str, b: &str) -> bool {
-    crate::same_ignoring_case(a, b)
-}
-
-fn status_of(state: u32) -> ServiceStatus {
-    match state {
-        1 => ServiceStatus::Stopped,
-        2 => ServiceStatus::StartPending,
-        3 => ServiceStatus::StopPending,
-        4 => ServiceStatus::Running,
-        5 => ServiceStatus::ContinuePending,
-        6 => ServiceStatus::PausePending,
-        7 => ServiceStatus::Paused,
-        _ => ServiceStatus::Unknown,
-    }
-}
-
-fn start_type_of(start: u32) -> StartType {
-    match start {
-        1 => StartType::System,
-        2 => StartType::Automatic,
-        3 => StartType::Manual,
-        4 => StartType::Disabled,
-        _ => StartType::Boot,
-    }
-}
-
-/// Sends the stop control and waits until the service has stopped.
-fn stop_one(svc: &Handle, name: &str) -> Result<()> {
-    let mut status = SERVICE_STATUS::default();
-    // SAFETY: `svc` is an open service handle with SERVICE_STOP; `status` is a valid out-pointer.
-    if unsafe { ControlService(svc.0, SERVICE_CONTROL_STOP, &mut status) } == 0 {
-        let code = last_error();
-        match code {
-            ERROR_SERVICE_NOT_ACTIVE => return Ok(()),
-            ERROR_DEPENDENT_SERVICES_RUNNING => {
-                return Err(Error::precondition(format!(
-                    "service {name:?} cannot be stopped: services that depend on it are running"
-                )))
-            }
-            ERROR_INVALID_SERVICE_CONTROL => {
-                return Err(Error::precondition(format!("service {name:?} does not accept stop requests")))
-            }
-            ERROR_SERVICE_CANNOT_ACCEPT_CTRL => {
-                // Already stopping is fine; any other state is not a stop we can make now.
-                let state = status_of(svc.status(name)?.dwCurrentState);
-                if !matches!(state, ServiceStatus::StopPending | ServiceStatus::Stopped) {
-                    return Err(Error::precondition(format!(
-                        "service {name:?} cannot accept a stop request while {state:?}; try again"
-                    )));
-                }
-            }
-            _ => return Err(win32(code, &format!("stopping service {name:?}"))),
-        }
-    }
-    wait_for(svc, name, ServiceStatus::Stopped, "stop")
-}
-
-/// Polls every [`POLL_INTERVAL`] for at most [`WAIT_TIMEOUT`] until the service is in `want`.
-/// Waiting for Running gives up early when the service falls back to Stopped after having been
-/// seen pending (it failed to start), naming its exit code.
-fn wait_for(svc: &Handle, name: &str, want: ServiceStatus, goal: &str) -> Result<()> {
-    let mut seen_pending = false;
-    let mut last = ServiceStatus::Unknown;
-    let done = poll_until(&mut RealClock::start(), POLL_INTERVAL, WAIT_TIMEOUT, || {
-        let st = svc.status(name)?;
-        last = status_of(st.dwCurrentState);
-        if last == want {
-            return Ok(Some(()));
-        }
-        if want == ServiceStatus::Running {
-            if last == ServiceStatus::StartPending {
-                seen_pending = true;
-            } else if last == ServiceStatus::Stopped && (seen_pending || st.dwWin32ExitCode != 0) {
-                return Err(Error::internal(format!(
-                    "service {name:?} stopped while starting (exit code {}, service-specific code {})",
-                    st.dwWin32ExitCode, st.dwServiceSpecificExitCode
-                )));
-            }
-        }
-        Ok(None)
-    })?;
-    done.ok_or_else(|| {
-        Error::internal(format!(
-            "timed out waiting for service {name:?} to {goal} (still {last:?} after {}s)",
-            WAIT_TIMEOUT.as_secs()
-        ))
-    })
-}
+/// The real service control manager and firmware tables.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealScm;
 
 /// An open SCM or service handle, closed on drop.
-struct Handle(SC_HANDLE);
+pub struct Handle(SC_HANDLE);
 
 impl Drop for Handle {
     fn drop(&mut self) {
@@ -237,41 +56,37 @@ impl Drop for Handle {
     }
 }
 
-impl Handle {
-    /// The local SCM, for connecting and opening services only.
-    fn manager() -> Result<Handle> {
+impl Scm for RealScm {
+    type Handle = Handle;
+
+    fn connect(&self) -> io::Result<Handle> {
         // SAFETY: null machine and database names mean the local, active database.
         let h = unsafe { OpenSCManagerW(std::ptr::null(), std::ptr::null(), SC_MANAGER_CONNECT) };
         if h.is_null() {
-            return Err(win32(last_error(), "connecting to the service control manager"));
+            return Err(io::Error::last_os_error());
         }
         Ok(Handle(h))
     }
 
-    fn open(&self, name: &str, access: u32) -> Result<Handle> {
+    fn open(&self, scm: &Handle, name: &str, access: u32) -> io::Result<Handle> {
         let wide = wide(name)?;
-        // SAFETY: `self` is an open SCM handle; `wide` is a NUL-terminated UTF-16 string that
+        // SAFETY: `scm` is an open SCM handle; `wide` is a NUL-terminated UTF-16 string that
         // outlives the call.
-        let h = unsafe { OpenServiceW(self.0, wide.as_ptr(), access) };
+        let h = unsafe { OpenServiceW(scm.0, wide.as_ptr(), access) };
         if h.is_null() {
-            let code = last_error();
-            return Err(match code {
-                ERROR_SERVICE_DOES_NOT_EXIST => Error::not_found(format!("service {name:?} not found")),
-                ERROR_INVALID_NAME => Error::invalid(format!("service name {name:?} is not valid")),
-                _ => win32(code, &format!("opening service {name:?}")),
-            });
+            return Err(io::Error::last_os_error());
         }
         Ok(Handle(h))
     }
 
-    fn status(&self, name: &str) -> Result<SERVICE_STATUS_PROCESS> {
+    fn status(&self, service: &Handle) -> io::Result<StatusProcess> {
         let mut st = SERVICE_STATUS_PROCESS::default();
         let mut needed = 0u32;
-        // SAFETY: `self` has SERVICE_QUERY_STATUS; the buffer is a SERVICE_STATUS_PROCESS of the
-        // size passed; `needed` is a valid out-pointer.
+        // SAFETY: `service` has SERVICE_QUERY_STATUS (else the call fails); the buffer is a
+        // SERVICE_STATUS_PROCESS of the size passed; `needed` is a valid out-pointer.
         let ok = unsafe {
             QueryServiceStatusEx(
-                self.0,
+                service.0,
                 SC_STATUS_PROCESS_INFO,
                 (&mut st as *mut SERVICE_STATUS_PROCESS).cast(),
                 std::mem::size_of::<SERVICE_STATUS_PROCESS>() as u32,
@@ -279,57 +94,78 @@ impl Handle {
             )
         };
         if ok == 0 {
-            return Err(win32(last_error(), &format!("querying the status of service {name:?}")));
+            return Err(io::Error::last_os_error());
         }
-        Ok(st)
+        Ok(StatusProcess {
+            current_state: st.dwCurrentState,
+            win32_exit_code: st.dwWin32ExitCode,
+            service_specific_exit_code: st.dwServiceSpecificExitCode,
+        })
     }
 
-    /// Start type and display name.
-    fn config(&self, name: &str) -> Result<(StartType, String)> {
-        let what = || format!("querying the configuration of service {name:?}");
+    fn config(&self, service: &Handle) -> io::Result<ServiceConfig> {
         let mut needed = 0u32;
         // SAFETY: size query: a null buffer of size 0; `needed` is a valid out-pointer.
-        let ok = unsafe { QueryServiceConfigW(self.0, std::ptr::null_mut(), 0, &mut needed) };
-        if ok == 0 && last_error() != ERROR_INSUFFICIENT_BUFFER {
-            return Err(win32(last_error(), &what()));
+        let ok = unsafe { QueryServiceConfigW(service.0, std::ptr::null_mut(), 0, &mut needed) };
+        if ok == 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(ERROR_INSUFFICIENT_BUFFER as i32) {
+                return Err(e);
+            }
         }
         // The strings follow the struct in the same buffer; u64 units keep it aligned.
         let size = (needed as usize).max(std::mem::size_of::<QUERY_SERVICE_CONFIGW>());
         let mut buf = vec![0u64; size.div_ceil(8)];
         // SAFETY: `buf` is writable, 8-aligned and at least `size` bytes long, as passed.
-        let ok = unsafe { QueryServiceConfigW(self.0, buf.as_mut_ptr().cast(), size as u32, &mut needed) };
+        let ok = unsafe { QueryServiceConfigW(service.0, buf.as_mut_ptr().cast(), size as u32, &mut needed) };
         if ok == 0 {
-            return Err(win32(last_error(), &what()));
+            return Err(io::Error::last_os_error());
         }
         // SAFETY: on success the buffer starts with an initialised QUERY_SERVICE_CONFIGW.
         let config = unsafe { &*(buf.as_ptr() as *const QUERY_SERVICE_CONFIGW) };
         // SAFETY: lpDisplayName is null or points at a NUL-terminated string inside `buf`.
         let display_name = unsafe { from_wide_ptr(config.lpDisplayName) };
-        Ok((start_type_of(config.dwStartType), display_name))
+        Ok(ServiceConfig { start_type: config.dwStartType, display_name })
     }
 
-    /// Names of the active services that depend on this one (as the SCM lists them: also the
-    /// indirect ones).
-    fn active_dependents(&self, name: &str) -> Result<Vec<String>> {
-        let what = || format!("listing the services that depend on {name:?}");
+    fn start(&self, service: &Handle) -> io::Result<()> {
+        // SAFETY: `service` is an open service handle; no arguments are passed (count 0, null
+        // vector).
+        if unsafe { StartServiceW(service.0, 0, std::ptr::null()) } == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn control_stop(&self, service: &Handle) -> io::Result<()> {
+        let mut status = SERVICE_STATUS::default();
+        // SAFETY: `service` is an open service handle; `status` is a valid out-pointer.
+        if unsafe { ControlService(service.0, SERVICE_CONTROL_STOP, &mut status) } == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn active_dependents(&self, service: &Handle) -> io::Result<Vec<String>> {
         let (mut needed, mut count) = (0u32, 0u32);
         // SAFETY: size query: a null buffer of size 0; the out-pointers are valid.
-        let ok =
-            unsafe { EnumDependentServicesW(self.0, SERVICE_ACTIVE, std::ptr::null_mut(), 0, &mut needed, &mut count) };
+        let ok = unsafe {
+            EnumDependentServicesW(service.0, SERVICE_ACTIVE, std::ptr::null_mut(), 0, &mut needed, &mut count)
+        };
         if ok != 0 {
             return Ok(Vec::new());
         }
-        let code = last_error();
-        if code != ERROR_MORE_DATA {
-            return Err(win32(code, &what()));
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(ERROR_MORE_DATA as i32) {
+            return Err(e);
         }
         let mut buf = vec![0u64; (needed as usize).div_ceil(8)];
         // SAFETY: `buf` is writable, 8-aligned and at least `needed` bytes long, as passed.
         let ok = unsafe {
-            EnumDependentServicesW(self.0, SERVICE_ACTIVE, buf.as_mut_ptr().cast(), needed, &mut needed, &mut count)
+            EnumDependentServicesW(service.0, SERVICE_ACTIVE, buf.as_mut_ptr().cast(), needed, &mut needed, &mut count)
         };
         if ok == 0 {
-            return Err(win32(last_error(), &what()));
+            return Err(io::Error::last_os_error());
         }
         let max = buf.len() * 8 / std::mem::size_of::<ENUM_SERVICE_STATUSW>();
         // SAFETY: on success the buffer starts with `count` initialised ENUM_SERVICE_STATUSW
@@ -340,34 +176,32 @@ impl Handle {
         // SAFETY: each lpServiceName is null or a NUL-terminated string inside `buf`.
         Ok(entries.iter().map(|e| unsafe { from_wide_ptr(e.lpServiceName) }).collect())
     }
-}
 
-/// A whole firmware table: size query, then fetch (again if it grew in between).
-fn firmware_table(provider: u32, id: u32) -> Result<Vec<u8>> {
-    let what = "reading the SMBIOS firmware table";
-    let mut buf: Vec<u8> = Vec::new();
-    for _ in 0..3 {
-        let len = buf.len() as u32;
-        let ptr = if buf.is_empty() { std::ptr::null_mut() } else { buf.as_mut_ptr() };
-        // SAFETY: `ptr` is null with size 0 (size query) or `buf`, writable for `len` bytes.
-        let n = unsafe { GetSystemFirmwareTable(provider, id, ptr, len) };
-        if n == 0 {
-            return Err(win32(last_error(), what));
+    fn firmware_table(&self, provider: u32, id: u32) -> io::Result<Vec<u8>> {
+        let mut buf: Vec<u8> = Vec::new();
+        for _ in 0..3 {
+            let len = buf.len() as u32;
+            let ptr = if buf.is_empty() { std::ptr::null_mut() } else { buf.as_mut_ptr() };
+            // SAFETY: `ptr` is null with size 0 (size query) or `buf`, writable for `len` bytes.
+            let n = unsafe { GetSystemFirmwareTable(provider, id, ptr, len) };
+            if n == 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if n <= len {
+                buf.truncate(n as usize);
+                return Ok(buf);
+            }
+            buf = vec![0; n as usize];
         }
-        if n <= len {
-            buf.truncate(n as usize);
-            return Ok(buf);
-        }
-        buf = vec![0; n as usize];
+        Err(io::Error::other("its size kept changing"))
     }
-    Err(Error::internal(format!("{what}: its size kept changing")))
 }
 
 /// `s` as a NUL-terminated UTF-16 string; an embedded NUL would silently cut the name short, so
-/// it is refused.
-fn wide(s: &str) -> Result<Vec<u16>> {
+/// it is refused (the logic refuses such names before they get here).
+fn wide(s: &str) -> io::Result<Vec<u16>> {
     if s.contains('\0') {
-        return Err(Error::invalid(format!("service name {s:?} contains a NUL character")));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{s:?} contains a NUL character")));
     }
     Ok(s.encode_utf16().chain(std::iter::once(0)).collect())
 }
@@ -387,58 +221,22 @@ unsafe fn from_wide_ptr(p: *const u16) -> String {
     String::from_utf16_lossy(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
-fn last_error() -> WIN32_ERROR {
-    // SAFETY: reads the calling thread's last-error value; no preconditions.
-    unsafe { GetLastError() }
-}
-
-/// A failed Win32 call while doing `what`, classified.
-fn win32(code: WIN32_ERROR, what: &str) -> Error {
-    let msg = format!("{what}: {}", std::io::Error::from_raw_os_error(code as i32));
-    match code {
-        ERROR_ACCESS_DENIED => Error::PermissionDenied(msg),
-        ERROR_SERVICE_DOES_NOT_EXIST => Error::NotFound(msg),
-        _ => Error::Internal(msg),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::smbios;
     use crate::services::any_service;
+    use crate::types::{ServiceStatus, StartType};
+    use crate::{Error, SystemHost};
+
+    fn system() -> RealSystem {
+        System::new(RealScm)
+    }
 
     #[test]
-    fn mappings() {
-        assert_eq!(
-            (0..=8).map(status_of).collect::<Vec<_>>(),
-            [
-                ServiceStatus::Unknown,
-                ServiceStatus::Stopped,
-                ServiceStatus::StartPending,
-                ServiceStatus::StopPending,
-                ServiceStatus::Running,
-                ServiceStatus::ContinuePending,
-                ServiceStatus::PausePending,
-                ServiceStatus::Paused,
-                ServiceStatus::Unknown,
-            ]
-        );
-        for (raw, t) in [
-            (0, StartType::Boot),
-            (1, StartType::System),
-            (2, StartType::Automatic),
-            (3, StartType::Manual),
-            (4, StartType::Disabled),
-            (9, StartType::Boot),
-        ] {
-            assert_eq!(start_type_of(raw), t);
-            if raw <= 4 {
-                assert_eq!(t as u32, raw, "wire value equals the SCM value");
-            }
-        }
-        assert!(same_name("Spooler", "SPOOLER") && same_name("ÄÖ", "äö"));
-        assert!(!same_name("straße", "STRASSE") && !same_name("a", "b") && !same_name("a", "ab"));
-        assert!(matches!(wide("a\0b"), Err(Error::InvalidArgument(_))));
+    fn wide_names() {
+        assert_eq!(wide("ab").unwrap(), [u16::from(b'a'), u16::from(b'b'), 0]);
+        assert_eq!(wide("a\0b").unwrap_err().kind(), io::ErrorKind::InvalidInput);
     }
 
     /// Wine 8's SCM client answers ERROR_INVALID_HANDLE now and then when one process uses
@@ -459,12 +257,12 @@ mod tests {
     /// blank (as in containers without DMI, where Wine's type 1 structure has serial index 0).
     #[test]
     fn bios_serial_number_from_the_firmware_table() {
-        let raw = firmware_table(RSMB, 0).expect("RSMB table");
+        let raw = RealScm.firmware_table(RSMB, 0).expect("RSMB table");
         let table = smbios::raw_table(&raw).expect("RawSMBIOSData");
         let kinds: Vec<u8> = smbios::structures(table).map(|s| s.expect("well-formed").kind).collect();
         assert!(kinds.contains(&smbios::TYPE_SYSTEM_INFORMATION), "structure types {kinds:?}");
 
-        let got = System::new().bios_serial_number();
+        let got = system().bios_serial_number();
         if under_wine() {
             let linux = std::fs::read_to_string(r"Z:\sys\class\dmi\id\product_serial").unwrap_or_default();
             match linux.trim() {
@@ -484,7 +282,7 @@ mod tests {
     #[test]
     fn get_service_of_real_services() {
         let _turn = scm_turn();
-        let sys = System::new();
+        let sys = system();
         // Wine's registry: PlugPlay is auto-start, Spooler demand-start, LanmanServer disabled
         // (the same start types as on Windows).
         let pnp = sys.service("PlugPlay").unwrap();
@@ -505,7 +303,7 @@ mod tests {
     #[test]
     fn missing_and_invalid_services() {
         let _turn = scm_turn();
-        let sys = System::new();
+        let sys = system();
         let name = "csi-proxy-no-such-service";
         for r in [
             sys.service(name).map(drop),
@@ -527,7 +325,7 @@ mod tests {
     #[test]
     fn start_and_stop_the_spooler() {
         let _turn = scm_turn();
-        let sys = System::new();
+        let sys = system();
         let status = || sys.service("Spooler").unwrap().status;
         sys.stop_service("Spooler", false, &any_service).unwrap();
         assert_eq!(status(), ServiceStatus::Stopped);

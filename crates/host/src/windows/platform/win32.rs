@@ -1,6 +1,6 @@
 //! The real [`Win32`] platform: each method is the documented call (or one open and one call)
 //! named in the trait, with only the buffer handling around it. Failures are `io::Error`s that
-//! carry the Win32 code, which the logic in `crate::win` matches on.
+//! carry the Win32 code, which the logic in `crate::windows` matches on.
 
 use super::nt::Handle;
 use crate::windows::{Access, Win32};
@@ -246,14 +246,6 @@ impl Win32 for RealWin32 {
             Err(e) if is(&e, ERROR_FILE_NOT_FOUND) || is(&e, ERROR_PATH_NOT_FOUND) => Ok(None),
             Err(e) => Err(e),
         }
-    }
-
-    fn final_path(&self, path: &str) -> io::Result<String> {
-        wide_z(path)?;
-        // No data access: the handle only names the object. nt.rs follows every link and
-        // works around Wine's MAX_PATH limit of GetFinalPathNameByHandleW.
-        let h = super::nt::open_path(path, 0, 0)?;
-        super::nt::final_path(&h)
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::paths::Roots;
 use crate::windows::code::*;
 use crate::windows::script::{returned, Answer, Script};
 
@@ -11,11 +12,53 @@ const MNT: &str = r"C:\root\pv\mnt";
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
-fn setup() -> (Arc<Script>, Volumes) {
+fn volumes(s: &Arc<Script>) -> Volumes<Arc<Script>> {
+    Volumes::new(s.clone(), s.clone(), Containment::new(s.clone(), Roots::new(vec![ROOT.into()])))
+}
+
+fn setup() -> (Arc<Script>, Volumes<Arc<Script>>) {
     let s = Arc::new(Script::new());
-    let v = Volumes::new(s.clone(), s.clone(), Roots::new(vec![ROOT.into()]));
-    s.on(format!("final_path {ROOT}"), Answer::Str(format!(r"\\?\{ROOT}")));
+    let v = volumes(&s);
+    s.root(ROOT);
     (s, v)
+}
+
+/// `path` split into its parent and its name.
+fn split(path: &str) -> (&str, &str) {
+    path.rsplit_once('\\').unwrap()
+}
+
+/// `\\?\{path}`, as the held target's canonical path is spelled for the Win32 calls.
+fn verbatim(path: &str) -> String {
+    format!(r"\\?\{path}")
+}
+
+/// The calls of the log without the handles' closing.
+fn calls(s: &Script) -> Vec<String> {
+    s.log().into_iter().filter(|l| !l.starts_with("close ")).collect()
+}
+
+/// What containment calls for `path` when its parent exists and is canonical: the root is
+/// resolved, the parent opened by path and held, the target opened through it and held.
+fn contained(path: &str) -> Vec<String> {
+    let (dir, name) = split(path);
+    let (d, root) = (verbatim(dir), verbatim(ROOT));
+    vec![
+        format!("open {root} look"),
+        format!("final_path {root}"),
+        format!("close {root}"),
+        format!("open {d} hold"),
+        format!("final_path {d}"),
+        format!("attributes_of {d}"),
+        format!("open_at {d} {name} entry"),
+        format!(r"attributes_of {d}\{name}"),
+    ]
+}
+
+/// The held target's handles closing: the parent's, then the target's.
+fn released(path: &str) -> Vec<String> {
+    let dir = split(path).0;
+    vec![format!("close {}", verbatim(dir)), format!("close {}", verbatim(path))]
 }
 
 fn device(id: &str) -> &str {
@@ -64,18 +107,23 @@ fn on_partition(s: &Script, id: &str, number: u32, length: u64) {
     s.on(format!("ioctl {} 0x70048", device(id)), Answer::Bytes(partition_buf(number, length)));
 }
 
-/// A plain directory at `path`, resolving to itself.
+/// A plain directory at `path`, in a parent that resolves to itself.
 fn plain_dir(s: &Script, path: &str) {
-    s.on(format!("attributes {path}"), Answer::Attributes(Some(attr::DIRECTORY)));
-    s.on(format!("final_path {path}"), Answer::Str(format!(r"\\?\{path}")));
+    let (dir, name) = split(path);
+    s.held_dir(dir).entry(dir, name, attr::DIRECTORY);
 }
 
 /// A mount point of `volume` at `path` (whose parent resolves to itself).
 fn mount_point(s: &Script, path: &str, volume: &str) {
-    let parent = &path[..path.rfind('\\').unwrap()];
-    s.on(format!("attributes {path}"), Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
-    s.on(format!("final_path {parent}"), Answer::Str(format!(r"\\?\{parent}")));
-    s.on(format!(r"volume_name_for_mount_point {path}\"), Answer::Str(volume.into()));
+    let (dir, name) = split(path);
+    s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
+    s.on(format!(r"volume_name_for_mount_point \\?\{path}\"), Answer::Str(volume.into()));
+}
+
+/// Nothing at `path`, in a parent that resolves to itself.
+fn nothing_at(s: &Script, path: &str) {
+    let (dir, name) = split(path);
+    s.held_dir(dir).no_entry(dir, name);
 }
 
 #[test]
@@ -176,18 +224,49 @@ fn listing_keeps_a_volume_without_partition_information_last_and_skips_garbage()
 fn mounting_in_a_fresh_directory() {
     let (s, v) = setup();
     plain_dir(&s, MNT);
-    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Done);
-    // The target is normalised: drive upper case, trailing and doubled separators dropped.
+    s.on(format!(r"set_mount_point \\?\{MNT}\ {V1}"), Answer::Done);
+    // The target is normalised: drive upper case, trailing and doubled separators dropped (it is
+    // the held target's canonical path), and held until the mount point is set.
     v.mount_volume(device(V1), r"c:\root\\pv\mnt\").unwrap();
-    assert_eq!(
-        s.log(),
-        [
-            format!("attributes {MNT}"),
-            format!("final_path {ROOT}"),
-            format!("final_path {MNT}"),
-            format!(r"set_mount_point {MNT}\ {V1}"),
-        ]
-    );
+    let mut want = contained(MNT);
+    want.push(format!(r"set_mount_point \\?\{MNT}\ {V1}"));
+    want.extend(released(MNT));
+    assert_eq!(s.log(), want);
+}
+
+#[test]
+fn mount_targets_are_acted_on_by_the_held_canonical_path() {
+    // A link on the way inside the roots: C:\root\link -> C:\root\real. Every call after the
+    // check names the place the held handles are on, and they are released only afterwards.
+    let target = r"C:\root\link\mnt";
+    let real = r"C:\root\real\mnt";
+    let (s, v) = setup();
+    s.resolved_dir(r"C:\root\link", r"C:\root\real").entry(r"C:\root\link", "mnt", attr::DIRECTORY);
+    s.on(format!(r"set_mount_point \\?\{real}\ {V1}"), Answer::Done);
+    v.mount_volume(V1, target).unwrap();
+    let log = s.log();
+    let set = log.iter().position(|l| l.starts_with("set_mount_point ")).unwrap();
+    assert_eq!(log[set], format!(r"set_mount_point \\?\{real}\ {V1}"));
+    assert_eq!(log[set + 1..], [r"close \\?\C:\root\link", r"close \\?\C:\root\link\mnt"], "{log:#?}");
+    assert!(log.iter().all(|l| !l.starts_with("open ") || !l.contains("mnt")), "the target is never opened by path");
+    s.assert_all_scripted();
+
+    // Unmounting, and asking for the volume, likewise.
+    let (s, v) = setup();
+    s.resolved_dir(r"C:\root\link", r"C:\root\real")
+        .entry(r"C:\root\link", "mnt", attr::DIRECTORY | attr::REPARSE_POINT)
+        .on(format!(r"volume_name_for_mount_point \\?\{real}\"), Answer::Str(V1.into()))
+        .on(format!("flush {}", device(V1)), Answer::Done)
+        .on(format!(r"delete_mount_point \\?\{real}\"), Answer::Done)
+        .on(format!(r"volume_path_name \\?\{real}"), Answer::Str(format!(r"\\?\{real}\")));
+    v.unmount_volume(V1, target).unwrap();
+    let log = s.log();
+    let delete = log.iter().position(|l| l.starts_with("delete_mount_point ")).unwrap();
+    assert!(log[delete + 1..].iter().all(|l| l.starts_with("close ")) && log.len() == delete + 3, "{log:#?}");
+    assert_eq!(v.volume_at_path(target).unwrap(), V1);
+    s.assert_all_scripted();
+    let paths: Vec<String> = s.calls("volume_").into_iter().chain(s.calls("delete_mount_point ")).collect();
+    assert!(paths.len() == 5 && paths.iter().all(|l| l.contains(real)), "{paths:#?}");
 }
 
 #[test]
@@ -201,10 +280,10 @@ fn remounting_the_same_volume_succeeds_whatever_the_case_of_its_guid() {
     // A plain directory that turns into the mount point before SetVolumeMountPointW.
     let (s, v) = setup();
     plain_dir(&s, MNT);
-    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Win32Error(ERROR_DIR_NOT_EMPTY));
-    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Str(upper_guid(V1)));
+    s.on(format!(r"set_mount_point \\?\{MNT}\ {V1}"), Answer::Win32Error(ERROR_DIR_NOT_EMPTY));
+    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(upper_guid(V1)));
     v.mount_volume(V1, MNT).unwrap();
-    assert_eq!(s.log().last().unwrap(), &format!(r"volume_name_for_mount_point {MNT}\"));
+    assert_eq!(calls(&s).last().unwrap(), &format!(r"volume_name_for_mount_point \\?\{MNT}\"));
 }
 
 #[test]
@@ -219,8 +298,8 @@ fn mounting_over_another_volume_or_a_full_directory_is_refused() {
 
     let (s, v) = setup();
     plain_dir(&s, MNT);
-    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Win32Error(ERROR_DIR_NOT_EMPTY));
-    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
+    s.on(format!(r"set_mount_point \\?\{MNT}\ {V1}"), Answer::Win32Error(ERROR_DIR_NOT_EMPTY));
+    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
     match v.mount_volume(V1, MNT) {
         Err(Error::FailedPrecondition(m)) => assert!(m.contains("not empty") && m.contains(MNT), "{m}"),
         other => panic!("{other:?}"),
@@ -228,8 +307,8 @@ fn mounting_over_another_volume_or_a_full_directory_is_refused() {
 
     // A file is no place for a mount.
     let (s, v) = setup();
-    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(0x20)));
-    s.on(format!("final_path {MNT}"), Answer::Str(format!(r"\\?\{MNT}")));
+    let (dir, name) = split(MNT);
+    s.held_dir(dir).entry(dir, name, 0x20);
     assert!(matches!(v.mount_volume(V1, MNT), Err(Error::FailedPrecondition(m)) if m.contains("not a directory")));
     assert!(s.calls("set_mount_point").is_empty());
 }
@@ -255,8 +334,7 @@ fn mount_targets_escaping_through_a_junction_are_refused() {
     // A junction on the way: C:\root\link -> D:\outside.
     let (s, v) = setup();
     let target = r"C:\root\link\mnt";
-    s.on(format!("attributes {target}"), Answer::Attributes(Some(attr::DIRECTORY)));
-    s.on(format!("final_path {target}"), Answer::Str(r"\\?\D:\outside\mnt".into()));
+    s.resolved_dir(r"C:\root\link", r"D:\outside");
     match v.mount_volume(V1, target) {
         Err(Error::PermissionDenied(m)) => {
             // Where it leads is not told (see `Roots::outside`).
@@ -265,32 +343,38 @@ fn mount_targets_escaping_through_a_junction_are_refused() {
         other => panic!("{other:?}"),
     }
     assert!(s.calls("set_mount_point").is_empty());
+    assert!(s.calls("open_at").is_empty(), "nothing is opened below a junction leading out");
 
     // The target itself a junction leading out.
     let (s, v) = setup();
-    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
-    s.on(r"final_path C:\root\pv", Answer::Str(r"\\?\C:\root\pv".into()));
-    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
-    s.on(format!("final_path {MNT}"), Answer::Str(r"\\?\C:\Windows".into()));
+    let (dir, name) = split(MNT);
+    s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
+    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
+    s.link_to(dir, name, r"C:\Windows");
     assert!(
         matches!(v.mount_volume(V1, MNT), Err(Error::PermissionDenied(m)) if m.contains(MNT) && !m.contains(r"C:\Windows"))
     );
     assert!(s.calls("set_mount_point").is_empty());
     s.assert_all_scripted();
 
-    // A junction to the root itself is the root.
+    // A junction to the root itself is the root: the target itself one, or one on the way
+    // (C:\root\pv -> C:\, so that C:\root\pv\ROOT is C:\ROOT).
     let (s, v) = setup();
-    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(attr::DIRECTORY)));
-    s.on(format!("final_path {MNT}"), Answer::Str(r"\\?\c:\ROOT\".into()));
+    s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
+    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
+    s.link_to(dir, name, r"c:\ROOT\");
     assert!(matches!(v.mount_volume(V1, MNT), Err(Error::PermissionDenied(m)) if m.contains("itself")));
+    assert!(s.calls("set_mount_point").is_empty());
+    let (s, v) = setup();
+    s.resolved_dir(dir, r"c:\").entry(dir, "ROOT", attr::DIRECTORY);
+    assert!(matches!(v.mount_volume(V1, r"C:\root\pv\ROOT"), Err(Error::PermissionDenied(m)) if m.contains("itself")));
     assert!(s.calls("set_mount_point").is_empty());
 
     // A link inside the roots that is not a mount point is no mount target either.
     let (s, v) = setup();
-    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
-    s.on(r"final_path C:\root\pv", Answer::Str(r"\\?\C:\root\pv".into()));
-    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_INVALID_PARAMETER));
-    s.on(format!("final_path {MNT}"), Answer::Str(r"\\?\C:\root\elsewhere".into()));
+    s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
+    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Win32Error(ERROR_INVALID_PARAMETER));
+    s.link_to(dir, name, r"C:\root\elsewhere");
     assert!(matches!(v.mount_volume(V1, MNT), Err(Error::FailedPrecondition(m)) if m.contains("is a link")));
     assert!(s.calls("set_mount_point").is_empty());
 }
@@ -298,25 +382,28 @@ fn mount_targets_escaping_through_a_junction_are_refused() {
 #[test]
 fn mounting_needs_an_existing_target_and_root() {
     let (s, v) = setup();
-    s.on(format!("attributes {MNT}"), Answer::Attributes(None));
+    nothing_at(&s, MNT);
     match v.mount_volume(V1, MNT) {
         Err(Error::NotFound(m)) => assert!(m.contains(MNT) && m.contains(V1), "{m}"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(s.log(), [format!("attributes {MNT}")]);
+    let (mut want, (dir, name)) = (contained(MNT), split(MNT));
+    want.truncate(want.len() - 1);
+    want.push(format!("close {}", verbatim(dir)));
+    assert_eq!(s.log(), want, "nothing but the check that {name} is not there");
 
     // The root itself is missing: the directory can't be checked.
     let s = Arc::new(Script::new());
-    let v = Volumes::new(s.clone(), s.clone(), Roots::new(vec![ROOT.into()]));
-    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(attr::DIRECTORY)));
-    s.on(format!("final_path {ROOT}"), Answer::Win32Error(ERROR_FILE_NOT_FOUND));
+    let v = volumes(&s);
+    plain_dir(&s, MNT);
+    s.on(format!("open {} look", verbatim(ROOT)), Answer::Win32Error(ERROR_FILE_NOT_FOUND));
     assert!(matches!(v.mount_volume(V1, MNT), Err(Error::FailedPrecondition(m)) if m.contains("does not exist")));
     assert!(s.calls("set_mount_point").is_empty());
 
     // An unknown volume.
     let (s, v) = setup();
     plain_dir(&s, MNT);
-    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Win32Error(ERROR_FILE_NOT_FOUND));
+    s.on(format!(r"set_mount_point \\?\{MNT}\ {V1}"), Answer::Win32Error(ERROR_FILE_NOT_FOUND));
     assert!(matches!(v.mount_volume(V1, MNT), Err(Error::NotFound(m)) if m.contains(V1)));
 }
 
@@ -325,13 +412,14 @@ fn unmounting_flushes_then_removes_only_our_mount_point() {
     let (s, v) = setup();
     mount_point(&s, MNT, &upper_guid(V1));
     s.on(format!("flush {}", device(V1)), Answer::Done);
-    s.on(format!(r"delete_mount_point {MNT}\"), Answer::Done);
+    s.on(format!(r"delete_mount_point \\?\{MNT}\"), Answer::Done);
     v.unmount_volume(V1, MNT).unwrap();
     let log = s.log();
     let flush = log.iter().position(|l| l.starts_with("flush ")).unwrap();
     let delete = log.iter().position(|l| l.starts_with("delete_mount_point ")).unwrap();
     assert!(flush < delete, "{log:#?}");
-    assert_eq!(delete, log.len() - 1);
+    // The last call, made while the target is held.
+    assert_eq!(log[delete + 1..], released(MNT));
     s.assert_all_scripted();
 }
 
@@ -347,7 +435,7 @@ fn unmounting_is_idempotent_and_leaves_other_volumes_alone() {
 
     // No directory at all.
     let (s, v) = setup();
-    s.on(format!("attributes {MNT}"), Answer::Attributes(None));
+    nothing_at(&s, MNT);
     s.on(format!("flush {}", device(V1)), Answer::Done);
     v.unmount_volume(V1, MNT).unwrap();
     assert!(s.calls("delete_mount_point").is_empty());
@@ -456,7 +544,7 @@ fn formatting_failures() {
 }
 
 /// Volume V1 on disk 3, partition 2 of `current` bytes, row `PART`.
-fn resizable(current: u64) -> (Arc<Script>, Volumes) {
+fn resizable(current: u64) -> (Arc<Script>, Volumes<Arc<Script>>) {
     let (s, v) = setup();
     on_extents(&s, V1, &[(3, 16 << 20, current as i64)]);
     on_partition(&s, V1, 2, current);
@@ -598,16 +686,16 @@ fn disk_number_is_the_first_extents_disk() {
 fn volume_at_path_answers_a_mounted_folder_only() {
     let (s, v) = setup();
     mount_point(&s, MNT, V1);
-    s.on(format!("volume_path_name {MNT}"), Answer::Str(format!(r"{MNT}\")));
+    s.on(format!(r"volume_path_name \\?\{MNT}"), Answer::Str(format!(r"{MNT}\")));
     s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(V1.into()));
     assert_eq!(v.volume_at_path(MNT).unwrap(), V1);
-    assert_eq!(s.log().last().unwrap(), &format!(r"volume_name_for_mount_point \\?\{MNT}\"));
+    assert_eq!(calls(&s).last().unwrap(), &format!(r"volume_name_for_mount_point \\?\{MNT}\"));
     s.assert_all_scripted();
 
     // GetVolumePathNameW's answer without its trailing backslash gets one.
     let (s, v) = setup();
     mount_point(&s, MNT, V1);
-    s.on(format!("volume_path_name {MNT}"), Answer::Str(MNT.into()));
+    s.on(format!(r"volume_path_name \\?\{MNT}"), Answer::Str(MNT.into()));
     s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(device(V1).into()));
     assert_eq!(v.volume_at_path(MNT).unwrap(), V1);
 
@@ -617,7 +705,7 @@ fn volume_at_path_answers_a_mounted_folder_only() {
     assert!(s.calls("volume_").is_empty());
 
     let (s, v) = setup();
-    s.on(format!("attributes {MNT}"), Answer::Attributes(None));
+    nothing_at(&s, MNT);
     assert!(matches!(v.volume_at_path(MNT), Err(Error::NotFound(m)) if m.contains(MNT)));
 
     let (_, v) = setup();
@@ -626,7 +714,7 @@ fn volume_at_path_answers_a_mounted_folder_only() {
     // An answer that is no volume GUID path is not passed on.
     let (s, v) = setup();
     mount_point(&s, MNT, V1);
-    s.on(format!("volume_path_name {MNT}"), Answer::Str(format!(r"{MNT}\")));
+    s.on(format!(r"volume_path_name \\?\{MNT}"), Answer::Str(format!(r"{MNT}\")));
     s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(r"\\?\C:\".into()));
     assert!(matches!(v.volume_at_path(MNT), Err(Error::Internal(m)) if m.contains(ID_FORM)));
 }
@@ -637,22 +725,19 @@ fn the_closest_volume_of_a_plain_path_is_its_drives() {
     let target = r"C:\root\a\b";
     plain_dir(&s, target);
     for p in [r"C:\root\a", ROOT, r"C:\"] {
-        s.on(format!("attributes {p}"), Answer::Attributes(Some(attr::DIRECTORY)));
+        s.on(format!(r"attributes \\?\{p}"), Answer::Attributes(Some(attr::DIRECTORY)));
     }
-    s.on(r"volume_name_for_mount_point C:\", Answer::Str(V3.into()));
+    s.on(r"volume_name_for_mount_point \\?\C:\", Answer::Str(V3.into()));
     assert_eq!(v.closest_volume_to_path(target).unwrap(), V3);
-    assert_eq!(
-        s.log(),
-        [
-            format!("attributes {target}"),
-            format!("final_path {ROOT}"),
-            format!("final_path {target}"),
-            r"attributes C:\root\a".into(),
-            r"attributes C:\root".into(),
-            r"attributes C:\".into(),
-            r"volume_name_for_mount_point C:\".into(),
-        ]
-    );
+    let mut want = contained(target);
+    want.extend([
+        r"attributes \\?\C:\root\a".into(),
+        r"attributes \\?\C:\root".into(),
+        r"attributes \\?\C:\".into(),
+        r"volume_name_for_mount_point \\?\C:\".into(),
+    ]);
+    want.extend(released(target));
+    assert_eq!(s.log(), want);
 }
 
 #[test]
@@ -660,21 +745,21 @@ fn the_closest_volume_walk_stops_at_a_mounted_folder() {
     let (s, v) = setup();
     let target = r"C:\root\pv\mnt\data";
     plain_dir(&s, target);
-    s.on(format!("attributes {MNT}"), Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
-    s.on(format!("volume_path_name {MNT}"), Answer::Str(format!(r"{MNT}\")));
+    s.on(format!(r"attributes \\?\{MNT}"), Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
+    s.on(format!(r"volume_path_name \\?\{MNT}"), Answer::Str(format!(r"{MNT}\")));
     s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(V1.into()));
     assert_eq!(v.closest_volume_to_path(target).unwrap(), V1);
     s.assert_all_scripted();
 
-    // A link that is no mounted folder is walked past.
+    // A reparse point that is no mounted folder is walked past.
     let (s, v) = setup();
     let target = r"C:\root\pv\link\data";
     plain_dir(&s, target);
-    s.on(r"attributes C:\root\pv\link", Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
-    s.on(r"volume_path_name C:\root\pv\link", Answer::Str(r"C:\root\pv\link\".into()));
+    s.on(r"attributes \\?\C:\root\pv\link", Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
+    s.on(r"volume_path_name \\?\C:\root\pv\link", Answer::Str(r"C:\root\pv\link\".into()));
     s.on(r"volume_name_for_mount_point \\?\C:\root\pv\link\", Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
-    s.on(r"attributes C:\root\pv", Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
-    s.on(r"volume_path_name C:\root\pv", Answer::Str(r"C:\root\pv\".into()));
+    s.on(r"attributes \\?\C:\root\pv", Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
+    s.on(r"volume_path_name \\?\C:\root\pv", Answer::Str(r"C:\root\pv\".into()));
     s.on(r"volume_name_for_mount_point \\?\C:\root\pv\", Answer::Str(V2.into()));
     assert_eq!(v.closest_volume_to_path(target).unwrap(), V2);
     s.assert_all_scripted();
@@ -691,19 +776,22 @@ fn the_closest_volume_walk_is_bounded_and_needs_an_existing_path() {
     let mut p = path.as_str();
     while let Some(i) = p.rfind('\\') {
         p = &path[..i];
-        s.on(format!("attributes {p}"), Answer::Attributes(Some(attr::DIRECTORY)));
+        s.on(format!(r"attributes \\?\{p}"), Answer::Attributes(Some(attr::DIRECTORY)));
     }
     match v.closest_volume_to_path(&path) {
         Err(Error::NotFound(m)) => assert!(m.contains("256") && m.contains(&path), "{m}"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(s.calls("attributes ").len(), MAX_WALK);
+    // The first step's attributes are the held target's own.
+    assert_eq!(s.calls("attributes ").len() + 1, MAX_WALK);
+    assert_eq!(s.calls(&format!(r"attributes_of {}", verbatim(&path))).len(), 1);
     assert!(s.calls("volume_name_for_mount_point").is_empty());
 
     let (s, v) = setup();
-    s.on(format!("attributes {MNT}"), Answer::Attributes(None));
+    nothing_at(&s, MNT);
     assert!(matches!(v.closest_volume_to_path(MNT), Err(Error::NotFound(m)) if m.contains(MNT)));
-    assert_eq!(s.log().len(), 1);
+    let contain_calls = ["open ", "final_path ", "attributes_of ", "open_at ", "close "];
+    assert!(s.log().iter().all(|l| contain_calls.iter().any(|c| l.starts_with(c))), "{:#?}", s.log());
 
     // Contained, as on Linux.
     let (s, v) = setup();

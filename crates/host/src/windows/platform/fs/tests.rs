@@ -4,10 +4,15 @@
 //! leave everything outside the root exactly as it was.
 
 use super::*;
+use crate::windows::contain::{Nt, Open};
+use crate::windows::platform::nt::RealNt;
+use crate::windows::platform::win32::RealWin32;
+use crate::windows::Win32;
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use windows_sys::Win32::Storage::FileSystem::FILE_WRITE_DATA;
 
 struct Fx {
@@ -528,4 +533,122 @@ fn symlinks_leading_outside_are_refused() {
     std::fs::create_dir_all(fx.real(r"a\b")).unwrap();
     std::os::windows::fs::symlink_dir(r"..\a\b", fx.real(r"a\up")).unwrap();
     assert!(fx.fs.is_symlink(&fx.p(r"a\up")).unwrap());
+}
+
+/// Containment's hold on a mount target: the target and its parent are opened without
+/// FILE_SHARE_DELETE and stay held, so neither can be renamed or removed (and so swapped for a
+/// link) until the hold is dropped.
+#[test]
+fn a_held_target_and_its_parent_cannot_be_renamed_or_removed() {
+    let fx = Fx::new();
+    std::fs::create_dir_all(fx.real(r"pv\mnt")).unwrap();
+    let contain = Containment::new(RealNt, Roots::new(vec![fx.root.clone()]));
+    let held = contain.hold(&fx.p(r"pv\mnt")).unwrap();
+    assert_eq!(held.attrs().map(|a| a & FILE_ATTRIBUTE_DIRECTORY), Some(FILE_ATTRIBUTE_DIRECTORY));
+    let moved = fx.base.join("moved");
+    std::fs::rename(fx.real(r"pv\mnt"), &moved).expect_err("renaming the held target must fail");
+    std::fs::remove_dir(fx.real(r"pv\mnt")).expect_err("removing the held target must fail");
+    std::fs::rename(fx.real("pv"), &moved).expect_err("renaming the held parent must fail");
+    assert!(fx.real(r"pv\mnt").is_dir());
+    drop(held);
+    std::fs::rename(fx.real(r"pv\mnt"), &moved).unwrap();
+}
+
+/// A [`Win32`] that, when asked to set or delete a mount point, first
+/// tries to move the target and its parent away (as an attacker racing the check would), records
+/// what it was asked and what the attempts did, then makes the real call.
+struct Racing {
+    target: PathBuf,
+    away: PathBuf,
+    seen: std::sync::Mutex<Vec<String>>,
+}
+
+impl Racing {
+    fn race(&self, call: &str, dir: &str) {
+        let mut seen = self.seen.lock().unwrap();
+        seen.push(format!("{call} {dir}"));
+        for (p, to) in [(self.target.clone(), "target"), (self.target.parent().unwrap().to_path_buf(), "parent")] {
+            match std::fs::rename(&p, self.away.join(to)) {
+                Ok(()) => seen.push(format!("moved {}", p.display())),
+                Err(_) => seen.push(format!("could not move {}", p.display())),
+            }
+        }
+    }
+}
+
+impl Win32 for Racing {
+    fn volumes(&self) -> std::io::Result<Vec<String>> {
+        RealWin32.volumes()
+    }
+    fn disk_interfaces(&self) -> std::io::Result<Vec<String>> {
+        RealWin32.disk_interfaces()
+    }
+    fn ioctl(&self, path: &str, code: u32, input: &[u8], access: crate::windows::Access) -> std::io::Result<Vec<u8>> {
+        RealWin32.ioctl(path, code, input, access)
+    }
+    fn filesystem_name(&self, root: &str) -> std::io::Result<String> {
+        RealWin32.filesystem_name(root)
+    }
+    fn free_space(&self, root: &str) -> std::io::Result<(u64, u64)> {
+        RealWin32.free_space(root)
+    }
+    fn flush(&self, device: &str) -> std::io::Result<()> {
+        RealWin32.flush(device)
+    }
+    fn set_mount_point(&self, dir: &str, volume: &str) -> std::io::Result<()> {
+        self.race("set_mount_point", dir);
+        RealWin32.set_mount_point(dir, volume)
+    }
+    fn delete_mount_point(&self, dir: &str) -> std::io::Result<()> {
+        self.race("delete_mount_point", dir);
+        RealWin32.delete_mount_point(dir)
+    }
+    fn volume_path_name(&self, path: &str) -> std::io::Result<String> {
+        RealWin32.volume_path_name(path)
+    }
+    fn volume_name_for_mount_point(&self, mount_point: &str) -> std::io::Result<String> {
+        RealWin32.volume_name_for_mount_point(mount_point)
+    }
+    fn mount_points_of(&self, volume: &str) -> std::io::Result<Vec<String>> {
+        RealWin32.mount_points_of(volume)
+    }
+    fn attributes(&self, path: &str) -> std::io::Result<Option<u32>> {
+        RealWin32.attributes(path)
+    }
+}
+
+/// MountVolume on the real containment: SetVolumeMountPointW gets the held target's canonical
+/// path, and while it runs the target and its parent cannot be moved. Wine's
+/// SetVolumeMountPointW is a stub (ERROR_CALL_NOT_IMPLEMENTED), so the mount itself fails; what
+/// is checked is what it was handed and when.
+#[test]
+fn mount_volume_acts_on_the_held_canonical_path() {
+    use crate::windows::volumes::Volumes;
+    use crate::VolumeHost;
+    let fx = Fx::new();
+    std::fs::create_dir_all(fx.real(r"PV\Mnt")).unwrap();
+    std::fs::create_dir(fx.base.join("away")).unwrap();
+    let racing = Arc::new(Racing { target: fx.real(r"PV\Mnt"), away: fx.base.join("away"), seen: Default::default() });
+    let script = Arc::new(crate::windows::script::Script::new());
+    let volumes = Volumes::new(racing.clone(), script, Containment::new(RealNt, Roots::new(vec![fx.root.clone()])));
+    let c = RealWin32.volume_name_for_mount_point(&format!("{}\\", &fx.root[..2])).unwrap();
+    // Spelled in another case and with doubled separators: the call gets the canonical path.
+    let err = volumes.mount_volume(&c, &fx.p(r"pv\\mnt\")).unwrap_err();
+    assert!(err.to_string().contains("mounting at"), "{err:?}");
+    let seen = racing.seen.lock().unwrap().clone();
+    // The held parent's canonical path (its on-disk spelling) and the target's name as given,
+    // which the held target was opened by.
+    let parent =
+        RealNt.open(&fx.real("PV").display().to_string(), Open::Look).and_then(|h| RealNt.final_path(&h)).unwrap();
+    assert!(parent.starts_with(r"\\?\") && parent.ends_with(r"\root\PV"), "{parent}");
+    assert_eq!(
+        seen,
+        [
+            format!(r"set_mount_point {parent}\mnt\"),
+            format!("could not move {}", fx.real(r"PV\Mnt").display()),
+            format!("could not move {}", fx.real("PV").display()),
+        ]
+    );
+    // Released once the call is done.
+    std::fs::rename(fx.real(r"PV\Mnt"), fx.base.join(r"away\target")).unwrap();
 }

@@ -229,13 +229,16 @@ fn attributes_of_a_directory_a_file_and_nothing() {
     assert_eq!(RealWin32.attributes(&format!("{}\\missing\\deeper", dir.path())).unwrap(), None);
 }
 
+/// Canonical paths come from containment's handles now (`Win32` has no path-taking final path).
 #[test]
 fn final_path_of_a_temp_dir() {
+    use crate::windows::contain::{Nt, Open};
+    use crate::windows::platform::nt::RealNt;
     let dir = TempDir::new();
     let name = dir.0.file_name().unwrap().to_str().unwrap();
-    let fp = RealWin32.final_path(dir.path()).unwrap();
+    let fp = RealNt.open(dir.path(), Open::Look).and_then(|h| RealNt.final_path(&h)).unwrap();
     assert!(fp.starts_with(r"\\?\") && fp.ends_with(&format!("\\{name}")), "{fp:?}");
-    assert_eq!(code_of(RealWin32.final_path(&format!("{}\\missing", dir.path()))), code::ERROR_FILE_NOT_FOUND);
+    assert_eq!(code_of(RealNt.open(&format!("{}\\missing", dir.path()), Open::Look)), code::ERROR_FILE_NOT_FOUND);
 }
 
 #[test]

@@ -1,0 +1,314 @@
+//! Path containment on Windows, one implementation for every group that is handed a path: the
+//! filesystem group (`platform::fs`), the volume group's mount targets ([`super::volumes`]) and
+//! the SMB group's share links (`ShareLinks`, made by `platform::fs`).
+//!
+//! A path is first checked lexically ([`wp::parse`]) and must name a place inside a root, by
+//! component and case-insensitively, so nothing outside the roots is ever opened on a caller's
+//! behalf. Its deepest existing ancestor is then opened, following links, and held: the handle
+//! has data access and shares read and write but not delete, so the directory cannot be renamed
+//! or removed while held (and NTFS and FAT refuse to rename a directory with open handles below
+//! it, so its canonical path stays valid too). The OS's canonical path of that handle, plus the
+//! names not yet existing, must lie inside the canonical path of a root: that is [`Located`].
+//! [`Containment::hold`] goes one step further for callers that act on the entry itself (mount
+//! targets): the final name is opened relative to the held directory without following a link
+//! there, and held the same way, so the entry checked is the entry acted on — [`Held`].
+//!
+//! Callers act relative to the held handles. The Win32 calls that only take a path string
+//! (SetVolumeMountPointW, DeleteVolumeMountPointW, GetVolumeNameForVolumeMountPointW,
+//! CreateSymbolicLinkW) get the canonical path of the held handles ([`Held::verbatim`],
+//! [`Located::canonical_path`]): it has no link left to follow, and nothing on it can be renamed,
+//! removed or swapped for a link while the handles are held.
+//!
+//! Roots are canonicalised the same way on every call, as they may be created or re-linked while
+//! the daemon runs. A root that does not exist (or is not a drive path) matches nothing; a path
+//! lexically inside missing roots only fails with FailedPrecondition naming them rather than with
+//! a misleading PermissionDenied.
+//!
+//! Design: the containment logic is written here against [`Nt`], four handle calls (open by
+//! path, open relative to a held directory, canonical path, attributes), so that it builds and is
+//! tested on every OS against the scripted platform, while `platform::nt::RealNt` is a thin map
+//! onto the real calls. The operations that follow a check (creating, removing, linking) stay
+//! with their NT calls in `platform::fs`, generic code gaining nothing there; they receive the
+//! real handles, since [`Containment`] is generic over the handle type rather than erasing it.
+
+use super::{attr, failure, is_not_found};
+use crate::paths::windows::{self as wp, WinPath};
+use crate::paths::{within, Roots};
+use crate::{Error, Result};
+use std::io;
+use std::sync::Arc;
+
+/// How [`Nt`] opens something. Every open shares read and write, never delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Open {
+    /// A directory on the way, held: listing access, which makes the share mode bind (handles
+    /// with attribute access only take part in no sharing checks). Links are followed.
+    Hold,
+    /// The final entry itself, held: read-data access, a link opened as the link
+    /// (FILE_OPEN_REPARSE_POINT), never followed.
+    Entry,
+    /// Only to learn where something is: attribute access, links followed. Not held.
+    Look,
+}
+
+impl Open {
+    pub fn name(self) -> &'static str {
+        match self {
+            Open::Hold => "hold",
+            Open::Entry => "entry",
+            Open::Look => "look",
+        }
+    }
+}
+
+/// The handle calls containment is made of. Failures carry the Win32 code, as [`super::Win32`]'s.
+pub trait Nt: Send + Sync {
+    /// An open handle, closed on drop.
+    type Handle;
+    /// Opens an existing file or directory by its `\\?\` path.
+    fn open(&self, path: &str, how: Open) -> io::Result<Self::Handle>;
+    /// Opens the existing `name` (one component) inside the held directory `dir`: the lookup
+    /// starts at `dir`, nothing above it is walked again.
+    fn open_at(&self, dir: &Self::Handle, name: &str, how: Open) -> io::Result<Self::Handle>;
+    /// The canonical path of what `h` refers to (GetFinalPathNameByHandleW, `\\?\` form, every
+    /// link resolved, names in their on-disk spelling).
+    fn final_path(&self, h: &Self::Handle) -> io::Result<String>;
+    /// The FILE_ATTRIBUTE_* bits of what `h` refers to.
+    fn attributes(&self, h: &Self::Handle) -> io::Result<u32>;
+}
+
+impl<T: Nt + ?Sized> Nt for Arc<T> {
+    type Handle = T::Handle;
+    fn open(&self, path: &str, how: Open) -> io::Result<Self::Handle> {
+        (**self).open(path, how)
+    }
+    fn open_at(&self, dir: &Self::Handle, name: &str, how: Open) -> io::Result<Self::Handle> {
+        (**self).open_at(dir, name, how)
+    }
+    fn final_path(&self, h: &Self::Handle) -> io::Result<String> {
+        (**self).final_path(h)
+    }
+    fn attributes(&self, h: &Self::Handle) -> io::Result<u32> {
+        (**self).attributes(h)
+    }
+}
+
+/// A path that passed the lexical check.
+#[derive(Debug, Clone)]
+pub struct Lexical {
+    pub parsed: WinPath,
+    /// The path is one of the roots itself, by name.
+    pub is_root: bool,
+    /// The roots (as given) the path is inside by name.
+    roots: Vec<String>,
+}
+
+/// A checked path: its deepest existing ancestor, held, and the names below it.
+#[derive(Debug)]
+pub struct Located<H> {
+    pub parsed: WinPath,
+    /// The deepest existing ancestor of the final name, held ([`Open::Hold`]).
+    pub held: H,
+    /// `held` as the caller spelled it, for messages.
+    pub held_path: String,
+    pub held_is_dir: bool,
+    /// Canonical components of `held`.
+    pub canonical: Vec<String>,
+    /// Names below `held` that did not exist; the last is the final name. Never empty.
+    pub rest: Vec<String>,
+    /// Canonical components of the roots that exist.
+    roots: Vec<Vec<String>>,
+}
+
+impl<H> Located<H> {
+    /// The held parent directory, when the parent exists.
+    pub fn parent(&self) -> Option<&H> {
+        (self.held_is_dir && self.rest.len() == 1).then_some(&self.held)
+    }
+
+    pub fn name(&self) -> &str {
+        self.rest.last().expect("a located path has a final name")
+    }
+
+    /// The canonical spelling of the path, its final name not resolved.
+    pub fn canonical_path(&self) -> Vec<String> {
+        self.canonical.iter().chain(&self.rest).cloned().collect()
+    }
+
+    /// Whether canonical components lie inside a root.
+    pub fn inside(&self, canonical: &[String]) -> bool {
+        self.roots.iter().any(|r| within(canonical, r, true))
+    }
+
+    /// Whether canonical components are a root itself.
+    pub fn is_root(&self, canonical: &[String]) -> bool {
+        self.roots.iter().any(|r| r.len() == canonical.len() && within(canonical, r, true))
+    }
+}
+
+/// A checked path whose entry is held too: what a caller acting on the entry itself (a mount
+/// target) needs. Dropping it releases the handles, so keep it until the act is done.
+#[derive(Debug)]
+pub struct Held<H> {
+    /// The held parent (or deepest existing ancestor) and the canonical components.
+    pub at: Located<H>,
+    /// The entry, held ([`Open::Entry`]: a link there is the link), and its attributes; `None`
+    /// when nothing is there.
+    pub entry: Option<(H, u32)>,
+}
+
+impl<H> Held<H> {
+    /// The canonical components of the entry's place (its parent's canonical path and its name;
+    /// a link there is not followed).
+    pub fn canonical(&self) -> Vec<String> {
+        self.at.canonical_path()
+    }
+
+    /// [`Held::canonical`] spelled for Win32 calls that take a path: `\\?\C:\…`.
+    pub fn verbatim(&self) -> String {
+        wp::verbatim(&self.canonical())
+    }
+
+    /// The entry's attributes; `None` when it does not exist.
+    pub fn attrs(&self) -> Option<u32> {
+        self.entry.as_ref().map(|(_, a)| *a)
+    }
+
+    pub fn is_reparse(&self) -> bool {
+        self.attrs().is_some_and(|a| a & attr::REPARSE_POINT != 0)
+    }
+}
+
+/// The allowed roots and the handle calls to check paths against them.
+pub struct Containment<N: Nt> {
+    nt: N,
+    roots: Roots,
+}
+
+impl<N: Nt> Containment<N> {
+    pub fn new(nt: N, roots: Roots) -> Self {
+        Containment { nt, roots }
+    }
+
+    pub fn roots(&self) -> &Roots {
+        &self.roots
+    }
+
+    /// The lexical check alone, which makes no call: the path must be a drive path inside a root
+    /// by name (PermissionDenied naming the path and the roots otherwise).
+    pub fn lexical(&self, path: &str) -> Result<Lexical> {
+        let parsed = wp::parse(path)?;
+        let parts = parsed.parts();
+        let mut is_root = false;
+        let mut roots = Vec::new();
+        for r in self.roots.as_slice() {
+            if let Some(root) = parse_root(r).filter(|p| within(&parts, &p.parts(), true)) {
+                is_root |= root.parts().len() == parts.len();
+                roots.push(r.clone());
+            }
+        }
+        if roots.is_empty() {
+            return Err(self.roots.outside(path, None));
+        }
+        Ok(Lexical { parsed, is_root, roots })
+    }
+
+    /// Checks `path` lexically, holds its deepest existing ancestor and checks that ancestor's
+    /// canonical path (plus the missing names) against the canonical roots. A drive root is
+    /// refused: there is no final name to act on.
+    pub fn locate(&self, path: &str) -> Result<Located<N::Handle>> {
+        if wp::parse(path)?.names.is_empty() {
+            return Err(Error::invalid(format!(
+                "path {path} is a drive root; expected a path inside the working directories {}",
+                self.roots
+            )));
+        }
+        self.locate_checked(path, self.lexical(path)?)
+    }
+
+    /// [`Containment::locate`], then the entry itself opened relative to the held parent without
+    /// following a link there, and held.
+    pub fn hold(&self, path: &str) -> Result<Held<N::Handle>> {
+        let at = self.locate(path)?;
+        let Some(parent) = at.parent() else { return Ok(Held { at, entry: None }) };
+        let entry = match self.nt.open_at(parent, at.name(), Open::Entry) {
+            Ok(h) => h,
+            Err(e) if is_not_found(&e) => return Ok(Held { at, entry: None }),
+            Err(e) => return Err(failure(format!("opening {path}"), e)),
+        };
+        let attrs = self.nt.attributes(&entry).map_err(|e| failure(format!("reading the attributes of {path}"), e))?;
+        Ok(Held { at, entry: Some((entry, attrs)) })
+    }
+
+    /// Where the held entry, a link, leads: its canonical components, through the held parent.
+    /// The caller decides what may be there ([`Located::inside`], [`Located::is_root`]).
+    pub fn follow(&self, held: &Held<N::Handle>, path: &str) -> Result<Vec<String>> {
+        let parent = held.at.parent().expect("a held entry has a held parent");
+        let h = (self.nt.open_at(parent, held.at.name(), Open::Look))
+            .map_err(|e| failure(format!("resolving {path}"), e))?;
+        self.canonical_of(&h, path)
+    }
+
+    /// The canonical components of an open handle; a form we cannot compare is refused.
+    pub fn canonical_of(&self, h: &N::Handle, path: &str) -> Result<Vec<String>> {
+        let raw = self.nt.final_path(h).map_err(|e| failure(format!("resolving {path}"), e))?;
+        // A form we cannot compare is outside as far as the caller is told.
+        wp::components(&raw).ok_or_else(|| self.roots.outside(path, Some(&raw)))
+    }
+
+    fn locate_checked(&self, path: &str, lexical: Lexical) -> Result<Located<N::Handle>> {
+        let canonical_roots: Vec<(&String, Option<Vec<String>>)> =
+            self.roots.as_slice().iter().map(|r| (r, self.canonical_root(r))).collect();
+        if !canonical_roots.iter().any(|(r, c)| c.is_some() && lexical.roots.contains(r)) {
+            return Err(Error::precondition(format!(
+                "path {path} is in the working directory {}, which does not exist",
+                lexical.roots.join(", ")
+            )));
+        }
+        let roots: Vec<Vec<String>> = canonical_roots.into_iter().filter_map(|(_, c)| c).collect();
+        let parsed = lexical.parsed;
+        let parts = parsed.parts();
+        for n in (0..parsed.names.len()).rev() {
+            let held_path = parsed.prefix(n);
+            let held = match self.nt.open(&wp::verbatim(&parts[..=n]), Open::Hold) {
+                Ok(h) => h,
+                Err(e) if is_not_found(&e) && n > 0 => continue,
+                Err(e) => return Err(failure(format!("opening {held_path} (for {path})"), e)),
+            };
+            let canonical = self.canonical_of(&held, path)?;
+            let attrs = (self.nt.attributes(&held))
+                .map_err(|e| failure(format!("reading the attributes of {held_path}"), e))?;
+            let rest = parsed.names[n..].to_vec();
+            let loc =
+                Located { parsed, held, held_path, held_is_dir: attrs & attr::DIRECTORY != 0, canonical, rest, roots };
+            let full = loc.canonical_path();
+            if !loc.inside(&full) {
+                return Err(self.roots.outside(path, Some(&wp::display(&full))));
+            }
+            return Ok(loc);
+        }
+        unreachable!("the drive root either opens or fails");
+    }
+
+    /// A root's canonical components; `None` when it does not exist (or can't be resolved), so
+    /// that it matches nothing.
+    fn canonical_root(&self, root: &str) -> Option<Vec<String>> {
+        let r = parse_root(root)?;
+        let resolved = (self.nt.open(&wp::verbatim(&r.parts()), Open::Look)).and_then(|h| self.nt.final_path(&h));
+        match resolved {
+            Ok(raw) => wp::components(&raw),
+            Err(e) => {
+                tracing::debug!(root = %root, error = %e, "working directory does not resolve");
+                None
+            }
+        }
+    }
+}
+
+/// Roots come from the command line, where `/` may have been used.
+fn parse_root(root: &str) -> Option<WinPath> {
+    wp::parse(&root.replace('/', "\\")).ok()
+}
+
+#[cfg(test)]
+mod tests;

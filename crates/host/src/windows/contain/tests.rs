@@ -1,0 +1,140 @@
+//! Containment against the scripted platform: which handles are opened, through what, what is
+//! held until when, and what is refused before any call. The real calls are tested under Wine
+//! (`platform::fs::tests`).
+
+use super::*;
+use crate::windows::code::*;
+use crate::windows::script::{Answer, Script};
+
+const ROOT: &str = r"C:\root";
+
+fn setup() -> (Arc<Script>, Containment<Arc<Script>>) {
+    let s = Arc::new(Script::new());
+    s.root(ROOT);
+    let c = Containment::new(s.clone(), Roots::new(vec![ROOT.into()]));
+    (s, c)
+}
+
+#[test]
+fn the_lexical_check_makes_no_call() {
+    let (s, c) = setup();
+    for outside in [r"D:\x", r"C:\rootx", r"C:\rootx\a", r"C:\", r"C:\other\root\x"] {
+        match c.lexical(outside) {
+            Err(Error::PermissionDenied(m)) => assert!(m.contains(outside) && m.contains(r"[C:\root]"), "{m}"),
+            other => panic!("{outside}: {other:?}"),
+        }
+    }
+    assert!(matches!(c.lexical(r"C:\root\..\x"), Err(Error::InvalidArgument(_))));
+    assert!(c.lexical(r"c:\ROOT").unwrap().is_root);
+    let l = c.lexical(r"C:\root\\a\").unwrap();
+    assert!(!l.is_root && l.parsed.to_string() == r"C:\root\a");
+    // Roots given with `/` are the same roots.
+    let c2 = Containment::new(s.clone(), Roots::new(vec!["C:/root/".into()]));
+    assert!(c2.lexical(r"C:\ROOT").unwrap().is_root);
+    assert!(s.log().is_empty(), "{:#?}", s.log());
+}
+
+#[test]
+fn locate_holds_the_deepest_existing_ancestor_and_leaves_the_rest_to_the_caller() {
+    let (s, c) = setup();
+    s.missing_dir(r"C:\root\a\b").held_dir(r"C:\root\a");
+    let loc = c.locate(r"C:\root\a\b\c").unwrap();
+    assert_eq!(
+        (loc.rest.as_slice(), loc.held_path.as_str()),
+        ([String::from("b"), "c".into()].as_slice(), r"C:\root\a")
+    );
+    assert_eq!(loc.canonical_path(), ["C:", "root", "a", "b", "c"]);
+    assert!(loc.parent().is_none(), "the parent does not exist");
+    s.assert_all_scripted();
+    assert_eq!(
+        s.log(),
+        [
+            r"open \\?\C:\root look",
+            r"final_path \\?\C:\root",
+            r"close \\?\C:\root",
+            r"open \\?\C:\root\a\b hold",
+            r"open \\?\C:\root\a hold",
+            r"final_path \\?\C:\root\a",
+            r"attributes_of \\?\C:\root\a",
+        ],
+        "the final name is never opened by path; the ancestor stays held"
+    );
+    drop(loc);
+    assert_eq!(s.log().last().unwrap(), r"close \\?\C:\root\a");
+}
+
+#[test]
+fn a_link_on_the_way_is_judged_by_where_it_leads() {
+    // C:\root\j is a junction to D:\outside: refused, without saying where it leads.
+    let (s, c) = setup();
+    s.resolved_dir(r"C:\root\j", r"D:\outside");
+    match c.locate(r"C:\root\j\x") {
+        Err(Error::PermissionDenied(m)) => {
+            assert!(m.contains(r"C:\root\j\x") && !m.contains("outside") && m.contains(ROOT), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A junction to somewhere inside is fine, and the canonical path is where it leads.
+    let (s, c) = setup();
+    s.resolved_dir(r"C:\root\j", r"C:\root\real");
+    let loc = c.locate(r"C:\root\j\x").unwrap();
+    assert_eq!(loc.canonical_path(), ["C:", "root", "real", "x"]);
+    assert!(loc.parent().is_some());
+    // A canonical form that can't be compared is outside.
+    let (s2, c2) = setup();
+    s2.on(r"open \\?\C:\root\j hold", Answer::Done)
+        .on(r"final_path \\?\C:\root\j", Answer::Str(r"\Device\HarddiskVolume9\x".into()));
+    assert!(matches!(c2.locate(r"C:\root\j\x"), Err(Error::PermissionDenied(_))));
+    drop(s);
+}
+
+#[test]
+fn missing_roots_are_a_failed_precondition_and_match_nothing() {
+    let s = Arc::new(Script::new());
+    s.on(r"open \\?\C:\gone look", Answer::Win32Error(ERROR_FILE_NOT_FOUND)).root(ROOT);
+    let c = Containment::new(s.clone(), Roots::new(vec![r"C:\gone".into(), ROOT.into()]));
+    match c.locate(r"C:\gone\x") {
+        Err(Error::FailedPrecondition(m)) => assert!(m.contains(r"C:\gone") && m.contains("does not exist"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.calls("open ").iter().all(|l| l.ends_with(" look")), "nothing below a missing root is opened");
+    s.held_dir(ROOT);
+    assert!(c.locate(r"C:\root\x").is_ok(), "the other root still works");
+    // A drive root has no final name to act on.
+    assert!(matches!(c.locate(r"C:\"), Err(Error::InvalidArgument(m)) if m.contains("drive root")));
+}
+
+#[test]
+fn hold_opens_the_entry_through_the_held_parent_without_following_it() {
+    let (s, c) = setup();
+    s.held_dir(r"C:\root\pv").entry(r"C:\root\pv", "mnt", attr::DIRECTORY | attr::REPARSE_POINT);
+    let held = c.hold(r"C:\root\pv\mnt").unwrap();
+    assert_eq!(held.attrs(), Some(attr::DIRECTORY | attr::REPARSE_POINT));
+    assert!(held.is_reparse());
+    assert_eq!(held.verbatim(), r"\\?\C:\root\pv\mnt");
+    assert!(s.calls("open ").iter().all(|l| !l.contains("mnt")), "the target is never opened by path");
+    assert_eq!(s.calls("open_at "), [r"open_at \\?\C:\root\pv mnt entry"]);
+    assert!(s.calls("close ").iter().all(|l| l == r"close \\?\C:\root"), "held until dropped: {:#?}", s.log());
+    // Where it leads, through the held parent.
+    s.link_to(r"C:\root\pv", "mnt", r"C:\root\elsewhere");
+    assert_eq!(c.follow(&held, r"C:\root\pv\mnt").unwrap(), ["C:", "root", "elsewhere"]);
+    assert_eq!(s.calls("open_at ").last().unwrap(), r"open_at \\?\C:\root\pv mnt look");
+    drop(held);
+    let log = s.log();
+    assert!(log.ends_with(&[r"close \\?\C:\root\pv".into(), r"close \\?\C:\root\pv\mnt".into()]), "{log:#?}");
+    s.assert_all_scripted();
+
+    // Nothing there; no parent either.
+    let (s, c) = setup();
+    s.held_dir(r"C:\root\pv").no_entry(r"C:\root\pv", "mnt");
+    assert_eq!(c.hold(r"C:\root\pv\mnt").unwrap().attrs(), None);
+    let (s, c) = setup();
+    s.missing_dir(r"C:\root\pv").held_dir(ROOT);
+    assert_eq!(c.hold(r"C:\root\pv\mnt").unwrap().attrs(), None);
+    assert!(s.calls("open_at").is_empty());
+
+    // A failure to open the entry is not taken for "nothing there".
+    let (s, c) = setup();
+    s.held_dir(r"C:\root\pv").on(r"open_at \\?\C:\root\pv mnt entry", Answer::Win32Error(ERROR_ACCESS_DENIED));
+    assert!(matches!(c.hold(r"C:\root\pv\mnt"), Err(Error::PermissionDenied(m)) if m.contains(r"C:\root\pv\mnt")));
+}
