@@ -6,11 +6,12 @@
 # machine's / read-only. Needs root. Runs `storage-vm setup` (idempotent: installs qemu and
 # fetches the kernel the first time).
 #
-# Runs: crates/host/tests/scsi_vm.rs (ListDiskLocations, ListDiskIDs, the page83 -> disk number
-# lookup, GetDiskStats, Set/GetDiskState against sysfs, sg_vpd and lsblk), the library's VM-only
-# unit test (a deleted SCSI disk is back when the SCSI rescan returns), and
-# crates/host/tests/linux_volumes.rs again on Debian's kernel, which has what this machine's lacks
-# (online ext4 growth with CAP_SYS_RESOURCE, the ntfs3 driver, partition-table parsers and udev).
+# Runs: crates/stack-tests/tests/scsi_vm.rs (ListDiskLocations, ListDiskIDs, the page83 -> disk
+# number lookup, GetDiskStats, Set/GetDiskState against sysfs, sg_vpd and lsblk), the host
+# library's VM-only unit test (a deleted SCSI disk is back when the SCSI rescan returns), and
+# crates/stack-tests/tests/linux_volumes.rs again on Debian's kernel, which has what this machine's
+# lacks (online ext4 growth with CAP_SYS_RESOURCE, the ntfs3 driver, partition-table parsers and
+# udev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VM=$(readlink -f ../shared/tools/storage-vm)
@@ -21,8 +22,10 @@ start=$(date +%s)
 
 echo "== storage VM: build the test binaries"
 # The executables, from cargo's JSON messages: "<target name> <path>" per test binary.
-bins=$(cargo test -p csi-proxy-host --lib --test scsi_vm --test linux_volumes --no-run --message-format=json |
-  python3 -c '
+bins=$({
+  cargo test -p csi-proxy-host --lib --no-run --message-format=json
+  cargo test -p csi-proxy-stack-tests --test scsi_vm --test linux_volumes --no-run --message-format=json
+} | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -41,7 +44,7 @@ echo "== storage VM: scsi_debug (2 hosts x 2 targets x 2 LUNs), run the tests"
   export SCSI_DEBUG_DEVS
   echo "scsi_debug disks: $SCSI_DEBUG_DEVS"
   "$1" --test-threads=2
-  "$2" --exact sys::linux::block::disks::tests::vm_rescan_brings_back_a_deleted_scsi_disk
+  "$2" --exact linux::block::disks::tests::vm_rescan_brings_back_a_deleted_scsi_disk
   modprobe -a loop ext4 xfs btrfs ntfs3 fuse
   "$3" --test-threads=2
 ' sh "$scsi_vm" "$lib" "$volumes"

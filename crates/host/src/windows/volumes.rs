@@ -581,7 +581,10 @@ impl<N: Nt> VolumeHost for Volumes<N> {
                 }
             }
             if path.len() == 1 {
-                let root = with_slash(&at);
+                // The drive itself, as `C:\`: a drive letter is no link anyone can swap, and
+                // GetVolumeNameForVolumeMountPointW is documented for that form (Wine refuses
+                // `\\?\C:\`).
+                let root = with_slash(&shown);
                 return match self.volume_at_mount_point(&root) {
                     Ok(found) => found,
                     Err(e) => Err(os(format!("reading the volume of drive {shown} (for {target_path})"), e)),

@@ -1,0 +1,408 @@
+//! Unary round-trip benchmark (not a test): p50/p99/max latency and calls/s of
+//! `v1.Disk/GetDiskStats` through the whole stack (transport, HTTP/2, gRPC codec, version
+//! conversion, `spawn_blocking` host call on the in-memory host, response), for
+//!
+//! - 1 client calling sequentially,
+//! - N concurrent callers sharing one connection (clones of one tonic `Channel`),
+//! - N concurrent callers, each on its own connection,
+//!
+//! over a unix socket (unix: `cargo bench -p csi-proxy-stack-tests --bench rtt`) or a named pipe
+//! (Windows; under Wine: `shared/tools/windows-cross cargo bench -p csi-proxy-stack-tests --bench rtt`).
+//! `scripts/bench.sh` runs both.
+//!
+//! The server runs on its own multi-thread runtime (its own worker and blocking threads), the
+//! clients on another, as a separate daemon process would.
+//!
+//! The last row, "raw echo (floor)", is the same thread arrangement without HTTP/2, gRPC or the
+//! host: 64 bytes written to, and echoed back by, a task on the server runtime over the same kind
+//! of endpoint (bound by the transport's own listener). It is what one round trip costs on this
+//! machine before csi-proxy does anything. On VMs whose idle vCPUs halt, it is dominated by
+//! cross-CPU wake-ups; `taskset -c 0` (everything on one CPU) shows the CPU cost instead.
+//!
+//! Environment:
+//! - `RTT_CALLS` (20000): measured calls per scenario, split evenly among the callers;
+//! - `RTT_WARMUP` (2000): unmeasured calls before each scenario, split likewise;
+//! - `RTT_CALLERS` (16): callers of the concurrent scenarios;
+//! - `RTT_SERVER_THREADS` (number of CPUs, as the daemon): server runtime worker threads;
+//! - `RTT_CLIENT_THREADS` (1): client runtime worker threads.
+
+use csi_proxy_host::memory::MemoryHost;
+use csi_proxy_host::Hosts;
+use csi_proxy_server::{Config, Context};
+use csi_proxy_stack_tests::{api, channel_over};
+use csi_proxy_transport::{ConnPolicy, Listener};
+use csi_proxy_wire::v1::disk_client::DiskClient;
+use csi_proxy_wire::v1::GetDiskStatsRequest;
+use csi_proxy_wire::{Api, Group};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::runtime::Runtime;
+use tokio::sync::{oneshot, Barrier};
+use tonic::transport::Channel;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+fn disk_v1() -> Api {
+    api(Group::Disk, "v1")
+}
+
+/// One new HTTP/2 connection over the byte stream `open` makes.
+async fn connect<F, Fut, IO>(open: F) -> Channel
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = std::io::Result<IO>> + Send,
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    channel_over("http://localhost", open).await.expect("connect")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transports: where the server listens and how a client opens one byte stream.
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(unix)]
+mod transport {
+    use super::*;
+    use std::path::PathBuf;
+
+    pub const NAME: &str = "unix socket";
+
+    pub type Target = PathBuf;
+
+    pub struct Server {
+        dir: PathBuf,
+        stop: Option<oneshot::Sender<()>>,
+        task: Option<tokio::task::JoinHandle<()>>,
+    }
+
+    /// Serves every API on `<tmp>/csi-proxy-bench-<pid>/*.sock` with `serve_apis`, as the daemon
+    /// does.
+    pub fn start(rt: &Runtime, ctx: Context) -> Server {
+        let dir = std::env::temp_dir().join(format!("csi-proxy-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (tx, rx) = oneshot::channel::<()>();
+        let endpoints = csi_proxy_transport::Endpoints::UnixDir(dir.clone());
+        let task = rt.spawn(async move {
+            let shutdown = async {
+                let _ = rx.await;
+            };
+            csi_proxy_transport::serve_apis(
+                csi_proxy_wire::APIS,
+                &endpoints,
+                |api| ctx.service(api),
+                ConnPolicy::default(),
+                shutdown,
+            )
+            .await
+            .expect("serve_apis");
+        });
+        let server = Server { dir, stop: Some(tx), task: Some(task) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !server.target().exists() {
+            assert!(Instant::now() < deadline, "the sockets did not appear");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        server
+    }
+
+    impl Server {
+        pub fn target(&self) -> Target {
+            csi_proxy_transport::unix::socket_path(&self.dir, &disk_v1())
+        }
+
+        /// A listener for the raw echo, bound like the API sockets (in a subdirectory).
+        pub fn echo_listener(&self, rt: &Runtime) -> (impl Listener, Target) {
+            let dir = self.dir.join("echo");
+            std::fs::create_dir_all(&dir).expect("create the echo directory");
+            let _enter = rt.enter();
+            let l = csi_proxy_transport::unix::bind(&dir, &disk_v1()).expect("bind the echo socket");
+            let path = l.path().to_path_buf();
+            (l, path)
+        }
+
+        pub fn stop(mut self, rt: &Runtime) {
+            let _ = self.stop.take().map(|tx| tx.send(()));
+            if let Some(t) = self.task.take() {
+                rt.block_on(t).expect("server task");
+            }
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.stop.take().map(|tx| tx.send(()));
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// One new byte stream to `path`.
+    pub async fn open(path: Target) -> std::io::Result<tokio::net::UnixStream> {
+        tokio::net::UnixStream::connect(path).await
+    }
+}
+
+#[cfg(windows)]
+mod transport {
+    use super::*;
+    use tokio::net::windows::named_pipe::{ClientOptions, NamedPipeClient};
+
+    pub const NAME: &str = "named pipe (Wine)";
+
+    pub type Target = String;
+
+    /// `ERROR_PIPE_BUSY`: every instance is taken; the listener is creating the next one.
+    const ERROR_PIPE_BUSY: i32 = 231;
+
+    pub struct Server {
+        path: String,
+        stop: Option<oneshot::Sender<()>>,
+        task: Option<tokio::task::JoinHandle<()>>,
+    }
+
+    /// Serves the disk v1 API on a named pipe through the same code as
+    /// `serve_apis(.., &Endpoints::Pipes { sddl: None }, ..)` does per API (`pipe::bind` with the
+    /// default SDDL, then `serve`), but under a per-process name, so that it never collides with
+    /// a daemon or a test serving the real `\\.\pipe\csi-proxy-disk-v1` in the same Wine prefix.
+    pub fn start(rt: &Runtime, ctx: Context) -> Server {
+        let path = format!(r"\\.\pipe\csi-proxy-bench-{}-{}", disk_v1().endpoint_name(), std::process::id());
+        let (tx, rx) = oneshot::channel::<()>();
+        let listener = {
+            let _enter = rt.enter(); // the pipe registers with the runtime's reactor
+            csi_proxy_transport::pipe::bind(&path, None).expect("pipe::bind")
+        };
+        let shutdown = async {
+            let _ = rx.await;
+        };
+        let task =
+            rt.spawn(csi_proxy_transport::serve(listener, ctx.service(disk_v1()), ConnPolicy::default(), shutdown));
+        Server { path, stop: Some(tx), task: Some(task) }
+    }
+
+    impl Server {
+        pub fn target(&self) -> Target {
+            self.path.clone()
+        }
+
+        /// A listener for the raw echo, bound like the API pipe.
+        pub fn echo_listener(&self, rt: &Runtime) -> (impl Listener, Target) {
+            let path = format!("{}-echo", self.path);
+            let _enter = rt.enter();
+            (csi_proxy_transport::pipe::bind(&path, None).expect("bind the echo pipe"), path)
+        }
+
+        pub fn stop(mut self, rt: &Runtime) {
+            let _ = self.stop.take().map(|tx| tx.send(()));
+            if let Some(t) = self.task.take() {
+                rt.block_on(t).expect("server task");
+            }
+        }
+    }
+
+    /// One new byte stream to `path`; retries on ERROR_PIPE_BUSY as go-winio's `DialPipe` does.
+    pub async fn open(path: Target) -> std::io::Result<NamedPipeClient> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match ClientOptions::new().open(&path) {
+                Err(e) if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measuring: the same for every transport.
+// ---------------------------------------------------------------------------------------------
+
+/// Something that makes one round trip per `call`.
+trait Caller: Send + 'static {
+    fn call(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+impl Caller for DiskClient<Channel> {
+    async fn call(&mut self) {
+        let r = self.get_disk_stats(GetDiskStatsRequest { disk_number: 0 }).await.expect("GetDiskStats");
+        assert!(r.get_ref().total_bytes > 0);
+    }
+}
+
+const ECHO_LEN: usize = 64;
+
+/// One connection to the raw echo.
+struct Echo<IO>(IO, [u8; ECHO_LEN]);
+
+impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Caller for Echo<IO> {
+    async fn call(&mut self) {
+        self.0.write_all(&self.1).await.expect("echo write");
+        self.0.read_exact(&mut self.1).await.expect("echo read");
+    }
+}
+
+/// Echoes every accepted connection's bytes, in a task per connection, on the server runtime.
+fn serve_echo(rt: &Runtime, mut listener: impl Listener) {
+    rt.spawn(async move {
+        while let Ok(mut io) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; ECHO_LEN];
+                while io.read_exact(&mut buf).await.is_ok() {
+                    if io.write_all(&buf).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+}
+
+struct Outcome {
+    /// Per-call latencies, sorted.
+    latencies: Vec<Duration>,
+    /// From the common start to the last caller's last reply.
+    wall: Duration,
+}
+
+/// `calls` calls by each client, all clients concurrently from a common start; hands the
+/// clients back (so that one set serves warm-up and measurement).
+async fn run<C: Caller>(clients: Vec<C>, calls: usize) -> (Outcome, Vec<C>) {
+    let start_line = Arc::new(Barrier::new(clients.len() + 1));
+    let mut tasks = Vec::with_capacity(clients.len());
+    for mut client in clients {
+        let start_line = start_line.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(calls);
+            start_line.wait().await;
+            for _ in 0..calls {
+                let t = Instant::now();
+                client.call().await;
+                lat.push(t.elapsed());
+            }
+            (lat, Instant::now(), client)
+        }));
+    }
+    start_line.wait().await;
+    let begin = Instant::now();
+    let mut latencies = Vec::with_capacity(calls * tasks.len());
+    let mut end = begin;
+    let mut clients = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        let (lat, done, client) = t.await.expect("caller task");
+        latencies.extend(lat);
+        end = end.max(done);
+        clients.push(client);
+    }
+    latencies.sort_unstable();
+    (Outcome { latencies, wall: end - begin }, clients)
+}
+
+/// Warms up with `warmup` calls in all, then measures `calls` calls in all, split among `clients`.
+async fn scenario<C: Caller>(name: &str, clients: Vec<C>, warmup: usize, calls: usize) {
+    let n = clients.len();
+    let (_, clients) = run(clients, warmup.div_ceil(n)).await;
+    let (outcome, _) = run(clients, calls.div_ceil(n)).await;
+    print_row(name, &outcome);
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e6)
+}
+
+fn print_header() {
+    println!(
+        "{:<18} {:<28} {:>7} {:>9} {:>9} {:>9} {:>9}",
+        "transport", "scenario", "calls", "p50 µs", "p99 µs", "max µs", "calls/s"
+    );
+}
+
+fn print_row(scenario: &str, o: &Outcome) {
+    let l = &o.latencies;
+    println!(
+        "{:<18} {:<28} {:>7} {:>9} {:>9} {:>9} {:>9.0}",
+        transport::NAME,
+        scenario,
+        l.len(),
+        us(percentile(l, 0.50)),
+        us(percentile(l, 0.99)),
+        us(*l.last().expect("some calls")),
+        l.len() as f64 / o.wall.as_secs_f64()
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches`/`--all-targets` does not: then only
+    // check that the benchmark builds, without spending a minute measuring.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("rtt: not run (pass --bench, as `cargo bench` does)");
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let calls = env_usize("RTT_CALLS", 20_000).max(1);
+    let warmup = env_usize("RTT_WARMUP", 2_000);
+    let callers = env_usize("RTT_CALLERS", 16).max(1);
+    let server_threads = env_usize("RTT_SERVER_THREADS", cpus).max(1);
+    let client_threads = env_usize("RTT_CLIENT_THREADS", 1).max(1);
+
+    let runtime = |name: &str, workers: usize| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .thread_name(name)
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    };
+    let server_rt = runtime("server", server_threads);
+    let client_rt = runtime("client", client_threads);
+
+    let host = Arc::new(MemoryHost::sample());
+    let server = transport::start(&server_rt, Context::new(Hosts::from_one(host), Config::default()));
+    let target = server.target();
+    let (echo_listener, echo) = server.echo_listener(&server_rt);
+    serve_echo(&server_rt, echo_listener);
+
+    println!(
+        "rtt: v1.Disk/GetDiskStats, {calls} calls per scenario (+{warmup} warm-up), {callers} concurrent callers; \
+         {cpus} CPUs, server runtime {server_threads} workers, client runtime {client_threads} workers"
+    );
+    print_header();
+    client_rt.block_on(async {
+        let open = |t: &transport::Target| {
+            let t = t.clone();
+            move || transport::open(t.clone())
+        };
+
+        // (a) one client, sequential calls.
+        let one = DiskClient::new(connect(open(&target)).await);
+        scenario("1 client, sequential", vec![one], warmup, calls).await;
+
+        // (b) `callers` callers sharing one connection.
+        let shared = connect(open(&target)).await;
+        let clients = (0..callers).map(|_| DiskClient::new(shared.clone())).collect();
+        scenario(&format!("{callers} callers, 1 connection"), clients, warmup, calls).await;
+
+        // (c) `callers` callers, one connection each.
+        let mut clients = Vec::with_capacity(callers);
+        for _ in 0..callers {
+            clients.push(DiskClient::new(connect(open(&target)).await));
+        }
+        scenario(&format!("{callers} callers, {callers} connections"), clients, warmup, calls).await;
+
+        // The floor: the same round trip without HTTP/2, gRPC or the host.
+        let raw = Echo(transport::open(echo.clone()).await.expect("open the echo endpoint"), [7; ECHO_LEN]);
+        scenario("raw echo (floor), 1 client", vec![raw], warmup, calls).await;
+    });
+    drop(client_rt);
+    server.stop(&server_rt);
+}

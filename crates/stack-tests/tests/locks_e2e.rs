@@ -1,0 +1,217 @@
+#![cfg(unix)]
+//! Mutating calls on one disk are serialised by the server, whatever the backend: concurrent
+//! FormatVolume / MountVolume / PartitionDisk on volumes of one disk never overlap in the host,
+//! while calls on different disks do; Rescan runs alone. Checked through the socket against a
+//! memory host whose calls take time and record how many run at once per disk.
+
+use csi_proxy_host::memory::{MemoryHost, SimVolume};
+use csi_proxy_host::types::*;
+use csi_proxy_host::{DiskHost, Hosts, Result, VolumeHost};
+use csi_proxy_stack_tests::{assert_status, TestServer};
+use csi_proxy_transport::ConnPolicy;
+use csi_proxy_wire::{v1, Group};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Delegates to the memory host; the mutating calls sleep and count overlap per disk.
+struct Slow {
+    mem: Arc<MemoryHost>,
+    /// (running now, most ever) per disk; key ALL counts every disk together.
+    load: Mutex<HashMap<u32, (u32, u32)>>,
+    /// Times a rescan and other work were in the host at once.
+    rescan_overlaps: Mutex<u32>,
+}
+
+const ALL: u32 = u32::MAX;
+const RESCAN: u32 = u32::MAX - 1;
+
+impl Slow {
+    fn busy<T>(&self, disk: u32, f: impl FnOnce() -> T) -> T {
+        {
+            let mut l = self.load.lock().unwrap();
+            for key in [disk, ALL] {
+                let e = l.entry(key).or_default();
+                e.0 += 1;
+                e.1 = e.1.max(e.0);
+            }
+            let rescans = l.get(&RESCAN).map_or(0, |e| e.0);
+            if rescans > 0 && l[&ALL].0 > 1 {
+                *self.rescan_overlaps.lock().unwrap() += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(40));
+        let out = f();
+        let mut l = self.load.lock().unwrap();
+        for key in [disk, ALL] {
+            l.get_mut(&key).unwrap().0 -= 1;
+        }
+        drop(l);
+        out
+    }
+    fn disk_of(&self, id: &str) -> u32 {
+        self.mem.disk_number_of_volume(id).unwrap()
+    }
+    fn most(&self, key: u32) -> u32 {
+        self.load.lock().unwrap().get(&key).map_or(0, |e| e.1)
+    }
+}
+
+impl DiskHost for Slow {
+    fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>> {
+        self.mem.list_disk_locations()
+    }
+    fn partition_disk(&self, disk: u32) -> Result<()> {
+        self.busy(disk, || self.mem.partition_disk(disk))
+    }
+    fn rescan(&self) -> Result<()> {
+        self.busy(RESCAN, || self.mem.rescan())
+    }
+    fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
+        self.mem.list_disk_ids()
+    }
+    fn disk_size(&self, disk: u32) -> Result<u64> {
+        self.mem.disk_size(disk)
+    }
+    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
+        self.busy(disk, || self.mem.set_disk_online(disk, online))
+    }
+    fn disk_online(&self, disk: u32) -> Result<bool> {
+        self.mem.disk_online(disk)
+    }
+}
+
+impl VolumeHost for Slow {
+    fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>> {
+        self.mem.list_volumes_on_disk(disk, partition)
+    }
+    fn mount_volume(&self, id: &str, target: &str) -> Result<()> {
+        self.busy(self.disk_of(id), || self.mem.mount_volume(id, target))
+    }
+    fn unmount_volume(&self, id: &str, target: &str) -> Result<()> {
+        self.busy(self.disk_of(id), || self.mem.unmount_volume(id, target))
+    }
+    fn is_volume_formatted(&self, id: &str) -> Result<bool> {
+        self.mem.is_volume_formatted(id)
+    }
+    fn format_volume(&self, id: &str) -> Result<()> {
+        self.busy(self.disk_of(id), || self.mem.format_volume(id))
+    }
+    fn resize_volume(&self, id: &str, size: u64) -> Result<()> {
+        self.busy(self.disk_of(id), || self.mem.resize_volume(id, size))
+    }
+    fn volume_stats(&self, id: &str) -> Result<VolumeStats> {
+        self.mem.volume_stats(id)
+    }
+    fn disk_number_of_volume(&self, id: &str) -> Result<u32> {
+        self.mem.disk_number_of_volume(id)
+    }
+    fn volume_at_path(&self, target: &str) -> Result<String> {
+        self.mem.volume_at_path(target)
+    }
+    fn closest_volume_to_path(&self, target: &str) -> Result<String> {
+        self.mem.closest_volume_to_path(target)
+    }
+    fn flush_volume(&self, id: &str) -> Result<()> {
+        self.busy(self.disk_of(id), || self.mem.flush_volume(id))
+    }
+}
+
+/// Disks 0 and 1 with four volumes each.
+async fn start() -> (TestServer, Arc<Slow>) {
+    let mem = Arc::new(MemoryHost::sample());
+    mem.with(|s| {
+        for disk in 0..2u32 {
+            for p in 1..=4u32 {
+                let id = format!("vol-{disk}-{p}");
+                s.disks.get_mut(&disk).unwrap().partitions.insert(p, id.clone());
+                s.volumes.insert(
+                    id,
+                    SimVolume {
+                        disk,
+                        partition: p,
+                        size: 1 << 28,
+                        used: 0,
+                        formatted: false,
+                        mounts: BTreeSet::new(),
+                        flushes: 0,
+                    },
+                );
+            }
+        }
+    });
+    let slow = Arc::new(Slow { mem: mem.clone(), load: Mutex::new(HashMap::new()), rescan_overlaps: Mutex::new(0) });
+    let mut hosts = Hosts::from_one(mem.clone());
+    hosts.disk = slow.clone();
+    hosts.volume = slow.clone();
+    (TestServer::start_with(mem, hosts, ConnPolicy::default()).await, slow)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_disk_at_a_time_different_disks_together() {
+    let (s, slow) = start().await;
+    let ch = s.channel(Group::Volume, "v1").await;
+    let mut calls = Vec::new();
+    for disk in 0..2u32 {
+        for p in 1..=4u32 {
+            let mut c = v1::volume_client::VolumeClient::new(ch.clone());
+            let id = format!("vol-{disk}-{p}");
+            calls.push(tokio::spawn(async move {
+                c.format_volume(v1::FormatVolumeRequest { volume_id: id.clone() }).await.unwrap();
+                c.mount_volume(v1::MountVolumeRequest { volume_id: id.clone(), target_path: format!("/m/{id}") })
+                    .await
+                    .unwrap();
+                c.write_volume_cache(v1::WriteVolumeCacheRequest { volume_id: id }).await.unwrap();
+            }));
+        }
+    }
+    let disk_ch = s.channel(Group::Disk, "v1").await;
+    for disk in 0..2u32 {
+        let mut d = v1::disk_client::DiskClient::new(disk_ch.clone());
+        calls.push(tokio::spawn(async move {
+            d.partition_disk(v1::PartitionDiskRequest { disk_number: disk }).await.unwrap();
+        }));
+    }
+    for c in calls {
+        c.await.unwrap();
+    }
+    assert_eq!(slow.most(0), 1, "calls on disk 0 overlapped");
+    assert_eq!(slow.most(1), 1, "calls on disk 1 overlapped");
+    assert_eq!(slow.most(ALL), 2, "disks 0 and 1 should have been worked on together");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rescan_runs_alone() {
+    let (s, slow) = start().await;
+    let disk_ch = s.channel(Group::Disk, "v1").await;
+    let vol_ch = s.channel(Group::Volume, "v1").await;
+    let mut calls = Vec::new();
+    for i in 0..3u32 {
+        let mut d = v1::disk_client::DiskClient::new(disk_ch.clone());
+        calls.push(tokio::spawn(async move {
+            d.rescan(v1::RescanRequest {}).await.unwrap();
+        }));
+        let mut c = v1::volume_client::VolumeClient::new(vol_ch.clone());
+        calls.push(tokio::spawn(async move {
+            c.format_volume(v1::FormatVolumeRequest { volume_id: format!("vol-{}-1", i % 2) }).await.unwrap();
+        }));
+    }
+    for c in calls {
+        c.await.unwrap();
+    }
+    assert_eq!(slow.most(RESCAN), 1, "rescans overlapped each other");
+    assert_eq!(*slow.rescan_overlaps.lock().unwrap(), 0, "a rescan overlapped other work");
+    assert!(slow.most(ALL) >= 1);
+}
+
+#[tokio::test]
+async fn unknown_volumes_fail_before_any_lock() {
+    let (s, slow) = start().await;
+    let mut c = v1::volume_client::VolumeClient::new(s.channel(Group::Volume, "v1").await);
+    assert_status(
+        c.format_volume(v1::FormatVolumeRequest { volume_id: "nope".into() }).await,
+        tonic::Code::NotFound,
+        "nope",
+    );
+    assert_eq!(slow.most(ALL), 0);
+}
