@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+echo "== building csi-proxy and the demo client (cargo build; the first build takes a few minutes)..."
 cargo build -q -p csi-proxy -p csi-proxy-server --example demo_client
 dir=$(mktemp -d /tmp/csi-proxy-demo.XXXXXX)
 mkdir "$dir/kubelet"
@@ -14,6 +15,6 @@ pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ "$(ls "$dir"/*.sock 2>/dev/null | wc -l)" = 23 ] && break; sleep 0.1; done
 echo "== 23 sockets in $dir:"; ls "$dir"/*.sock | xargs -n1 basename | column -c 120
-echo "== demo calls:"
+echo "== demo calls (those marked \"(expected to be refused)\" show the daemon saying no):"
 ./target/debug/examples/demo_client "$dir" "$dir/kubelet"
 if [ "${1:-}" = "--keep" ]; then echo "serving on $dir; Ctrl-C to stop"; wait $pid; fi

@@ -11,8 +11,10 @@
 //! * a flag given twice keeps its last value, except `-working-dir` and `-allowed-service`,
 //!   which collect all.
 //!
-//! Besides upstream's own flags, every flag klog registers is accepted; those that only tune
-//! klog's file rotation or headers are checked for a well-formed value and then ignored.
+//! Besides upstream's own flags, every flag klog registers is accepted; `-log_file_max_size`
+//! rotates the log file, the others that only tune klog's headers, thresholds or per-module
+//! levels are checked for a well-formed value and then ignored. `-logging-format` (`text` or
+//! `json`) is Kubernetes components' flag of that name.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -121,6 +123,8 @@ pub enum ParseOutcome {
     Run(Options),
     /// Print [`usage`] and exit successfully.
     Help,
+    /// Print the version line and exit successfully.
+    Version,
 }
 
 /// A command line that cannot be used. The caller prints it with [`usage`] and exits with 2.
@@ -186,6 +190,10 @@ enum Target {
     MaxConnections,
     AllowedService,
     LinuxFsType,
+    LogFileMaxSize,
+    LoggingFormat,
+    /// `-version`: [`parse`] answers [`ParseOutcome::Version`].
+    Version,
     /// A klog flag accepted for compatibility only.
     Ignored,
 }
@@ -284,9 +292,10 @@ const FLAGS: &[Spec] = &[
     Spec {
         name: "log_file_max_size",
         kind: Kind::Uint,
-        target: Target::Ignored,
+        target: Target::LogFileMaxSize,
         default: "1800",
-        help: "Ignored (klog compatibility): log files are not rotated",
+        help: "Megabytes the log file may grow to before it is renamed <file>.1 (older ones shift up to <file>.5, \
+               the oldest is removed) and a new one started; 0: unlimited",
     },
     Spec {
         name: "stderrthreshold",
@@ -345,6 +354,13 @@ const FLAGS: &[Spec] = &[
         help: "Ignored (klog compatibility)",
     },
     // Our own additions.
+    Spec {
+        name: "version",
+        kind: Kind::Bool,
+        target: Target::Version,
+        default: "false",
+        help: "Print the version and the git commit csi-proxy was built from, and exit",
+    },
     Spec {
         name: "socket-dir",
         kind: Kind::String,
@@ -412,6 +428,14 @@ const FLAGS: &[Spec] = &[
         help: "Filesystem FormatVolume creates on Linux: ext4, xfs, btrfs or ntfs (ntfs needs ntfs-3g's mkntfs); \
                ignored on Windows, which formats NTFS",
     },
+    Spec {
+        name: "logging-format",
+        kind: Kind::String,
+        target: Target::LoggingFormat,
+        default: "text",
+        help: "Log line format: text, or json (one object per line with ts, level, v, logger, caller, msg and the \
+               event's fields, as Kubernetes components write them)",
+    },
 ];
 
 fn lookup(name: &str) -> Option<&'static Spec> {
@@ -454,6 +478,9 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<ParseOutcome, Fl
                 args.next().ok_or_else(|| FlagError::MissingValue { flag: name.to_string(), hint: kind.hint() })?
             }
         };
+        if spec.target == Target::Version && parse_bool(&value) == Some(true) {
+            return Ok(ParseOutcome::Version);
+        }
         apply(&mut opts, spec, value)?;
     }
     Ok(ParseOutcome::Run(opts))
@@ -520,7 +547,9 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
         Target::LinuxFsType => {
             opts.linux_fs_type = value.parse().map_err(|_| invalid("one of ext4, xfs, btrfs, ntfs"))?;
         }
-        Target::Ignored => {}
+        Target::LogFileMaxSize => opts.log.log_file_max_size_mb = uint,
+        Target::LoggingFormat => opts.log.format = value.parse().map_err(|_| invalid("one of text, json"))?,
+        Target::Ignored | Target::Version => {}
     }
     Ok(())
 }
@@ -768,7 +797,9 @@ mod tests {
             "-v=2",
         ]);
         assert_eq!(o.log.v, 2, "ignored value flags consumed exactly one argument each");
-        assert_eq!(Options { log: LogOptions { v: 0, ..o.log.clone() }, ..o }, Options::default());
+        assert_eq!(o.log.log_file_max_size_mb, 100);
+        let o = Options { log: LogOptions { v: 0, log_file_max_size_mb: 1800, ..o.log.clone() }, ..o };
+        assert_eq!(o, Options::default());
         assert_eq!(run(&["-stderrthreshold=2"]).log.v, 0);
         assert!(matches!(fail(&["-stderrthreshold=LOUD"]), FlagError::InvalidValue { .. }));
         assert!(matches!(fail(&["-log_file_max_size=-1"]), FlagError::InvalidValue { .. }));
@@ -851,6 +882,25 @@ mod tests {
         }
         assert!(matches!(fail(&["-linux-fs-type"]), FlagError::MissingValue { .. }));
         assert!(usage().contains("  -linux-fs-type string\n"), "{}", usage());
+    }
+
+    #[test]
+    fn log_rotation_and_format() {
+        use crate::logging::LogFormat;
+        assert_eq!(run(&[]).log.log_file_max_size_mb, 1800);
+        assert_eq!(run(&["-log_file_max_size=0"]).log.log_file_max_size_mb, 0);
+        assert_eq!(run(&["-log_file_max_size", "5"]).log.log_file_max_size_mb, 5);
+        assert_eq!(run(&[]).log.format, LogFormat::Text);
+        assert_eq!(run(&["-logging-format=json"]).log.format, LogFormat::Json);
+        assert_eq!(run(&["--logging-format", "text"]).log.format, LogFormat::Text);
+        for bad in ["xml", "JSON", "", "json "] {
+            let e = fail(&[&format!("-logging-format={bad}")]);
+            assert_eq!(
+                e.to_string(),
+                format!("invalid value {bad:?} for flag -logging-format: expected one of text, json")
+            );
+        }
+        assert!(usage().contains("  -logging-format string\n"), "{}", usage());
     }
 
     #[test]

@@ -8,15 +8,38 @@
 //! How much: `-v` 0-1 → INFO, 2-4 → DEBUG, 5 and up → TRACE for our own crates (targets starting
 //! with `csi_proxy`); libraries (tonic, h2, ...) stay at INFO unless `-v` is 10 or more, where
 //! they get TRACE too. A non-empty `RUST_LOG` replaces all of this with its own directives.
+//!
+//! Rotation (`-log_file_max_size`, megabytes of 1024 × 1024 as in klog; 0 = unlimited): when an
+//! event would take the log file past the limit, the file is closed and renamed `<file>.1`, older
+//! ones shift up (`.1` → `.2`, ...), at most [`KEEP_ROTATED`] are kept (the oldest is removed) and
+//! a new file is started. An event is never split: the size is checked, the file rotated and the
+//! event written all under the one lock every write takes, and an event larger than the limit
+//! still goes whole into a fresh file. If the rename fails (say a reader holds the file open
+//! without delete sharing on Windows), logging carries on in the same file, the failure is
+//! reported once on standard error, and rotation is tried again after another limit's worth.
+//!
+//! Format (`-logging-format`): `text` (the default) is tracing-subscriber's usual line; `json`
+//! is one object per line, as Kubernetes components write them: `ts` (seconds since the Unix
+//! epoch as a number with microseconds), `level` (`error`, `warn`, `info`, `debug`, `trace`),
+//! `v` (the klog verbosity the level stands for: info 0, debug 2, trace 5, warnings 0; absent on
+//! errors, as in Kubernetes), `logger` (the tracing target), `caller` (`file:line`), `msg`, then
+//! the fields of the enclosing spans and of the event as keys of their own (a field named like
+//! one of those keys is written as `field_<name>`).
 
+use std::ffi::OsString;
+use std::fmt::{self, Write as _};
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use tracing::Level;
-use tracing_subscriber::fmt::MakeWriter;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields, MakeWriter};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
 /// Name of the log file inside `-log_dir`.
@@ -27,6 +50,37 @@ const OWN_TARGET: &str = "csi_proxy";
 
 /// `-v` from which library logs are traced as well.
 const LIBRARY_TRACE_V: u32 = 10;
+
+/// Default of `-log_file_max_size`, in megabytes (klog's).
+pub const DEFAULT_LOG_FILE_MAX_SIZE_MB: u64 = 1800;
+
+/// Rotated log files kept besides the current one (`<file>.1` newest ... `<file>.5` oldest).
+pub const KEEP_ROTATED: usize = 5;
+
+/// Bytes in one `-log_file_max_size` megabyte (klog's).
+const MEGABYTE: u64 = 1024 * 1024;
+
+/// `-logging-format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// tracing-subscriber's text lines.
+    #[default]
+    Text,
+    /// One JSON object per line (see the module text).
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(()),
+        }
+    }
+}
 
 /// The klog flags that decide logging.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,11 +95,23 @@ pub struct LogOptions {
     pub logtostderr: bool,
     /// `-alsologtostderr`
     pub alsologtostderr: bool,
+    /// `-log_file_max_size`, megabytes; 0 = unlimited.
+    pub log_file_max_size_mb: u64,
+    /// `-logging-format`
+    pub format: LogFormat,
 }
 
 impl Default for LogOptions {
     fn default() -> Self {
-        LogOptions { v: 0, log_file: None, log_dir: None, logtostderr: true, alsologtostderr: false }
+        LogOptions {
+            v: 0,
+            log_file: None,
+            log_dir: None,
+            logtostderr: true,
+            alsologtostderr: false,
+            log_file_max_size_mb: DEFAULT_LOG_FILE_MAX_SIZE_MB,
+            format: LogFormat::Text,
+        }
     }
 }
 
@@ -102,21 +168,128 @@ pub fn open_log_file(path: &Path) -> anyhow::Result<File> {
     options.open(path).with_context(|| format!("cannot open log file {}", path.display()))
 }
 
+/// An open log file, rotated by size (see the module text). Every write goes through
+/// [`LogFile::write_event`] under the one mutex that holds it.
+#[derive(Debug)]
+pub struct LogFile {
+    path: PathBuf,
+    /// `None` only while rotating, or after reopening failed (retried at the next write).
+    file: Option<File>,
+    /// Bytes in the file, or since the last failed rotation.
+    size: u64,
+    /// Limit in bytes; 0 = unlimited.
+    max_bytes: u64,
+    keep: usize,
+    /// Whether a failed rotation has been reported (once is enough).
+    reported: bool,
+}
+
+impl LogFile {
+    /// Opens `path` for appending (see [`open_log_file`]); rotates it once it would pass
+    /// `max_bytes` (0: never), keeping `keep` old files.
+    pub fn open(path: &Path, max_bytes: u64, keep: usize) -> anyhow::Result<LogFile> {
+        let file = open_log_file(path)?;
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok(LogFile { path: path.to_path_buf(), file: Some(file), size, max_bytes, keep, reported: false })
+    }
+
+    /// Writes one whole event, rotating first if it would take the file past the limit.
+    pub fn write_event(&mut self, buf: &[u8]) -> io::Result<()> {
+        let len = u64::try_from(buf.len()).unwrap_or(u64::MAX);
+        if self.max_bytes > 0 && self.size > 0 && self.size.saturating_add(len) > self.max_bytes {
+            self.rotate();
+        }
+        let file = match &mut self.file {
+            Some(f) => f,
+            None => {
+                let f = open_log_file(&self.path).map_err(|e| io::Error::other(format!("{e:#}")))?;
+                self.size = f.metadata().map(|m| m.len()).unwrap_or(0);
+                self.file.insert(f)
+            }
+        };
+        file.write_all(buf)?;
+        self.size = self.size.saturating_add(len);
+        Ok(())
+    }
+
+    /// Closes the file, shifts the old ones and starts a new file. On failure logging goes on
+    /// in the current file, counting size afresh so the next try comes a limit's worth later.
+    fn rotate(&mut self) {
+        // Closed first: renaming an open file is not portable.
+        if let Some(mut f) = self.file.take() {
+            let _ = f.flush();
+        }
+        let shifted = shift_rotated(&self.path, self.keep);
+        match open_log_file(&self.path) {
+            Ok(f) => {
+                self.size = if shifted.is_ok() { f.metadata().map(|m| m.len()).unwrap_or(0) } else { 0 };
+                self.file = Some(f);
+            }
+            Err(e) => {
+                // Reopened at the next write.
+                if !self.reported {
+                    eprintln!("csi-proxy: {e:#}");
+                }
+            }
+        }
+        if let Err(e) = shifted {
+            if !std::mem::replace(&mut self.reported, true) {
+                eprintln!("csi-proxy: cannot rotate log file {}: {e}; logging on in it", self.path.display());
+            }
+        }
+    }
+
+    fn flush_and_sync(&mut self) {
+        if let Some(f) = &mut self.file {
+            let _ = f.flush();
+            let _ = f.sync_all();
+        }
+    }
+}
+
+/// `<path>.<n>`.
+fn rotated_name(path: &Path, n: usize) -> PathBuf {
+    let mut name = OsString::from(path.as_os_str());
+    name.push(format!(".{n}"));
+    PathBuf::from(name)
+}
+
+/// Removes the oldest rotated file, renames `<path>.<n>` to `<path>.<n+1>` from the oldest down,
+/// then `<path>` to `<path>.1` (with `keep` 0, removes `<path>`).
+fn shift_rotated(path: &Path, keep: usize) -> io::Result<()> {
+    let ignore_missing = |r: io::Result<()>| match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    };
+    if keep == 0 {
+        return ignore_missing(std::fs::remove_file(path));
+    }
+    ignore_missing(std::fs::remove_file(rotated_name(path, keep)))?;
+    for n in (1..keep).rev() {
+        ignore_missing(std::fs::rename(rotated_name(path, n), rotated_name(path, n + 1)))?;
+    }
+    std::fs::rename(path, rotated_name(path, 1))
+}
+
 /// Keeps logging set up; flushes the log file when dropped (keep it alive until `main` ends).
 #[derive(Debug)]
 pub struct Guard {
-    file: Option<Arc<Mutex<File>>>,
+    file: Option<Arc<Mutex<LogFile>>>,
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(file) = &self.file {
             if let Ok(mut f) = file.lock() {
-                let _ = f.flush();
-                let _ = f.sync_all();
+                f.flush_and_sync();
             }
         }
     }
+}
+
+/// `-log_file_max_size` in bytes.
+fn max_bytes(megabytes: u64) -> u64 {
+    megabytes.saturating_mul(MEGABYTE)
 }
 
 /// Installs the global subscriber. Fails if the log file cannot be opened (the error names it),
@@ -133,17 +306,14 @@ pub fn init(opts: &LogOptions) -> anyhow::Result<Guard> {
     };
     let destination = destination(opts);
     let file = match &destination.file {
-        Some(path) => Some(Arc::new(Mutex::new(open_log_file(path)?))),
+        Some(path) => {
+            Some(Arc::new(Mutex::new(LogFile::open(path, max_bytes(opts.log_file_max_size_mb), KEEP_ROTATED)?)))
+        }
         None => None,
     };
     let ansi = file.is_none() && io::stderr().is_terminal();
     let writer = Sink { file: file.clone(), stderr: destination.stderr };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer)
-        .with_ansi(ansi)
-        .with_target(true)
-        .try_init()
+    tracing::subscriber::set_global_default(subscriber(opts.format, filter, writer, ansi))
         .map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))?;
     tracing::debug!(
         file = ?destination.file,
@@ -154,10 +324,23 @@ pub fn init(opts: &LogOptions) -> anyhow::Result<Guard> {
     Ok(Guard { file })
 }
 
+/// The subscriber for a format: text is tracing-subscriber's default line with targets (and
+/// colours on a terminal), JSON our [`JsonFormat`].
+fn subscriber<W>(format: LogFormat, filter: EnvFilter, writer: W, ansi: bool) -> Box<dyn Subscriber + Send + Sync>
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    match format {
+        LogFormat::Text => Box::new(builder.with_ansi(ansi).with_target(true).finish()),
+        LogFormat::Json => Box::new(builder.with_ansi(false).fmt_fields(JsonFields).event_format(JsonFormat).finish()),
+    }
+}
+
 /// Writes every formatted event to the file and/or standard error.
 #[derive(Clone)]
 struct Sink {
-    file: Option<Arc<Mutex<File>>>,
+    file: Option<Arc<Mutex<LogFile>>>,
     stderr: bool,
 }
 
@@ -182,7 +365,7 @@ impl Write for Sink {
         if let Some(file) = &self.file {
             // A poisoned lock only means another thread panicked mid-write; keep logging.
             let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
-            result = f.write_all(buf);
+            result = f.write_event(buf);
         }
         if self.stderr {
             let stderr_result = io::stderr().lock().write_all(buf);
@@ -195,12 +378,181 @@ impl Write for Sink {
 
     fn flush(&mut self) -> io::Result<()> {
         if let Some(file) = &self.file {
-            file.lock().unwrap_or_else(|p| p.into_inner()).flush()?;
+            if let Some(f) = &mut file.lock().unwrap_or_else(|p| p.into_inner()).file {
+                f.flush()?;
+            }
         }
         if self.stderr {
             io::stderr().flush()?;
         }
         Ok(())
+    }
+}
+
+/// Keys of a JSON line that event and span fields may not take.
+const JSON_RESERVED: &[&str] = &["ts", "level", "v", "logger", "caller", "msg"];
+
+/// Formats events as JSON lines (see the module text).
+struct JsonFormat;
+
+/// Formats span fields as `,"key":value` pieces for [`JsonFormat`] to append.
+struct JsonFields;
+
+impl<'w> FormatFields<'w> for JsonFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: Writer<'w>,
+        fields: R,
+    ) -> fmt::Result {
+        let mut visitor = JsonVisitor::default();
+        fields.record(&mut visitor);
+        if let Some(msg) = visitor.msg {
+            // A span field called `message`: keep it, under its own name.
+            push_key(&mut visitor.out, "message");
+            push_str_value(&mut visitor.out, &msg);
+        }
+        writer.write_str(&visitor.out)
+    }
+
+    fn add_fields(&self, current: &'w mut FormattedFields<Self>, fields: &tracing::span::Record<'_>) -> fmt::Result {
+        self.format_fields(current.as_writer(), fields)
+    }
+}
+
+impl<S> FormatEvent<S, JsonFields> for JsonFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, JsonFields>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut visitor = JsonVisitor::default();
+        event.record(&mut visitor);
+        let mut spans = String::new();
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                if let Some(fields) = span.extensions().get::<FormattedFields<JsonFields>>() {
+                    spans.push_str(fields);
+                }
+            }
+        }
+        writer.write_str(&json_line(SystemTime::now(), event.metadata(), visitor.msg.as_deref(), &spans, &visitor.out))
+    }
+}
+
+/// One JSON line: the fixed keys, then `fields` (already `,"key":value` pieces).
+fn json_line(now: SystemTime, meta: &tracing::Metadata<'_>, msg: Option<&str>, spans: &str, fields: &str) -> String {
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let level = *meta.level();
+    let mut line = format!("{{\"ts\":{}.{:06},\"level\":", since.as_secs(), since.subsec_micros());
+    push_str_value(&mut line, &level.as_str().to_ascii_lowercase());
+    let v = match level {
+        Level::ERROR => None,
+        Level::WARN | Level::INFO => Some(0),
+        Level::DEBUG => Some(2),
+        Level::TRACE => Some(5),
+    };
+    if let Some(v) = v {
+        let _ = write!(line, ",\"v\":{v}");
+    }
+    line.push_str(",\"logger\":");
+    push_str_value(&mut line, meta.target());
+    if let (Some(file), Some(n)) = (meta.file(), meta.line()) {
+        line.push_str(",\"caller\":");
+        push_str_value(&mut line, &format!("{file}:{n}"));
+    }
+    line.push_str(",\"msg\":");
+    push_str_value(&mut line, msg.unwrap_or(""));
+    line.push_str(spans);
+    line.push_str(fields);
+    line.push_str("}\n");
+    line
+}
+
+/// Appends `,"name":` (a reserved name as `field_<name>`).
+fn push_key(out: &mut String, name: &str) {
+    out.push(',');
+    if JSON_RESERVED.contains(&name) {
+        push_str_value(out, &format!("field_{name}"));
+    } else {
+        push_str_value(out, name);
+    }
+    out.push(':');
+}
+
+/// Appends a JSON string.
+fn push_str_value(out: &mut String, s: &str) {
+    // Serialising a str cannot fail.
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+}
+
+/// Collects `message` and the other fields as `,"key":value` pieces.
+#[derive(Default)]
+struct JsonVisitor {
+    msg: Option<String>,
+    out: String,
+}
+
+impl JsonVisitor {
+    fn raw(&mut self, field: &Field, value: fmt::Arguments<'_>) {
+        push_key(&mut self.out, field.name());
+        let _ = self.out.write_fmt(value);
+    }
+}
+
+impl Visit for JsonVisitor {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.record_str(field, &format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.msg = Some(value.to_string());
+            return;
+        }
+        push_key(&mut self.out, field.name());
+        push_str_value(&mut self.out, value);
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.raw(field, format_args!("{value}"));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.raw(field, format_args!("{value}"));
+    }
+
+    fn record_i128(&mut self, field: &Field, value: i128) {
+        self.raw(field, format_args!("{value}"));
+    }
+
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        self.raw(field, format_args!("{value}"));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.raw(field, format_args!("{value}"));
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        match serde_json::Number::from_f64(value) {
+            Some(n) => self.raw(field, format_args!("{n}")),
+            // NaN and infinities have no JSON number.
+            None => self.record_str(field, &value.to_string()),
+        }
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        let mut text = value.to_string();
+        let mut source = value.source();
+        while let Some(s) = source {
+            let _ = write!(text, ": {s}");
+            source = s.source();
+        }
+        self.record_str(field, &text);
     }
 }
 
@@ -256,6 +608,7 @@ mod tests {
             log_dir: log_dir.cloned(),
             logtostderr: to,
             alsologtostderr: also,
+            ..LogOptions::default()
         };
         let stderr_only = Destination { file: None, stderr: true };
         // Default: stderr, whatever files are named.
@@ -301,7 +654,7 @@ mod tests {
         let path = dir.join("nested").join("csi-proxy.log");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, b"old line\n").unwrap();
-        let file = Arc::new(Mutex::new(open_log_file(&path).unwrap()));
+        let file = Arc::new(Mutex::new(LogFile::open(&path, 0, KEEP_ROTATED).unwrap()));
         let mut sink = Sink { file: Some(file), stderr: false };
         sink.write_all(b"new line\n").unwrap();
         sink.flush().unwrap();
@@ -313,6 +666,245 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// A file at the limit stays; the event that would pass it goes to a new file, the old one
+    /// becomes `<file>.1`.
+    #[test]
+    fn rotates_when_an_event_would_pass_the_limit() {
+        let dir = temp_dir("rotate");
+        let path = dir.join("csi-proxy.log");
+        let mut log = LogFile::open(&path, 100, 3).unwrap();
+        for i in 0..10 {
+            log.write_event(format!("line {i:03}\n").as_bytes()).unwrap(); // 9 bytes each
+        }
+        log.write_event(b"0123456789\n").unwrap(); // 90 + 11 = 101 > 100
+        assert_eq!(read(&path), "0123456789\n");
+        let old = read(&rotated_name(&path, 1));
+        assert_eq!(old.len(), 90);
+        assert!(old.starts_with("line 000\n") && old.ends_with("line 009\n"), "{old}");
+        // Exactly at the limit is allowed.
+        log.write_event(&[b'x'; 88]).unwrap();
+        log.write_event(b"\n").unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 100);
+        assert!(!rotated_name(&path, 2).exists());
+        // An event larger than the limit goes whole into a fresh file.
+        let big = format!("{}\n", "y".repeat(250));
+        log.write_event(big.as_bytes()).unwrap();
+        assert_eq!(read(&path), big);
+        assert_eq!(std::fs::metadata(rotated_name(&path, 1)).unwrap().len(), 100);
+        assert_eq!(read(&rotated_name(&path, 2)), old);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An existing file already past the limit is rotated at the first write; 0 never rotates.
+    #[test]
+    fn existing_file_and_unlimited() {
+        let dir = temp_dir("existing");
+        let path = dir.join("a.log");
+        std::fs::write(&path, "z".repeat(500)).unwrap();
+        let mut log = LogFile::open(&path, 100, 2).unwrap();
+        log.write_event(b"new\n").unwrap();
+        assert_eq!(read(&path), "new\n");
+        assert_eq!(read(&rotated_name(&path, 1)).len(), 500);
+
+        let path = dir.join("b.log");
+        let mut log = LogFile::open(&path, 0, 2).unwrap();
+        for _ in 0..100 {
+            log.write_event(&[b'q'; 1000]).unwrap();
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 100_000);
+        assert!(!rotated_name(&path, 1).exists());
+        assert_eq!(max_bytes(1800), 1800 * 1024 * 1024);
+        assert_eq!(max_bytes(u64::MAX), u64::MAX);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// However many rotations, only `keep` old files remain, newest first.
+    #[test]
+    fn keeps_a_bounded_number_of_old_files() {
+        let dir = temp_dir("keep");
+        let path = dir.join("csi-proxy.log");
+        let mut log = LogFile::open(&path, 10, KEEP_ROTATED).unwrap();
+        for i in 0..50 {
+            log.write_event(format!("event {i:02}\n").as_bytes()).unwrap(); // 9 bytes: one per file
+        }
+        let mut names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        let mut expected = vec!["csi-proxy.log".to_string()];
+        expected.extend((1..=KEEP_ROTATED).map(|n| format!("csi-proxy.log.{n}")));
+        assert_eq!(names, expected);
+        assert_eq!(read(&path), "event 49\n");
+        for n in 1..=KEEP_ROTATED {
+            assert_eq!(read(&rotated_name(&path, n)), format!("event {:02}\n", 49 - n));
+        }
+        // keep 0: the full file is simply replaced.
+        let path = dir.join("none.log");
+        let mut log = LogFile::open(&path, 10, 0).unwrap();
+        for i in 0..5 {
+            log.write_event(format!("event {i:02}\n").as_bytes()).unwrap();
+        }
+        assert_eq!(read(&path), "event 04\n");
+        assert!(!rotated_name(&path, 1).exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Many threads log through the real formatter while the file rotates under them: every
+    /// line ends up whole, exactly once, in one of the files.
+    #[test]
+    fn concurrent_writers_lose_and_split_nothing_across_rotations() {
+        const THREADS: usize = 8;
+        const LINES: usize = 400;
+        let dir = temp_dir("concurrent");
+        let path = dir.join("csi-proxy.log");
+        // Enough old files kept that nothing is removed: the test counts every line.
+        let file = Arc::new(Mutex::new(LogFile::open(&path, 4096, 1000).unwrap()));
+        let sink = Sink { file: Some(file), stderr: false };
+        for format in [LogFormat::Text, LogFormat::Json] {
+            let dispatch = tracing::Dispatch::new(subscriber(format, EnvFilter::new("trace"), sink.clone(), false));
+            let threads: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let dispatch = dispatch.clone();
+                    std::thread::spawn(move || {
+                        tracing::dispatcher::with_default(&dispatch, || {
+                            for i in 0..LINES {
+                                // Lines of different lengths, so rotation points vary.
+                                let pad = "p".repeat((t * 7 + i) % 40);
+                                tracing::info!(target: "csi_proxy::t", t, i, pad = %pad, "line {format:?} {t} {i} end");
+                            }
+                        })
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+        }
+        let mut seen = std::collections::HashMap::new();
+        let mut files = 0;
+        let mut n = 0;
+        loop {
+            let p = if n == 0 { path.clone() } else { rotated_name(&path, n) };
+            if !p.exists() {
+                break;
+            }
+            files += 1;
+            let text = read(&p);
+            assert!(text.is_empty() || text.ends_with('\n'), "{} ends mid-line", p.display());
+            // Rotated files are within the limit (no single line is near it).
+            assert!(text.len() <= 4096, "{} has {} bytes", p.display(), text.len());
+            for line in text.lines() {
+                let (key, tail) = if line.starts_with('{') {
+                    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+                    assert_eq!(v["logger"], "csi_proxy::t", "{line}");
+                    let tail = format!(" t={} i={} pad={}", v["t"], v["i"], v["pad"].as_str().unwrap());
+                    (v["msg"].as_str().unwrap().to_string(), tail)
+                } else {
+                    let start = line.find("line Text ").unwrap_or_else(|| panic!("not whole: {line:?}"));
+                    let end = line.find(" end ").unwrap_or_else(|| panic!("not whole: {line:?}"));
+                    (line[start..end + 4].to_string(), line[end + 4..].to_string())
+                };
+                // The line's end matches its start: nothing of another line in between.
+                let mut words = key.split(' ').skip(2);
+                let (t, i): (usize, usize) =
+                    (words.next().unwrap().parse().unwrap(), words.next().unwrap().parse().unwrap());
+                assert_eq!(tail, format!(" t={t} i={i} pad={}", "p".repeat((t * 7 + i) % 40)), "{line:?}");
+                *seen.entry(key).or_insert(0) += 1;
+            }
+            n += 1;
+        }
+        assert!(files > 20, "rotated only {files} times");
+        assert!(files < 1000, "some old files may have been removed");
+        for format in ["Text", "Json"] {
+            for t in 0..THREADS {
+                for i in 0..LINES {
+                    let key = format!("line {format} {t} {i} end");
+                    assert_eq!(seen.remove(&key), Some(1), "{key}");
+                }
+            }
+        }
+        assert!(seen.is_empty(), "unexpected lines: {seen:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// JSON lines parse, and carry ts, level, v, logger, caller, msg and the fields as keys.
+    #[test]
+    fn json_lines_carry_msg_and_fields() {
+        let dir = temp_dir("json");
+        let path = dir.join("csi-proxy.log");
+        let file = Arc::new(Mutex::new(LogFile::open(&path, 0, KEEP_ROTATED).unwrap()));
+        let sink = Sink { file: Some(file), stderr: false };
+        let subscriber = subscriber(LogFormat::Json, EnvFilter::new("trace"), sink, false);
+        let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("call", method = "FormatVolume", id = 7u64);
+            let _entered = span.enter();
+            let err = io::Error::other("disk gone");
+            tracing::info!(
+                target: "csi_proxy::test",
+                volume = "vol-\"1\"\n",
+                size = 42u64,
+                delta = -3i64,
+                ratio = 0.5,
+                ok = true,
+                path = ?PathBuf::from("/x"),
+                msg = "clashes",
+                "formatted {}", "here"
+            );
+            tracing::debug!(target: "csi_proxy::test", "debug");
+            tracing::trace!(target: "csi_proxy::test", "trace");
+            tracing::warn!(target: "csi_proxy::test", "warn");
+            tracing::error!(target: "csi_proxy::test", error = &err as &dyn std::error::Error, "failed");
+        });
+        let text = read(&path);
+        let lines: Vec<serde_json::Value> =
+            text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+        assert_eq!(lines.len(), 5, "{text}");
+        let first = &lines[0];
+        let ts = first["ts"].as_f64().unwrap();
+        assert!(ts >= before.floor() && ts < before + 60.0, "{ts} vs {before}");
+        assert_eq!(first["level"], "info");
+        assert_eq!(first["v"], 0);
+        assert_eq!(first["logger"], "csi_proxy::test");
+        assert!(first["caller"].as_str().unwrap().contains("logging.rs:"), "{first}");
+        assert_eq!(first["msg"], "formatted here");
+        assert_eq!(first["volume"], "vol-\"1\"\n");
+        assert_eq!(first["size"], 42);
+        assert_eq!(first["delta"], -3);
+        assert_eq!(first["ratio"], 0.5);
+        assert_eq!(first["ok"], true);
+        assert_eq!(first["path"], "\"/x\"");
+        assert_eq!(first["field_msg"], "clashes");
+        assert_eq!(first["method"], "FormatVolume", "span fields: {first}");
+        assert_eq!(first["id"], 7);
+        let levels: Vec<_> = lines.iter().map(|l| (l["level"].as_str().unwrap(), l.get("v").cloned())).collect();
+        assert_eq!(
+            levels,
+            [
+                ("info", Some(0.into())),
+                ("debug", Some(2.into())),
+                ("trace", Some(5.into())),
+                ("warn", Some(0.into())),
+                ("error", None)
+            ]
+        );
+        assert_eq!(lines[4]["error"], "disk gone");
+        assert!(text.ends_with("}\n") && !text.contains('\x1b'), "{text:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn formats_parse() {
+        assert_eq!("text".parse(), Ok(LogFormat::Text));
+        assert_eq!("json".parse(), Ok(LogFormat::Json));
+        assert_eq!("xml".parse::<LogFormat>(), Err(()));
+        assert_eq!(LogOptions::default().format, LogFormat::Text);
+        assert_eq!(LogOptions::default().log_file_max_size_mb, 1800);
+    }
+
     /// The only test that installs the global subscriber (one per test process).
     #[test]
     fn init_writes_to_the_log_file() {
@@ -321,8 +913,7 @@ mod tests {
             return;
         }
         let dir = temp_dir("init");
-        let opts =
-            LogOptions { v: 2, log_file: None, log_dir: Some(dir.clone()), logtostderr: false, alsologtostderr: false };
+        let opts = LogOptions { v: 2, log_dir: Some(dir.clone()), logtostderr: false, ..LogOptions::default() };
         let guard = init(&opts).unwrap();
         let path = dir.join(LOG_DIR_FILE_NAME);
         tracing::debug!(target: "csi_proxy::test", "visible at v=2");

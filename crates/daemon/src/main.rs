@@ -2,6 +2,7 @@
 
 mod flags;
 mod logging;
+mod startup;
 #[cfg(windows)]
 mod winsvc;
 
@@ -10,37 +11,54 @@ use csi_proxy_metrics::Metrics;
 use csi_proxy_server::{CallObserver, Config, Context};
 use csi_proxy_transport::{ConnPolicy, Endpoints, ServeOptions};
 use flags::{Options, ParseOutcome};
+use startup::{COMMIT, DIRTY, VERSION};
 use std::future::Future;
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-const VERSION: &str = env!("CARGO_PKG_VERSION");
-
 fn main() -> ExitCode {
     let opts = match flags::parse(std::env::args().skip(1)) {
         Ok(ParseOutcome::Run(o)) => o,
-        Ok(ParseOutcome::Help) => {
-            print!("{}", flags::usage());
-            return ExitCode::SUCCESS;
-        }
+        Ok(ParseOutcome::Help) => return print_stdout(&flags::usage()),
+        Ok(ParseOutcome::Version) => return print_stdout(&format!("{}\n", startup::version_line())),
         Err(e) => {
             eprintln!("csi-proxy: {e}\n\n{}", flags::usage());
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = startup::check_roots(&opts) {
+        eprintln!("csi-proxy: {e}");
+        return ExitCode::from(2);
+    }
     let _log = match logging::init(&opts.log) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("csi-proxy: {e:#}");
+            eprintln!("csi-proxy: {}", startup::error_chain(&e));
             return ExitCode::from(1);
         }
     };
     match run(opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("csi-proxy: {e:#}");
+            let text = startup::error_chain(&e);
+            tracing::error!("{text}");
+            eprintln!("csi-proxy: {text}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Writes `text` to standard output. A reader that has gone away (`csi-proxy --help | head -1`)
+/// is not an error: it has all it wanted.
+fn print_stdout(text: &str) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("csi-proxy: writing to standard output: {e}");
             ExitCode::from(1)
         }
     }
@@ -100,6 +118,8 @@ impl CallObserver for MetricsObserver {
 async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     tracing::info!(
         version = VERSION,
+        commit = COMMIT,
+        dirty = DIRTY,
         working_dirs = ?opts.allowed_prefixes(),
         require_privacy = opts.require_privacy,
         allowed_services = ?opts.allowed_services,
@@ -111,6 +131,7 @@ async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'stati
              restrict this with -allowed-service NAME (repeatable), or -allowed-service= to allow none"
         );
     }
+    startup::warn_missing_roots(&opts);
     let hosts = csi_proxy_host::native(csi_proxy_host::Config {
         roots: csi_proxy_host::paths::Roots::new(opts.allowed_prefixes()),
         fs_type: opts.linux_fs_type,
@@ -129,6 +150,7 @@ async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'stati
     let ctx = match &opts.metrics_bind_address {
         Some(addr) => {
             let metrics = Metrics::new().context("setting up metrics")?;
+            metrics.set_build_info(VERSION, COMMIT, DIRTY).context("setting up metrics")?;
             let server = metrics.bind(addr).await.with_context(|| format!("-metrics-bind-address {addr}"))?;
             tracing::info!(address = %server.local_addr(), "metrics on /metrics");
             metrics_task = Some(tokio::spawn(server.serve(stopped())));

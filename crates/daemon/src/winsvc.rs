@@ -35,7 +35,7 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
 
 fn service_main(_args: Vec<OsString>) {
     if let Err(e) = run_service() {
-        tracing::error!("service {SERVICE_NAME} failed: {e:#}");
+        tracing::error!("service {SERVICE_NAME} failed: {}", crate::startup::error_chain(&e));
     }
 }
 
@@ -75,7 +75,7 @@ fn run_service() -> anyhow::Result<()> {
         stopping();
     });
     if let Err(e) = &result {
-        tracing::error!("{e:#}");
+        tracing::error!("{}", crate::startup::error_chain(e));
     }
     // ERROR_SERVICE_SPECIFIC_ERROR-style exit: 1 tells the SCM (and its restart policy) we failed.
     report(status, ServiceState::Stopped, ServiceControlAccept::empty(), u32::from(result.is_err()), Duration::ZERO)?;

@@ -49,6 +49,26 @@ fn unknown_flag_exits_2_naming_it() {
 }
 
 #[test]
+fn unknown_logging_format_exits_2_naming_it_and_the_allowed_ones() {
+    let out = Command::new(BIN).arg("-logging-format=xml").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(r#"invalid value "xml" for flag -logging-format: expected one of text, json"#), "{err}");
+}
+
+#[test]
+fn json_logging_writes_one_object_per_line() {
+    let log = startup_log("json", &["-logging-format=json"]);
+    let lines: Vec<serde_json::Value> =
+        log.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}"))).collect();
+    let start = lines.iter().find(|l| l["msg"] == "starting csi-proxy").unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(start["level"], "info");
+    assert_eq!(start["v"], 0);
+    assert!(start["ts"].is_f64(), "{start}");
+    assert_eq!(start["version"], env!("CARGO_PKG_VERSION"));
+}
+
+#[test]
 fn help_lists_every_flag_and_exits_0() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert_eq!(out.status.code(), Some(0));
@@ -217,4 +237,155 @@ fn filesystem_calls_are_contained_and_logged_at_v2() {
     assert!(refused.contains("/etc/passwd") && refused.contains("PermissionDenied"), "{refused}");
     let _ = std::fs::remove_dir_all(&root);
     let _ = std::fs::remove_file(&log);
+}
+
+/// `-version` and `--version` print `csi-proxy <version> (commit <12 hex>[, dirty])` and exit 0;
+/// the commit is the checkout's HEAD, or `unknown` when not built from a checkout.
+#[test]
+fn version_names_the_package_version_and_commit() {
+    let head = Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "--verify", "--quiet", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim()[..12].to_string());
+    for flag in ["-version", "--version"] {
+        let out = Command::new(BIN).arg(flag).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{flag}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.strip_suffix('\n').unwrap_or_else(|| panic!("{text:?}"));
+        let prefix = format!("csi-proxy {} (commit ", env!("CARGO_PKG_VERSION"));
+        let rest = line.strip_prefix(&prefix).unwrap_or_else(|| panic!("{line:?}"));
+        let commit =
+            rest.strip_suffix(", dirty)").or_else(|| rest.strip_suffix(')')).unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(commit, head.as_deref().unwrap_or("unknown"), "{line}");
+    }
+}
+
+/// The daemon's output going into a pipe whose reader is gone (`csi-proxy --help | head -1`) is a
+/// clean exit, not a panic (exit 101).
+#[test]
+fn help_and_version_into_a_closed_pipe_exit_0() {
+    for flag in ["--help", "-version"] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(BIN).arg(flag).stdout(writer).stderr(Stdio::piped()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{flag}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// Runs `cmd` to its end, or kills it after `limit` (a daemon that started when it should not
+/// have then fails the test instead of hanging it).
+fn output_within(cmd: &mut Command, limit: Duration) -> std::process::Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
+
+/// Relative roots are refused before anything starts: exit 2, naming the flag and the value.
+#[test]
+fn relative_roots_are_refused_with_exit_2() {
+    let dir = tempdir("relative");
+    for args in [&["-kubelet-path", "var/lib/kubelet"][..], &["-working-dir=/ok", "-working-dir", "./pods"]] {
+        let out = output_within(Command::new(BIN).arg("-socket-dir").arg(&dir).args(args), Duration::from_secs(10));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let (flag, value) =
+            if args[0] == "-kubelet-path" { ("-kubelet-path", args[1]) } else { ("-working-dir", args[2]) };
+        assert!(
+            err.contains(&format!(
+                "invalid value {value:?} for flag {flag}: expected an absolute path (starting with /)"
+            )),
+            "{err}"
+        );
+        assert!(!dir.exists(), "nothing started");
+    }
+}
+
+/// An allowed root that does not exist is worth a warning at start, naming it.
+#[test]
+fn missing_root_is_warned_about() {
+    let missing = tempdir("missing-root");
+    let log = startup_log("missing-root-sock", &["-working-dir", missing.to_str().unwrap()]);
+    let warning = log.lines().find(|l| l.contains("WARN") && l.contains(missing.to_str().unwrap()));
+    let warning = warning.unwrap_or_else(|| panic!("no warning in {log}"));
+    assert!(warning.contains("-working-dir") && warning.contains("does not exist"), "{warning}");
+
+    std::fs::create_dir_all(&missing).unwrap();
+    let log = startup_log("present-root-sock", &["-working-dir", missing.to_str().unwrap()]);
+    assert!(!log.lines().any(|l| l.contains("WARN") && l.contains(missing.to_str().unwrap())), "{log}");
+    let _ = std::fs::remove_dir_all(&missing);
+}
+
+/// A regular file where the socket directory should be is named as such, once (it used to be
+/// `creating socket directory …: File exists (os error 17): File exists (os error 17)`).
+#[test]
+fn socket_dir_that_is_a_file_is_named_once() {
+    let file = tempdir("socket-file");
+    std::fs::write(&file, b"").unwrap();
+    let out = Command::new(BIN).arg("-socket-dir").arg(&file).output().unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find(|l| l.starts_with("csi-proxy: ")).unwrap_or_else(|| panic!("{err}"));
+    assert_eq!(
+        line,
+        format!(
+            "csi-proxy: cannot serve the API endpoints: socket directory {} is a regular file, but a directory is \
+             expected there",
+            file.display()
+        )
+    );
+}
+
+/// An error whose message already carries its cause prints the cause once.
+#[test]
+fn error_causes_are_printed_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempdir("cause-once");
+    let out = Command::new(BIN).arg("-socket-dir").arg(&dir).args(["-metrics-bind-address", &addr]).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find(|l| l.starts_with("csi-proxy: ")).unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains(&addr) && line.contains("os error"), "{line}");
+    assert_eq!(line.matches("os error").count(), 1, "{line}");
+}
+
+/// `/metrics` carries the build-info gauge with the same version and commit as `-version`.
+#[test]
+fn metrics_carry_build_info() {
+    let version = Command::new(BIN).arg("-version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    let dir = tempdir("build-info");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let _d = start(&dir, &["-metrics-bind-address", &addr]);
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let line = body.lines().find(|l| l.starts_with("csi_proxy_build_info{")).unwrap_or_else(|| panic!("{body}"));
+    let dirty = version.ends_with(", dirty)");
+    let commit = version.rsplit("(commit ").next().unwrap().trim_end_matches(')').trim_end_matches(", dirty");
+    assert_eq!(
+        line,
+        format!(
+            r#"csi_proxy_build_info{{commit="{commit}",dirty="{dirty}",version="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION")
+        ),
+        "{version}"
+    );
+    assert!(body.contains("# TYPE csi_proxy_build_info gauge"), "{body}");
 }

@@ -18,6 +18,13 @@
 //! Process metrics: on Linux the `prometheus` crate's collector (CPU seconds, resident and
 //! virtual memory, open and max fds, threads, start time). Elsewhere only
 //! `process_start_time_seconds`, taken when [`Metrics::new`] runs.
+//!
+//! Our own: `csi_proxy_build_info` (version, commit, dirty), once the daemon calls
+//! [`Metrics::set_build_info`].
+
+mod build_info;
+
+pub use build_info::BUILD_INFO;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -23,12 +23,52 @@ pub enum BindError {
     NotASocket { path: PathBuf },
     #[error("{what} {path}: {source}")]
     Io { what: &'static str, path: PathBuf, source: io::Error },
+    /// The socket directory, or a directory above it, is something other than a directory.
+    #[error("{}", not_a_directory(dir, path, what))]
+    NotADirectory { dir: PathBuf, path: PathBuf, what: &'static str },
     #[error(
         "socket directory {dir} {why}; refusing to serve there (another user could replace a socket). Use a \
          directory owned by uid {uid} that only it can write to (e.g. chown {uid} and chmod 0755 it), or remove it and \
          let the daemon create it"
     )]
     UnsafeDir { dir: PathBuf, why: String, uid: u32 },
+}
+
+fn not_a_directory(dir: &Path, path: &Path, what: &str) -> String {
+    if dir == path {
+        format!("socket directory {} is a {what}, but a directory is expected there", dir.display())
+    } else {
+        format!(
+            "cannot create socket directory {}: {} is a {what}, but a directory is expected there",
+            dir.display(),
+            path.display()
+        )
+    }
+}
+
+/// Why `dir` could not be created, when the reason is that it, or the nearest of its ancestors
+/// that exists, is not a directory (the system only says "File exists" or "Not a directory").
+fn non_directory_in_the_way(dir: &Path) -> Option<(PathBuf, &'static str)> {
+    for p in dir.ancestors().filter(|p| !p.as_os_str().is_empty()) {
+        match fs::metadata(p) {
+            Ok(m) if m.is_dir() => return None,
+            Ok(m) => {
+                let t = m.file_type();
+                let what = if t.is_file() {
+                    "regular file"
+                } else if t.is_socket() {
+                    "socket"
+                } else if t.is_fifo() {
+                    "named pipe"
+                } else {
+                    "device or other special file"
+                };
+                return Some((p.to_path_buf(), what));
+            }
+            Err(_) => continue,
+        }
+    }
+    None
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> BindError + 'a {
@@ -57,7 +97,12 @@ impl DirLock {
 /// it, and takes its lock, so that two daemons never share a directory even if they start at the
 /// same instant.
 pub fn lock_dir(dir: &Path) -> Result<DirLock, BindError> {
-    DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(io_err("creating socket directory", dir))?;
+    DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(|source| {
+        match non_directory_in_the_way(dir) {
+            Some((path, what)) => BindError::NotADirectory { dir: dir.to_path_buf(), path, what },
+            None => BindError::Io { what: "creating socket directory", path: dir.to_path_buf(), source },
+        }
+    })?;
     check_dir_owner(dir)?;
     let path = dir.join("csi-proxy.lock");
     let file = OpenOptions::new()
@@ -208,6 +253,33 @@ mod tests {
             std::os::unix::fs::chown(&d, Some(65534), None).unwrap();
             refused(&d, "owned by uid 65534");
         }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A regular file where the socket directory (or a directory above it) should be is named as
+    /// such, instead of the system's bare "File exists" / "Not a directory".
+    #[test]
+    fn a_file_in_place_of_the_socket_directory_is_named() {
+        let dir = tempdir("notdir");
+        let file = dir.join("file");
+        fs::write(&file, b"").unwrap();
+        let e = lock_dir(&file).unwrap_err();
+        assert!(matches!(e, BindError::NotADirectory { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!("socket directory {} is a regular file, but a directory is expected there", file.display())
+        );
+        assert!(std::error::Error::source(&e).is_none());
+        let below = file.join("sub/sockets");
+        let e = lock_dir(&below).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "cannot create socket directory {}: {} is a regular file, but a directory is expected there",
+                below.display(),
+                file.display()
+            )
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 
