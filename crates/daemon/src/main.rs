@@ -2,6 +2,8 @@
 
 mod flags;
 mod logging;
+#[cfg(target_os = "linux")]
+mod sdnotify;
 mod startup;
 #[cfg(windows)]
 mod winsvc;
@@ -71,7 +73,16 @@ fn run(opts: Options) -> anyhow::Result<()> {
         #[cfg(not(windows))]
         anyhow::bail!("-windows-service is only meaningful on Windows");
     }
-    run_until(opts, shutdown_signal())
+    // Under systemd (`Type=notify`), READY=1 once every socket is served and STOPPING=1 as the
+    // stop begins.
+    #[cfg(target_os = "linux")]
+    let (ready, stopping) = (|| sdnotify::notify("READY=1"), || sdnotify::notify("STOPPING=1"));
+    #[cfg(not(target_os = "linux"))]
+    let (ready, stopping) = (|| {}, || {});
+    run_until(opts, ready, async move {
+        shutdown_signal().await;
+        stopping();
+    })
 }
 
 /// How long host calls still running after the endpoints have drained may hold up the exit.
@@ -89,15 +100,20 @@ const HOST_THREADS: usize = 64;
 /// allocator.
 const HOST_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(120);
 
-/// Serves until `shutdown` completes, on a runtime of its own.
-fn run_until(opts: Options, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+/// Serves until `shutdown` completes, on a runtime of its own; calls `ready` once every endpoint
+/// exists and is served (not at all if one cannot be bound).
+fn run_until(
+    opts: Options,
+    ready: impl FnOnce(),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(HOST_THREADS)
         .thread_keep_alive(HOST_THREAD_KEEP_ALIVE)
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(serve(opts, shutdown));
+    let result = runtime.block_on(serve(opts, ready, shutdown));
     // Dropping the runtime would wait for blocking host calls without bound.
     runtime.shutdown_timeout(STOP_BUDGET);
     result
@@ -115,7 +131,11 @@ impl CallObserver for MetricsObserver {
     }
 }
 
-async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+async fn serve(
+    opts: Options,
+    ready: impl FnOnce(),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     tracing::info!(
         version = VERSION,
         commit = COMMIT,
@@ -176,7 +196,12 @@ async fn serve(opts: Options, shutdown: impl Future<Output = ()> + Send + 'stati
         tracing::info!("shutting down");
         let _ = stop_tx.send(true);
     };
-    csi_proxy_transport::serve_apis(csi_proxy_wire::APIS, &endpoints, |api| ctx.service(api), options, shutdown)
+    let ready = || {
+        tracing::info!("every endpoint is bound and served");
+        ready();
+    };
+    let apis = csi_proxy_wire::APIS;
+    csi_proxy_transport::serve_apis_then(apis, &endpoints, |api| ctx.service(api), options, ready, shutdown)
         .await
         .context("cannot serve the API endpoints")?;
     if let Some(t) = metrics_task {

@@ -59,9 +59,16 @@ fn run_service() -> anyhow::Result<()> {
     };
     let status = service_control_handler::register(SERVICE_NAME, handler)?;
     report(status, ServiceState::StartPending, ServiceControlAccept::empty(), 0, Duration::from_secs(10))?;
-    // ParamChange is accepted, as upstream does, and ignored: there is nothing to reload.
-    let accepted = ServiceControlAccept::STOP | ServiceControlAccept::SHUTDOWN | ServiceControlAccept::PARAM_CHANGE;
-    report(status, ServiceState::Running, accepted, 0, Duration::ZERO)?;
+    // Running only once every pipe exists, so that a dependent service (or `sc start` followed by
+    // a client) never finds a pipe missing. If a pipe cannot be created, Running is never
+    // reported: the service goes from StartPending to Stopped with exit code 1.
+    let running = move || {
+        // ParamChange is accepted, as upstream does, and ignored: there is nothing to reload.
+        let accepted = ServiceControlAccept::STOP | ServiceControlAccept::SHUTDOWN | ServiceControlAccept::PARAM_CHANGE;
+        if let Err(e) = report(status, ServiceState::Running, accepted, 0, Duration::ZERO) {
+            tracing::warn!("reporting Running to the service control manager: {e}");
+        }
+    };
     let stopping = move || {
         // Draining is bounded (the transport's drain, then crate::STOP_BUDGET); the hint covers both.
         let hint = crate::STOP_BUDGET * 2;
@@ -69,7 +76,7 @@ fn run_service() -> anyhow::Result<()> {
             tracing::warn!("reporting StopPending to the service control manager: {e}");
         }
     };
-    let result = crate::run_until(opts, async move {
+    let result = crate::run_until(opts, running, async move {
         let _ = stop_rx.await;
         tracing::info!("stop requested by the service control manager");
         stopping();

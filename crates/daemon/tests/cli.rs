@@ -389,3 +389,115 @@ fn metrics_carry_build_info() {
     );
     assert!(body.contains("# TYPE csi_proxy_build_info gauge"), "{body}");
 }
+
+fn socket_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sock")).count())
+        .unwrap_or(0)
+}
+
+/// A daemon killed on drop (so that a failing test leaves none behind).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the daemon on `dir` with stderr captured; returns it and a reader of its log.
+fn start_logged(dir: &Path, env: &[(&str, &Path)]) -> (Killed, std::thread::JoinHandle<String>) {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("-socket-dir").arg(dir).stderr(Stdio::piped()).env_remove("NOTIFY_SOCKET");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    (Killed(child), reader)
+}
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(status.success());
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("daemon did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A clean stop (SIGTERM) removes the sockets and the lock file the daemon made, so the next
+/// start finds nothing stale to replace.
+#[test]
+fn clean_stop_removes_sockets_and_lock_file() {
+    let dir = tempdir("cleanstop");
+    let (mut child, log) = start_logged(&dir, &[]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while socket_count(&dir) < 23 {
+        assert!(Instant::now() < deadline, "daemon did not create its sockets");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(dir.join("csi-proxy.lock").exists());
+    sigterm(&child.0);
+    let status = wait_exit(&mut child.0, Duration::from_secs(30));
+    let log = log.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "left behind after a clean stop: {left:?}\n{log}");
+
+    let (mut again, log) = start_logged(&dir, &[]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while socket_count(&dir) < 23 {
+        assert!(Instant::now() < deadline, "daemon did not create its sockets again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    sigterm(&again.0);
+    let status = wait_exit(&mut again.0, Duration::from_secs(30));
+    let log = log.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(!log.contains("stale socket"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With NOTIFY_SOCKET set (systemd `Type=notify`), READY=1 arrives only once all 23 sockets
+/// exist, and STOPPING=1 on SIGTERM.
+#[test]
+fn systemd_is_notified_when_every_socket_is_bound_and_when_stopping() {
+    let dir = tempdir("notify");
+    let notify_path = std::env::temp_dir().join(format!("csi-proxy-cli-notify-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&notify_path);
+    let rx = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let (mut child, log) = start_logged(&dir, &[("NOTIFY_SOCKET", &notify_path)]);
+    let mut buf = [0u8; 256];
+    let n = rx.recv(&mut buf).expect("no READY=1 from the daemon");
+    // Counted the moment the datagram is here: the daemon must not have sent it any earlier.
+    let sockets = socket_count(&dir);
+    assert_eq!(&buf[..n], b"READY=1");
+    assert_eq!(sockets, 23, "READY=1 came before every socket was bound");
+    sigterm(&child.0);
+    let n = rx.recv(&mut buf).expect("no STOPPING=1 from the daemon");
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    let status = wait_exit(&mut child.0, Duration::from_secs(30));
+    let log = log.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(!log.contains("cannot notify"), "{log}");
+    let _ = std::fs::remove_file(&notify_path);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,8 @@
 #![cfg(windows)]
 //! `-windows-service` under the real service control manager (Wine's, in CI): the daemon is
 //! installed as `csiproxy`, started, serves its pipes, and on Stop closes them, reports Stopped
-//! and exits.
+//! and exits. Running is reported only once every pipe exists; a pipe it cannot create makes the
+//! start fail (Stopped, exit code 1) without ever reporting Running.
 
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
@@ -79,7 +80,10 @@ fn installed_service_serves_and_stops_for_real() {
     wait_for("Running", Duration::from_secs(30), || {
         service.query_status().unwrap().current_state == ServiceState::Running
     });
-    wait_for("the pipes", Duration::from_secs(30), || pipe_answers("csi-proxy-filesystem-v1"));
+    // Running means every pipe is there already: the first and the last one bound answer at once.
+    for pipe in ["csi-proxy-disk-v1alpha1", "csi-proxy-filesystem-v1", "csi-proxy-system-v1alpha1"] {
+        assert!(pipe_answers(pipe), "service reported Running before pipe {pipe} existed");
+    }
     let status = service.query_status().unwrap();
     assert!(status.process_id.is_some(), "{status:?}");
     use windows_service::service::ServiceControlAccept as A;
@@ -92,4 +96,24 @@ fn installed_service_serves_and_stops_for_real() {
     let status = service.query_status().unwrap();
     assert_eq!(status.exit_code, windows_service::service::ServiceExitCode::Win32(0), "{status:?}");
     wait_for("the pipes to close", Duration::from_secs(10), || !pipe_answers("csi-proxy-filesystem-v1"));
+
+    // Someone else holds the last pipe: the start fails, Running is never reported.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _squatter = rt
+        .block_on(async {
+            tokio::net::windows::named_pipe::ServerOptions::new()
+                .first_pipe_instance(true)
+                .create(r"\\.\pipe\csi-proxy-system-v1alpha1")
+        })
+        .unwrap();
+    service.start::<&str>(&[]).unwrap();
+    let mut seen = Vec::new();
+    wait_for("Stopped after a failed start", Duration::from_secs(40), || {
+        let state = service.query_status().unwrap().current_state;
+        seen.push(state);
+        state == ServiceState::Stopped && seen.len() > 1
+    });
+    assert!(!seen.contains(&ServiceState::Running), "{seen:?}");
+    let status = service.query_status().unwrap();
+    assert_eq!(status.exit_code, windows_service::service::ServiceExitCode::Win32(1), "{status:?}");
 }

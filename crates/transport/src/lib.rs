@@ -184,6 +184,9 @@ async fn serve_limited<L, S, B>(
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
+    // Stop listening at once (a unix socket's file goes with it): a client connecting now is
+    // refused instead of waiting in the backlog for a server that is going away.
+    drop(listener);
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
     conns.shutdown().await;
@@ -313,6 +316,29 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    serve_apis_then(apis, endpoints, make, options, || {}, shutdown).await
+}
+
+/// [`serve_apis`], calling `bound` once every endpoint exists and is being served (every unix
+/// socket bound and listening, every pipe's first instance created) — the moment to tell a
+/// supervisor (systemd, the Windows service control manager) that the daemon is ready. Not
+/// called if binding fails. On return every endpoint is closed; the unix sockets and the
+/// directory's lock file this call created are removed.
+pub async fn serve_apis_then<F, S, B>(
+    apis: &[csi_proxy_wire::Api],
+    endpoints: &Endpoints,
+    make: F,
+    options: impl Into<ServeOptions>,
+    bound: impl FnOnce(),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError>
+where
+    F: Fn(csi_proxy_wire::Api) -> S,
+    S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let options = options.into();
     // One pool of connections for all endpoints, and one place that reports refusals.
     let total = Arc::new(Semaphore::new(options.max_connections.min(Semaphore::MAX_PERMITS)));
@@ -325,10 +351,14 @@ where
             let _ = rx.wait_for(|s| *s).await;
         }
     };
+    // Held until every server has stopped and removed its socket; dropped last, it removes the
+    // lock file.
+    #[cfg(unix)]
+    let mut _lock = None;
     match endpoints {
         #[cfg(unix)]
         Endpoints::UnixDir(dir) => {
-            let lock = unix::lock_dir(dir)?;
+            _lock = Some(unix::lock_dir(dir)?);
             let mut listeners = Vec::with_capacity(apis.len());
             for api in apis {
                 listeners.push((*api, unix::bind(dir, api)?));
@@ -337,12 +367,6 @@ where
                 tracing::info!(api = %api.service_name(), socket = %l.path().display(), "listening");
                 servers.spawn(serve_limited(l, make(api), options, total.clone(), refusals.clone(), stopped()));
             }
-            // The lock lives as long as the servers.
-            let stop = stopped();
-            servers.spawn(async move {
-                stop.await;
-                drop(lock);
-            });
         }
         #[cfg(windows)]
         Endpoints::Pipes { sddl } => {
@@ -356,6 +380,7 @@ where
             }
         }
     }
+    bound();
     shutdown.await;
     let _ = stop_tx.send(true);
     while servers.join_next().await.is_some() {}

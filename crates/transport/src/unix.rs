@@ -80,16 +80,39 @@ pub fn socket_path(dir: &Path, api: &Api) -> PathBuf {
     dir.join(format!("{}.sock", api.endpoint_name()))
 }
 
-/// An exclusive lock on a socket directory, held for the daemon's lifetime.
+/// An exclusive lock on a socket directory, held for the daemon's lifetime. Dropping it removes
+/// the lock file (while still holding the lock), so a clean stop leaves nothing behind.
 #[derive(Debug)]
 pub struct DirLock {
-    _file: File,
+    file: File,
     path: PathBuf,
 }
 
 impl DirLock {
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Only while the path is still the file we locked (see `lock_dir`). Removing it before
+        // the lock is released is what keeps this safe: a daemon that opened the old file
+        // meanwhile sees, once it gets the lock, that the path no longer names that file.
+        if same_file(&self.file, &self.path) {
+            if let Err(e) = fs::remove_file(&self.path) {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot remove the lock file");
+            }
+        }
+    }
+}
+
+/// Whether `path` names the file open as `file` (same device and inode).
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
     }
 }
 
@@ -105,17 +128,23 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, BindError> {
     })?;
     check_dir_owner(dir)?;
     let path = dir.join("csi-proxy.lock");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(io_err("opening lock file", &path))?;
-    match file.try_lock() {
-        Ok(()) => Ok(DirLock { _file: file, path }),
-        Err(fs::TryLockError::WouldBlock) => Err(BindError::Locked { dir: dir.to_path_buf(), lock: path }),
-        Err(fs::TryLockError::Error(e)) => Err(BindError::Io { what: "locking", path, source: e }),
+    // The daemon that held the lock removes the file as it stops: the file locked here may have
+    // been removed between opening and locking it, and then locks nothing. Open it again.
+    for _ in 0..16 {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err("opening lock file", &path))?;
+        match file.try_lock() {
+            Ok(()) if same_file(&file, &path) => return Ok(DirLock { file, path }),
+            Ok(()) => continue,
+            Err(fs::TryLockError::WouldBlock) => return Err(BindError::Locked { dir: dir.to_path_buf(), lock: path }),
+            Err(fs::TryLockError::Error(e)) => return Err(BindError::Io { what: "locking", path, source: e }),
+        }
     }
+    Err(BindError::Locked { dir: dir.to_path_buf(), lock: path })
 }
 
 /// A directory that was there before may belong to someone else: whoever can write to it can
@@ -141,11 +170,28 @@ fn check_dir_owner(dir: &Path) -> Result<(), BindError> {
     Ok(())
 }
 
-/// A listening socket for one API.
+/// A listening socket for one API. Dropping it removes its socket file, if that is still the
+/// one it bound (not one that replaced it since).
 #[derive(Debug)]
 pub struct UnixSocketListener {
     inner: tokio::net::UnixListener,
     path: PathBuf,
+    /// Device and inode of the socket file as bound.
+    id: (u64, u64),
+}
+
+impl Drop for UnixSocketListener {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        match fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.id => {
+                if let Err(e) = fs::remove_file(&self.path) {
+                    tracing::warn!(path = %self.path.display(), error = %e, "cannot remove the socket");
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 impl UnixSocketListener {
@@ -179,10 +225,15 @@ pub fn bind(dir: &Path, api: &Api) -> Result<UnixSocketListener, BindError> {
         let tmp = staging.join("s");
         let std_listener = std::os::unix::net::UnixListener::bind(&tmp).map_err(io_err("binding", &tmp))?;
         fs::set_permissions(&tmp, Permissions::from_mode(0o600)).map_err(io_err("setting mode of", &tmp))?;
+        let id = {
+            use std::os::unix::fs::MetadataExt;
+            let m = fs::symlink_metadata(&tmp).map_err(io_err("inspecting", &tmp))?;
+            (m.dev(), m.ino())
+        };
         fs::rename(&tmp, &path).map_err(io_err("moving socket into place at", &path))?;
         std_listener.set_nonblocking(true).map_err(io_err("configuring", &path))?;
         let inner = tokio::net::UnixListener::from_std(std_listener).map_err(io_err("registering", &path))?;
-        Ok(UnixSocketListener { inner, path: path.clone() })
+        Ok(UnixSocketListener { inner, path: path.clone(), id })
     })();
     let _ = fs::remove_dir_all(&staging);
     result
@@ -325,5 +376,34 @@ mod tests {
         drop(first);
         lock_dir(&dir).unwrap();
         fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+    }
+
+    /// A listener removes its socket file when dropped, but not a file that replaced it; a lock
+    /// removes its lock file, and the directory can be locked again at once.
+    #[tokio::test]
+    async fn dropping_removes_only_what_was_created() {
+        let dir = tempdir("cleanup");
+        let lock = lock_dir(&dir).unwrap();
+        assert!(lock.path().exists());
+        let a = bind(&dir, &APIS[0]).unwrap();
+        let b = bind(&dir, &APIS[1]).unwrap();
+        let (pa, pb) = (a.path().to_path_buf(), b.path().to_path_buf());
+        drop(a);
+        assert!(!pa.exists(), "the socket outlived its listener");
+        // Someone replaced b's socket meanwhile: theirs stays.
+        fs::remove_file(&pb).unwrap();
+        fs::write(&pb, b"not ours").unwrap();
+        drop(b);
+        assert_eq!(fs::read(&pb).unwrap(), b"not ours");
+        fs::remove_file(&pb).unwrap();
+        let lock_path = lock.path().to_path_buf();
+        drop(lock);
+        assert!(!lock_path.exists(), "the lock file outlived its lock");
+        let again = lock_dir(&dir).unwrap();
+        assert!(matches!(lock_dir(&dir), Err(BindError::Locked { .. })));
+        drop(again);
+        let names: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(names.is_empty(), "{names:?}");
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
