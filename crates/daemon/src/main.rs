@@ -167,6 +167,8 @@ async fn serve(
     };
 
     let mut metrics_task = None;
+    // What /readyz answers: set once every endpoint is served, cleared when stopping.
+    let mut readiness: Option<Metrics> = None;
     let ctx = match &opts.metrics_bind_address {
         Some(addr) => {
             let metrics = Metrics::new().context("setting up metrics")?;
@@ -174,6 +176,7 @@ async fn serve(
             let server = metrics.bind(addr).await.with_context(|| format!("-metrics-bind-address {addr}"))?;
             tracing::info!(address = %server.local_addr(), "metrics on /metrics");
             metrics_task = Some(tokio::spawn(server.serve(stopped())));
+            readiness = Some(metrics.clone());
             Context::with_observer(hosts, config, Arc::new(MetricsObserver(metrics)))
         }
         None => Context::new(hosts, config),
@@ -191,13 +194,20 @@ async fn serve(
     };
     fit_connections_to_fd_limit(&mut options);
 
+    let unready = readiness.clone();
     let shutdown = async move {
         shutdown.await;
         tracing::info!("shutting down");
+        if let Some(m) = &unready {
+            m.set_ready(false);
+        }
         let _ = stop_tx.send(true);
     };
     let ready = || {
         tracing::info!("every endpoint is bound and served");
+        if let Some(m) = &readiness {
+            m.set_ready(true);
+        }
         ready();
     };
     let apis = csi_proxy_wire::APIS;

@@ -501,3 +501,37 @@ fn systemd_is_notified_when_every_socket_is_bound_and_when_stopping() {
     let _ = std::fs::remove_file(&notify_path);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The probes on the metrics listener: /healthz answers 200 while the daemon runs; /readyz turns
+/// 200 only once every API socket is bound (before that it is 503).
+#[test]
+fn readyz_follows_the_endpoints() {
+    let dir = tempdir("readyz");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let get = |path: &str| -> Option<String> {
+        let mut s = std::net::TcpStream::connect(&addr).ok()?;
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    };
+    let _d = start(&dir, &["-metrics-bind-address", &addr]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ready = loop {
+        let r = get("/readyz").unwrap_or_default();
+        if r.starts_with("HTTP/1.1 200 ") {
+            break r;
+        }
+        assert!(r.is_empty() || r.starts_with("HTTP/1.1 503 "), "{r}");
+        assert!(Instant::now() < deadline, "never ready: {r}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(ready.ends_with("\r\n\r\nok\n"), "{ready}");
+    assert_eq!(socket_count(&dir), 23);
+    let health = get("/healthz").unwrap();
+    assert!(health.starts_with("HTTP/1.1 200 ") && health.ends_with("ok\n"), "{health}");
+}

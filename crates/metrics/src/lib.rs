@@ -44,6 +44,11 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Path of the only resource the HTTP endpoint serves.
 pub const METRICS_PATH: &str = "/metrics";
+/// Liveness probe on the metrics listener: 200 whenever the daemon answers.
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// Readiness probe on the metrics listener: 200 once every API endpoint is bound and served,
+/// 503 before that and while stopping.
+pub const READYZ_PATH: &str = "/readyz";
 
 /// Largest request head (request line plus headers) we read before answering 431.
 const MAX_HEAD_BYTES: usize = 8 * 1024;
@@ -83,6 +88,8 @@ struct Inner {
     msg_received: IntCounterVec,
     msg_sent: IntCounterVec,
     handling_seconds: HistogramVec,
+    /// Whether every API endpoint is bound and served (what `/readyz` answers).
+    ready: std::sync::atomic::AtomicBool,
 }
 
 /// The daemon's metrics registry. Cloning is cheap and clones share the same counters.
@@ -131,7 +138,23 @@ impl Metrics {
         registry.register(Box::new(handling_seconds.clone()))?;
         register_process_metrics(&registry)?;
 
-        Ok(Metrics { inner: Arc::new(Inner { registry, started, handled, msg_received, msg_sent, handling_seconds }) })
+        Ok(Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                started,
+                handled,
+                msg_received,
+                msg_sent,
+                handling_seconds,
+                ready: std::sync::atomic::AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Marks the daemon ready (every API endpoint bound and served) or not (not yet, or
+    /// stopping): what `/readyz` answers.
+    pub fn set_ready(&self, ready: bool) {
+        self.inner.ready.store(ready, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Records the start of a unary call: `service` is `<version>.<Service>` (for example
@@ -345,6 +368,24 @@ fn route(head: &[u8], metrics: &Metrics) -> Vec<u8> {
         return response(400, "Bad Request", "text/plain", b"bad request\n", true);
     }
     let path = target.split(['?', '#']).next().unwrap_or("");
+    // Probes: alive whenever this answers; ready once every API endpoint is bound and served,
+    // and no longer while stopping.
+    let probe = match path {
+        HEALTHZ_PATH => Some((200, "OK", "ok\n".as_bytes())),
+        READYZ_PATH if metrics.inner.ready.load(std::sync::atomic::Ordering::SeqCst) => {
+            Some((200, "OK", "ok\n".as_bytes()))
+        }
+        READYZ_PATH => {
+            Some((503, "Service Unavailable", "not ready: the API endpoints are not all bound and served\n".as_bytes()))
+        }
+        _ => None,
+    };
+    if let Some((status, reason, body)) = probe {
+        return match method {
+            "GET" | "HEAD" => response(status, reason, "text/plain; charset=utf-8", body, method == "GET"),
+            _ => response(405, "Method Not Allowed", "text/plain", b"method not allowed\n", true),
+        };
+    }
     if path != METRICS_PATH {
         // Same body as Go's default "not found" handler.
         return response(404, "Not Found", "text/plain; charset=utf-8", b"404 page not found\n", true);
@@ -571,6 +612,18 @@ mod tests {
 
         let r = exchange(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n").await;
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\n"), "{r}");
+
+        // Probes: alive at once, ready only when told.
+        let r = exchange(addr, b"GET /healthz HTTP/1.1\r\n\r\n").await;
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\nok\n"), "{r}");
+        let r = exchange(addr, b"GET /readyz HTTP/1.1\r\n\r\n").await;
+        assert!(r.starts_with("HTTP/1.1 503 Service Unavailable\r\n") && r.contains("not ready"), "{r}");
+        metrics.set_ready(true);
+        let r = exchange(addr, b"GET /readyz HTTP/1.1\r\n\r\n").await;
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\nok\n"), "{r}");
+        metrics.set_ready(false);
+        let r = exchange(addr, b"HEAD /readyz HTTP/1.1\r\n\r\n").await;
+        assert!(r.starts_with("HTTP/1.1 503 ") && r.ends_with("\r\n\r\n"), "{r}");
 
         for path in ["/", "/metrics/", "/metricsx", "/other"] {
             let r = exchange(addr, format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes()).await;
