@@ -11,22 +11,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The git commit the daemon was built from (12 hex digits), or `unknown`.
 pub const COMMIT: &str = env!("CSI_PROXY_COMMIT");
 /// Whether the work tree had uncommitted changes when it was built.
-pub const DIRTY: bool = const_str_eq(env!("CSI_PROXY_DIRTY"), "true");
-
-const fn const_str_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
+pub const DIRTY: bool = matches!(env!("CSI_PROXY_DIRTY").as_bytes(), b"true");
 
 /// What `-version` prints: `csi-proxy 0.1.0 (commit abcdef123456)`, with `, dirty` when built
 /// from a work tree with uncommitted changes.
@@ -40,12 +25,15 @@ const ABSOLUTE: &str = r"an absolute path (a drive path such as C:\var\lib\kubel
 #[cfg(not(windows))]
 const ABSOLUTE: &str = "an absolute path (starting with /)";
 
+/// Every allowed root with the flag (without its dash) that set it.
+fn roots(opts: &Options) -> impl Iterator<Item = (&'static str, &String)> {
+    std::iter::once(("kubelet-path", &opts.kubelet_path)).chain(opts.working_dirs.iter().map(|d| ("working-dir", d)))
+}
+
 /// `-kubelet-path` and every `-working-dir` must be absolute: a relative root would depend on the
 /// daemon's working directory (the service control manager starts it in System32).
 pub fn check_roots(opts: &Options) -> Result<(), FlagError> {
-    let roots = std::iter::once(("kubelet-path", &opts.kubelet_path))
-        .chain(opts.working_dirs.iter().map(|d| ("working-dir", d)));
-    for (flag, value) in roots {
+    for (flag, value) in roots(opts) {
         if !is_absolute(value, cfg!(windows)) {
             return Err(FlagError::InvalidValue { flag: flag.to_string(), value: value.clone(), expected: ABSOLUTE });
         }
@@ -69,9 +57,8 @@ fn is_absolute(path: &str, windows: bool) -> bool {
 /// Warns about each allowed root that is not an existing directory: until it is created, every
 /// call on a path under it fails.
 pub fn warn_missing_roots(opts: &Options) {
-    let roots = std::iter::once(("-kubelet-path", &opts.kubelet_path))
-        .chain(opts.working_dirs.iter().map(|d| ("-working-dir", d)));
-    for (flag, root) in roots {
+    for (flag, root) in roots(opts) {
+        let flag = format_args!("-{flag}");
         match std::fs::metadata(Path::new(root)) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
