@@ -125,9 +125,7 @@ pub(crate) fn is_fuse(m: &Mount) -> bool {
 /// A mount's source as a device node path: absolute, below `dev`, and without `.` or `..`
 /// components (so it can't climb out of `dev`); `None` otherwise.
 pub(crate) fn device_source<'a>(source: &'a Path, dev: &Path) -> Option<&'a Path> {
-    #[cfg(unix)]
-    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(source.as_os_str());
-    #[cfg(not(unix))]
+    // On unix the encoded bytes are the path's own bytes.
     let bytes = source.as_os_str().as_encoded_bytes();
     let dotted = bytes.split(|&b| b == b'/').any(|c| c == b"." || c == b"..");
     (source.has_root() && !dotted && source.starts_with(dev) && source != dev).then_some(source)
