@@ -662,6 +662,26 @@ fn root_given_through_a_link() {
     assert!(matches!(host.mkdir(&f.p("outside/x")), Err(Error::PermissionDenied(_))));
 }
 
+/// A link outside the roots that points at a root is still outside: only a root's own spelling
+/// stands for its target. (Found by the property test below: PathExists answered `true` for it.)
+#[test]
+fn a_link_outside_pointing_at_a_root_is_outside() {
+    let f = Fixture::new("outlink");
+    f.link(&f.p("kubelet"), "outside/to-root");
+    let before = f.outside();
+    for (op, r) in [
+        ("PathExists", f.host.path_exists(&f.p("outside/to-root")).map(drop)),
+        ("IsSymlink", f.host.is_symlink(&f.p("outside/to-root")).map(drop)),
+        ("Rmdir", f.host.rmdir(&f.p("outside/to-root"), true)),
+        ("Mkdir", f.host.mkdir(&f.p("outside/to-root"))),
+    ] {
+        assert!(matches!(r, Err(Error::PermissionDenied(_))), "{op}: {r:?}");
+    }
+    assert_eq!(before, f.outside());
+    // Through it, the path is below a root and so inside, as any link leading into one.
+    assert!(f.host.path_exists(&f.p("outside/to-root/pods")).unwrap());
+}
+
 /// Mount points: never descended into by Rmdir(force), and reported by IsSymlink (a volume
 /// mounted at a path, as upstream's mounted folders). Needs root for mount(2).
 #[test]

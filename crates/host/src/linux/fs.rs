@@ -218,6 +218,11 @@ impl Filesystem {
             .collect()
     }
 
+    /// Whether the parsed path is one of the roots as configured (not its canonical form).
+    fn spells_a_root(&self, names: &[&str]) -> bool {
+        self.roots.as_slice().iter().any(|r| paths::unix::parse(r).is_ok_and(|root| root == names))
+    }
+
     fn locate(&self, path: &str) -> Result<Located> {
         self.locate_walker(path).map(|(l, _)| l)
     }
@@ -256,9 +261,10 @@ impl Filesystem {
         if walker.inside(located.canonical()) {
             return Ok((located, walker));
         }
-        // The path may name a link that leads into a root: a root given on the command line
-        // through a link, e.g. /var/lib/kubelet -> /data/kubelet. Then it stands for its target.
-        if let Located::Entry { dir, name, .. } = &located {
+        // A root given on the command line through a link (/var/lib/kubelet -> /data/kubelet),
+        // named as given, stands for its target. Any other link outside the roots is outside,
+        // even one pointing at a root: answering for it would tell what exists out there.
+        if let (Located::Entry { dir, name, .. }, true) = (&located, self.spells_a_root(&names)) {
             if lstat(dir, name).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink) {
                 if let Ok(Target { mut walker, canonical, kind: Kind::Dir }) = self.resolve_target(path) {
                     if walker.stack.len() > 1 {
