@@ -136,6 +136,16 @@ async fn serve(
     ready: impl FnOnce(),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // Polled once before anything is bound: that installs the signal handlers, so a SIGTERM sent
+    // the moment READY=1 arrives stops the daemon cleanly instead of killing it (the transport
+    // first awaits `shutdown` only after its ready callback).
+    let mut shutdown = Box::pin(shutdown);
+    let signalled = std::future::poll_fn(|cx| std::task::Poll::Ready(shutdown.as_mut().poll(cx).is_ready())).await;
+    let shutdown = async move {
+        if !signalled {
+            shutdown.await;
+        }
+    };
     tracing::info!(
         version = VERSION,
         commit = COMMIT,
