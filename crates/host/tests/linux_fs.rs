@@ -682,8 +682,9 @@ fn a_link_outside_pointing_at_a_root_is_outside() {
     assert!(f.host.path_exists(&f.p("outside/to-root/pods")).unwrap());
 }
 
-/// Mount points: never descended into by Rmdir(force), and reported by IsSymlink (a volume
-/// mounted at a path, as upstream's mounted folders). Needs root for mount(2).
+/// Mount points: never descended into by Rmdir(force), an in-memory one (tmpfs) never unmounted
+/// by Rmdir, and reported by IsSymlink (a volume mounted at a path, as upstream's mounted
+/// folders). Needs root for mount(2).
 #[test]
 fn mount_points() {
     if !is_root() {
@@ -708,6 +709,38 @@ fn mount_points() {
     unmount(&m, UnmountFlags::DETACH).unwrap();
     if let Err(p) = outcome {
         std::panic::resume_unwind(p);
+    }
+}
+
+/// Rmdir of a mounted folder, with or without force, does what Windows does for one (azuredisk's
+/// NodeUnstageVolume relies on it): the mount goes, the folder goes, the volume's files stay.
+/// The "volume" here is a bind mount of a folder outside the roots. Needs root for mount(2).
+#[test]
+fn rmdir_of_a_mount_point_unmounts_it_and_keeps_the_data() {
+    if !is_root() {
+        eprintln!("skipped: needs root for mount(2) (CI runs as root)");
+        return;
+    }
+    use rustix::mount::{mount_bind, unmount, UnmountFlags};
+    let f = Fixture::new("rmdir-mounted");
+    if rustix::fs::statfs(&f.base).unwrap().f_type as u64 == 0x0102_1994 {
+        eprintln!("skipped: the temporary directory is on tmpfs, which Rmdir rightly refuses to unmount");
+        return;
+    }
+    let volume = f.base.join("outside/volume");
+    fs::create_dir_all(&volume).unwrap();
+    fs::write(volume.join("data"), "keep").unwrap();
+    for (force, name) in [(false, "plain"), (true, "forced")] {
+        let m = f.base.join("kubelet/pods/p1/volumes").join(name);
+        fs::create_dir_all(&m).unwrap();
+        mount_bind(&volume, &m).unwrap();
+        let outcome = f.host.rmdir(&s(&m), force);
+        if m.exists() {
+            let _ = unmount(&m, UnmountFlags::DETACH);
+        }
+        outcome.unwrap_or_else(|e| panic!("Rmdir(force={force}) of a mounted folder: {e:?}"));
+        assert!(!m.exists(), "the folder is gone");
+        assert_eq!(fs::read_to_string(volume.join("data")).unwrap(), "keep", "the volume's files stay");
     }
 }
 

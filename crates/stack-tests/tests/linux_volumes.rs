@@ -201,7 +201,12 @@ fn lifecycle_of(c: &Case, fs_type: FsType) {
     assert_eq!(b.closest_volume_to_path(&format!("{target}/sub/deeper")).unwrap(), id);
     assert_eq!(b.closest_volume_to_path(&format!("{target}/file")).unwrap(), id);
     let e = b.volume_at_path(&format!("{target}/sub")).unwrap_err();
-    assert!(matches!(e, Error::NotFound(_)) && e.to_string().contains("not a mounted folder"), "{e:?}");
+    assert!(
+        matches!(e, Error::NotFound(_))
+            && e.to_string().contains("not a mounted folder")
+            && e.to_string().contains("because it does not exist"),
+        "{e:?}"
+    );
 
     // Never formatted over, mounted or not (the data is checked after the remount below).
     precondition(b.format_volume(id).unwrap_err(), &[id, fs_type.name()]);

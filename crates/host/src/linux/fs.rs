@@ -91,27 +91,43 @@ impl FilesystemHost for Filesystem {
         if walker.is_root(&canonical) {
             return Err(self.roots.refuse_removal(path));
         }
-        let st = match lstat(&dir, &name) {
-            Ok(st) => st,
-            Err(Errno::NOENT) if force => return Ok(()),
-            Err(Errno::NOENT) => return Err(Error::not_found(format!("{path} does not exist"))),
-            Err(e) => return Err(io_err(path, "checking", e)),
+        let entry = || match lstat(&dir, &name) {
+            Ok(st) => Ok(Some(st)),
+            Err(Errno::NOENT) if force => Ok(None),
+            Err(Errno::NOENT) => Err(Error::not_found(format!("{path} does not exist"))),
+            Err(e) => Err(io_err(path, "checking", e)),
         };
+        let Some(mut st) = entry()? else { return Ok(()) };
+        // A mount point goes as Windows removes a mounted folder: its filesystem is unmounted
+        // (the volume keeps its data) and the folder removed. Its files are never deleted: they
+        // are the volume's. lstat of a mount point shows the mounted root, so its own device
+        // says nothing; the mount is told against its parent.
+        let parent_dev = rustix::fs::fstat(&dir).map_err(|e| io_err(path, "checking", e))?.st_dev;
+        let mounted = |st: &rustix::fs::Stat| {
+            Ok::<_, Error>(
+                FileType::from_raw_mode(st.st_mode) == FileType::Directory
+                    && is_mount_root(&dir, &name, parent_dev).map_err(|e| io_err(path, "checking", e))?,
+            )
+        };
+        if mounted(&st)? {
+            unmount_at(path, &dir, &name)?;
+            st = match entry()? {
+                Some(st) if mounted(&st)? => {
+                    return Err(Error::precondition(format!(
+                        "{path} is still a mount point after one filesystem was unmounted from it (mounts stacked \
+                         there); unmount the rest first (nothing was removed)"
+                    )))
+                }
+                Some(st) => st,
+                None => return Ok(()),
+            };
+        }
         if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
             // Files and links go as themselves, like Go's os.Remove; a link's target is untouched.
             return rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty()).map_err(|e| match e {
                 Errno::ISDIR => changed(path),
                 e => io_err(path, "removing", e),
             });
-        }
-        // A mount point is never emptied, nor its tree removed: its files are another
-        // filesystem's (a volume's data). lstat of a mount point shows the mounted root, so its
-        // own device says nothing; the mount is told against its parent.
-        let parent_dev = rustix::fs::fstat(&dir).map_err(|e| io_err(path, "checking", e))?.st_dev;
-        if is_mount_root(&dir, &name, parent_dev).map_err(|e| io_err(path, "checking", e))? {
-            return Err(Error::precondition(format!(
-                "{path} is a mount point; unmount it first (nothing was removed)"
-            )));
         }
         if force {
             let child = open_dir(&dir, &name).map_err(|e| match e {
@@ -555,6 +571,48 @@ fn is_mount_root(dir: impl AsFd, name: &str, dev: u64) -> rustix::io::Result<boo
         // classic test.
         _ if name.is_empty() => Ok(lstat(dir, "..")?.st_dev != dev),
         _ => Ok(lstat(dir, name)?.st_dev != dev),
+    }
+}
+
+/// How long an unmount may wait for a mount that is only briefly busy (a scan by another tool).
+const UNMOUNT_BUSY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Unmounts the filesystem mounted at `name` in `dir` (Rmdir of a mount point). Refused for a
+/// filesystem whose data lives only in the mount (tmpfs, ramfs: the kubelet's secret and
+/// emptyDir-in-memory volumes), since there unmounting would be deleting.
+fn unmount_at(path: &str, dir: &OwnedFd, name: &str) -> Result<()> {
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    let root = open_dir(dir, name).map_err(|e| match e {
+        Errno::LOOP | Errno::NOTDIR | Errno::NOENT => changed(path),
+        e => io_err(path, "opening", e),
+    })?;
+    let kind = rustix::fs::fstatfs(&root).map_err(|e| io_err(path, "checking", e))?.f_type as u64;
+    drop(root);
+    if matches!(kind, TMPFS_MAGIC | RAMFS_MAGIC) {
+        return Err(Error::precondition(format!(
+            "{path} is a mount point of an in-memory filesystem, whose files would be lost with the mount; \
+             unmount it yourself if that is meant (nothing was removed)"
+        )));
+    }
+    // umount(2) takes a path: the checked parent's descriptor and the name, the name not followed.
+    let at = format!("/proc/self/fd/{}/{name}", std::os::fd::AsRawFd::as_raw_fd(dir));
+    let deadline = std::time::Instant::now() + UNMOUNT_BUSY_WAIT;
+    tracing::info!(path = %crate::error::clip(path), "unmounting the filesystem mounted at a folder being removed");
+    loop {
+        match rustix::mount::unmount(at.as_str(), rustix::mount::UnmountFlags::NOFOLLOW) {
+            // EINVAL: unmounted by someone else meanwhile.
+            Ok(()) | Err(Errno::INVAL) => return Ok(()),
+            Err(Errno::BUSY) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            Err(Errno::BUSY) => {
+                return Err(Error::precondition(format!(
+                    "{path} is a mount point in use (files open in it, or mounts below it); nothing was removed"
+                )))
+            }
+            Err(e) => return Err(io_err(path, "unmounting", e)),
+        }
     }
 }
 

@@ -51,7 +51,8 @@
 //!   mounted, a type we can't grow) is refused before the partition is touched.
 //! - **GetVolumeIDFromTargetPath**: the target (contained) must be the root of a mount
 //!   (`statx` mount ID and `STATX_ATTR_MOUNT_ROOT`, matched against `/proc/self/mountinfo`) whose
-//!   device is one of our volumes; otherwise NotFound ("not a mounted folder", as upstream).
+//!   device is one of our volumes; otherwise NotFound ("not a mounted folder", as upstream),
+//!   and its text says `because it does not exist`, as on Windows (AWS EBS matches those words).
 //! - **GetClosestVolumeIDFromTargetPath**: the mount holding the target, then the mounts it is
 //!   mounted below (at most 256), until one is a volume.
 //! - **WriteVolumeCache**: syncfs of the mounted filesystem; when unmounted, fsync of the
@@ -84,6 +85,7 @@
 use super::disklock::{HeldVolume, Lock};
 use super::tools::{self, Grow};
 use super::{disk_number, Block, Volume};
+use crate::error::DOES_NOT_EXIST;
 use crate::formats::mountinfo::{self, Mount};
 use crate::formats::probe;
 use crate::types::{FsType, VolumeStats};
@@ -140,18 +142,26 @@ impl VolumeHost for Block {
     fn flush_volume(&self, volume_id: &str) -> Result<()> {
         self.flush(&self.hold_volume(volume_id, Lock::Shared)?)
     }
+    // Every NotFound here carries DOES_NOT_EXIST: the words AWS EBS's driver matches to decide
+    // that a staging folder is not mounted yet.
     fn volume_at_path(&self, target_path: &str) -> Result<String> {
-        let (dir, canonical) = self.fs.contained_dir(target_path)?;
+        let (dir, canonical) = match self.fs.contained_dir(target_path) {
+            Err(Error::NotFound(msg)) => {
+                return Err(Error::not_found(format!("{target_path} is not a mounted folder {DOES_NOT_EXIST}: {msg}")))
+            }
+            other => other?,
+        };
         let mounts = read_mounts()?;
         let Some(m) = mount_rooted_at(&dir, &canonical, &mounts)? else {
             return Err(Error::not_found(format!(
-                "{target_path} is not a mounted folder: no volume is mounted at {canonical}"
+                "{target_path} is not a mounted folder: the volume mounted at {canonical} cannot be read \
+                 {DOES_NOT_EXIST} (nothing is mounted there)"
             )));
         };
         match self.mount_device(m, &mounts).map(|d| self.volume_of_device(d)).transpose()?.flatten() {
             Some(v) => Ok(v.id),
             None => Err(Error::not_found(format!(
-                "{target_path} is not a mounted folder of a volume: {} is mounted there",
+                "{target_path} is not a mounted folder of a volume: the volume {DOES_NOT_EXIST}, {} is mounted there",
                 describe_mount(m)
             ))),
         }
@@ -165,6 +175,11 @@ impl VolumeHost for Block {
                     Some(Ok(found)) => found,
                     _ => return Err(Error::FailedPrecondition(msg)),
                 }
+            }
+            Err(Error::NotFound(msg)) => {
+                return Err(Error::not_found(format!(
+                    "cannot find the volume of {target_path} {DOES_NOT_EXIST}: {msg}"
+                )))
             }
             other => other?,
         };
