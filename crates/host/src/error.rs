@@ -75,6 +75,13 @@ impl Error {
     }
 }
 
+/// The words every "nothing is mounted there" and "no such path" answer of the volume group
+/// carries. AWS EBS's driver (pkg/mounter/mount_windows.go, `handleGetDeviceNameFromMountError`)
+/// decides that a staging folder is not mounted yet by matching a GetVolumeIDFromTargetPath
+/// error against `(Get-Item -Path \S+).Target, output: , error: <nil>|because it does not exist`
+/// (the text of upstream's PowerShell era); any other text fails its NodeStageVolume.
+pub const DOES_NOT_EXIST: &str = "because it does not exist";
+
 /// The longest value an error or log quotes whole; longer ones are cut (see [`clip`]).
 pub const QUOTED_MAX: usize = 512;
 

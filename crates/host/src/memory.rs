@@ -4,6 +4,7 @@
 //! Behaviour follows upstream's idempotency rules (docs/upstream.md#idempotency) so that tests
 //! of the server exercise realistic answers, including errors.
 
+use crate::error::DOES_NOT_EXIST;
 use crate::types::*;
 use crate::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -290,11 +291,9 @@ impl VolumeHost for MemoryHost {
     fn volume_at_path(&self, target_path: &str) -> Result<String> {
         let target = norm(target_path);
         self.with(|s| {
-            s.volumes
-                .iter()
-                .find(|(_, v)| v.mounts.contains(&target))
-                .map(|(id, _)| id.clone())
-                .ok_or_else(|| Error::not_found(format!("no volume is mounted at {target_path}")))
+            s.volumes.iter().find(|(_, v)| v.mounts.contains(&target)).map(|(id, _)| id.clone()).ok_or_else(|| {
+                Error::not_found(format!("{target_path} is not a mounted folder: the volume {DOES_NOT_EXIST}"))
+            })
         })
     }
     fn closest_volume_to_path(&self, target_path: &str) -> Result<String> {
@@ -305,7 +304,7 @@ impl VolumeHost for MemoryHost {
             }
             match parent(&p) {
                 Some(up) if up != p => p = up,
-                _ => return Err(Error::not_found(format!("no volume contains {target_path}"))),
+                _ => return Err(Error::not_found(format!("the volume of {target_path} {DOES_NOT_EXIST}"))),
             }
         })
     }

@@ -8,9 +8,11 @@
 //!   the mount table as the tests read it;
 //! - [`Scratch`]: a directory of a test's own under the temp directory, gone afterwards;
 //! - [`logs`]: what the server logged; [`latency`]: the per-RPC benchmarks' figures.
+//! - [`flows`]: the Windows CSI drivers' call sequences, run by the driver-flow tests in every environment.
 //!
 //! The tests are in `tests/`, the benchmarks in `benches/`.
 
+pub mod flows;
 pub mod latency;
 pub mod logs;
 pub mod scratch;

@@ -6,7 +6,7 @@
 //!   GetVolumeIDFromTargetPath and GetClosestVolumeIDFromTargetPath on the C: volume;
 //! - IOCTL_DISK_GET_DRIVE_GEOMETRY_EX behind GetDiskStats on Wine's one disk;
 //! - WMI over COM: Wine has no MSFT_* classes, and the calls that need them must say so
-//!   (Unavailable naming the class), never answer as if there were nothing.
+//!   (FailedPrecondition naming the class), never answer as if there were nothing.
 //!
 //! Pipe names are global, so this file serves them once, from its single test.
 
@@ -77,10 +77,11 @@ async fn native_block_smb_and_iscsi_apis_on_their_pipes() {
     assert_eq!(r.total_bytes, size);
     assert!(size > 0);
     assert_status(disk.get_disk_stats(v1::GetDiskStatsRequest { disk_number: 9999 }).await, Code::NotFound, "9999");
-    // MSFT_Disk is missing under Wine: the answer says so rather than listing no disks.
+    // MSFT_Disk is missing under Wine: the answer says so (a missing capability, not a broken
+    // connection) rather than listing no disks.
     let r = disk.list_disk_locations(v1::ListDiskLocationsRequest {}).await;
-    assert_status(r, Code::Unavailable, "MSFT_Disk");
-    assert_status(disk.rescan(v1::RescanRequest {}).await, Code::Unavailable, "MSFT_StorageSetting");
+    assert_status(r, Code::FailedPrecondition, "MSFT_Disk");
+    assert_status(disk.rescan(v1::RescanRequest {}).await, Code::FailedPrecondition, "MSFT_StorageSetting");
 
     // SMB: the local path is checked before anything is mapped; then the missing class is named,
     // and the password appears nowhere.
@@ -95,7 +96,7 @@ async fn native_block_smb_and_iscsi_apis_on_their_pipes() {
     let e = smb.new_smb_global_mapping(map(outside)).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     let e = smb.new_smb_global_mapping(map(format!(r"{root}\share"))).await.unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
     assert!(e.message().contains("MSFT_SmbGlobalMapping"), "{e:?}");
     assert!(!e.message().contains("Pa55-w0rd"), "{e:?}");
     assert!(!base.join(r"root\share").exists(), "no link without a mapping");
@@ -103,7 +104,7 @@ async fn native_block_smb_and_iscsi_apis_on_their_pipes() {
     // iSCSI: the same for its classes; a request without a portal is refused by the server.
     let mut iscsi = v1alpha2::iscsi_client::IscsiClient::new(channel(Group::Iscsi, "v1alpha2").await);
     let r = iscsi.list_target_portals(v1alpha2::ListTargetPortalsRequest {}).await;
-    assert_status(r, Code::Unavailable, "MSFT_iSCSITargetPortal");
+    assert_status(r, Code::FailedPrecondition, "MSFT_iSCSITargetPortal");
     let r = iscsi.add_target_portal(v1alpha2::AddTargetPortalRequest { target_portal: None }).await;
     assert_status(r, Code::InvalidArgument, "target_portal");
 

@@ -149,7 +149,7 @@ mod tests {
         ];
         for r in results {
             match r {
-                Err(Error::Unavailable(m)) if !booted => {
+                Err(Error::FailedPrecondition(m)) if !booted => {
                     assert!(m.contains("systemd is not running") || m.contains("not installed"), "{m}")
                 }
                 Err(Error::NotFound(m)) if booted => assert!(m.contains(name), "{m}"),

@@ -34,8 +34,10 @@
 //! they are stopped first, dependents of dependents before their dependencies, then the unit. A
 //! weak `Wants=` (e.g. `multi-user.target` of every enabled service) is not a dependency here.
 //!
-//! When systemd is not running (containers, CI) `systemctl` says "System has not been booted with
-//! systemd" or cannot connect to the bus: that is [`Error::Unavailable`], never a fake success.
+//! When there is no systemd (containers, CI: `systemctl` missing, or "System has not been booted
+//! with systemd") that is a missing host capability, [`Error::FailedPrecondition`]; a bus that
+//! can't be reached may come back, so that alone is [`Error::Unavailable`]. Never a fake success.
+//! (gRPC clients read Unavailable as a broken connection and retry it.)
 
 use crate::services::{dependents_running, refuse_unstoppable, stop_order};
 use crate::types::{ServiceInfo, ServiceStatus, StartType};
@@ -332,7 +334,7 @@ impl<R: Runner> Systemd<R> {
     fn run(&self, args: &[String]) -> Result<Output> {
         let shown = format!("{SYSTEMCTL} {}", args.join(" "));
         let out = self.runner.run(SYSTEMCTL, args).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::Unavailable(format!(
+            std::io::ErrorKind::NotFound => Error::FailedPrecondition(format!(
                 "{SYSTEMCTL} is not installed: services on Linux are controlled through systemd ({e})"
             )),
             std::io::ErrorKind::TimedOut => {
@@ -346,10 +348,14 @@ impl<R: Runner> Systemd<R> {
         let msg = out.stderr.trim();
         let exit = out.code.map_or("killed by a signal".to_string(), |c| format!("exit code {c}"));
         let text = format!("{shown} failed ({exit}): {msg}");
-        Err(if unavailable(msg) {
+        let first_line = msg.lines().next().unwrap_or(msg);
+        Err(if msg.contains(NOT_BOOTED) {
+            Error::FailedPrecondition(format!(
+                "systemd is not running on this host, so services cannot be queried or controlled: {first_line}"
+            ))
+        } else if unavailable(msg) {
             Error::Unavailable(format!(
-                "systemd is not running on this host, so services cannot be queried or controlled: {}",
-                msg.lines().next().unwrap_or(msg)
+                "systemd's bus cannot be reached, so services cannot be queried now: {first_line}"
             ))
         } else if msg.contains("not found") || msg.contains("not loaded") {
             Error::NotFound(text)
@@ -366,16 +372,14 @@ impl<R: Runner> Systemd<R> {
     }
 }
 
-/// systemctl's ways of saying there is no systemd to talk to.
+/// systemctl's way of saying the host has no systemd at all.
+const NOT_BOOTED: &str = "System has not been booted with systemd";
+
+/// systemctl's ways of saying systemd's bus can't be reached.
 fn unavailable(stderr: &str) -> bool {
-    [
-        "System has not been booted with systemd",
-        "Failed to connect to bus",
-        "Failed to connect to system scope bus",
-        "Failed to get D-Bus connection",
-    ]
-    .iter()
-    .any(|m| stderr.contains(m))
+    ["Failed to connect to bus", "Failed to connect to system scope bus", "Failed to get D-Bus connection"]
+        .iter()
+        .any(|m| stderr.contains(m))
 }
 
 #[cfg(test)]
@@ -581,7 +585,7 @@ mod tests {
     }
 
     #[test]
-    fn no_systemd_is_unavailable() {
+    fn no_systemd_is_a_failed_precondition_and_an_unreachable_bus_unavailable() {
         let booted = "System has not been booted with systemd as init system (PID 1). Can't operate.\nFailed to connect to bus: Host is down\n";
         for call in 0..3 {
             let r = Scripted::new(vec![(&format!("{SHOW} iscsid.service"), failed(1, booted))]);
@@ -593,7 +597,7 @@ mod tests {
             }
             .unwrap_err();
             assert!(
-                matches!(&e, Error::Unavailable(m) if m.contains("systemd is not running") && m.contains("PID 1")),
+                matches!(&e, Error::FailedPrecondition(m) if m.contains("systemd is not running") && m.contains("PID 1")),
                 "{e}"
             );
         }
@@ -604,7 +608,7 @@ mod tests {
         assert!(matches!(Systemd::new(r).service("a"), Err(Error::Unavailable(_))));
         let r = Scripted::new(vec![(&format!("{SHOW} a.service"), Err(std::io::ErrorKind::NotFound.into()))]);
         let e = Systemd::new(r).service("a").unwrap_err();
-        assert!(matches!(&e, Error::Unavailable(m) if m.contains("not installed")), "{e}");
+        assert!(matches!(&e, Error::FailedPrecondition(m) if m.contains("not installed")), "{e}");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //!
 //! The lexical rules are pure functions of the string, so both OS rule sets are tested on any
 //! build host. Resolving links is the backends' job: they open the existing part of a path,
-//! ask the OS for the canonical path of what they opened, and test that with [`Roots::contains`]
-//! before acting relative to the open handle.
+//! ask the OS for the canonical path of what they opened, and test that with [`within`] against
+//! the [`Roots`] before acting relative to the open handle.
 
 pub mod unix;
 pub mod windows;

@@ -154,11 +154,20 @@ fn check_name(path: &str, name: &str) -> Result<()> {
 
 /// The comparable components of a path the OS returned (`GetFinalPathNameByHandleW`, a reparse
 /// target): the first is the volume — `C:`, `UNC` followed by server and share, or
-/// `Volume{GUID}` — then the names. None for forms we do not recognise, which therefore never
-/// match a root.
+/// `Volume{GUID}` — then the names. A share is recognised in each spelling Windows resolves:
+/// `\\server\share`, `\\?\UNC\server\share` (`\??\UNC\…` stored) and upstream's
+/// `\\?\\\server\share` (`\??\\\server\…` stored). None for forms we do not recognise,
+/// which therefore never match a root.
 pub fn components(canonical: &str) -> Option<Vec<String>> {
     let rest = [r"\\?\", r"\??\"].iter().find_map(|p| canonical.strip_prefix(p));
     let (head, names): (String, &str) = match rest {
+        // `\\?\` + `\\host\share\…`, stored by a link as `\??\\\host\share\…`: what upstream
+        // (v1.3) gives CreateSymbolicLinkW for an SMB mapping's link. Windows resolves it as the
+        // UNC path it spells, so it is one; a `?` or `.` server would be a device namespace.
+        Some(r) if r.starts_with(r"\\") => match r[2..].split('\\').next() {
+            Some("" | "?" | ".") | None => return None,
+            Some(_) => ("UNC".into(), &r[2..]),
+        },
         Some(r) => match r.split_once('\\').unwrap_or((r, "")) {
             (unc, tail) if unc.eq_ignore_ascii_case("UNC") => ("UNC".into(), tail),
             (vol, tail) if is_volume_guid(vol) => (vol.into(), tail),
@@ -405,6 +414,16 @@ mod tests {
             (r"\\?\Volume{nope}\a".into(), None),
             (r"\\?\GLOBALROOT\Device\HarddiskVolume1\x".into(), None),
             (r"\\?\UNC\server".into(), None),
+            // Upstream v1.3's SMB link target, as given and as the link stores it.
+            (r"\\?\\\host\share\pv\".into(), Some(vec!["UNC", "host", "share", "pv"])),
+            (r"\??\\\host\share\pv".into(), Some(vec!["UNC", "host", "share", "pv"])),
+            (r"\??\\\host\share".into(), Some(vec!["UNC", "host", "share"])),
+            (r"\??\\\host".into(), None),
+            (r"\??\\\host\share\..\x".into(), None),
+            (r"\??\\\?\C:\x".into(), None),
+            (r"\??\\\.\C:\x".into(), None),
+            (r"\??\\\\host\share".into(), None),
+            (r"\??\\\".into(), None),
             (r"\\?\C:\a\..\b".into(), None),
             (r"relative\x".into(), None),
             (r"\Device\HarddiskVolume1\x".into(), None),
@@ -420,6 +439,14 @@ mod tests {
         assert!(!within(&evil, &parse(ROOT).unwrap().parts(), true));
         let share = components(r"\\?\UNC\C:\var\lib\kubelet").unwrap_or_default();
         assert!(!within(&share, &parse(ROOT).unwrap().parts(), true));
+        // A link made by upstream and the one we make name the same share: a retried
+        // NewSmbGlobalMapping after an in-place upgrade finds its own link.
+        let (theirs, ours) =
+            (components(r"\??\\\Host\Share\pv").unwrap(), components(r"\\?\UNC\host\share\pv\").unwrap());
+        assert!(theirs.len() == ours.len() && within(&theirs, &ours, true));
+        assert!(!within(&theirs, &parse(ROOT).unwrap().parts(), true));
+        assert_eq!(display(&theirs), r"\\Host\Share\pv");
+        assert_eq!(verbatim(&theirs), r"\\?\UNC\Host\Share\pv");
     }
 
     #[test]

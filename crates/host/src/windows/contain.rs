@@ -24,17 +24,24 @@
 //! lexically inside missing roots only fails with FailedPrecondition naming them rather than with
 //! a misleading PermissionDenied.
 //!
-//! Design: the containment logic is written here against [`Nt`], four handle calls (open by
-//! path, open relative to a held directory, canonical path, attributes), so that it builds and is
-//! tested on every OS against the scripted platform, while `platform::nt::RealNt` is a thin map
-//! onto the real calls. The operations that follow a check (creating, removing, linking) stay
-//! with their NT calls in `platform::fs`, generic code gaining nothing there; they receive the
-//! real handles, since [`Containment`] is generic over the handle type rather than erasing it.
+//! A path rooted without a drive (`\var\lib\kubelet\…`) is refused by [`wp::parse`]; callers
+//! whose upstream RPC accepts it (the volume group's target paths, IsSymlink) first put it on
+//! the system drive, as Win32 does ([`Containment::with_system_drive`]), and check the result.
+//!
+//! Design: the containment logic is written here against [`Nt`], a few handle calls (open by
+//! path, open relative to a held directory, canonical path, attributes, and, for removal,
+//! listing, deleting and reading a mount point), so that it builds and is tested on every OS
+//! against the scripted platform, while `platform::nt::RealNt` is a thin map onto the real
+//! calls. Removal ([`super::remove`]) is generic too, since what it decides (a volume mount point
+//! goes through the mount manager first) must be tested; creating and linking stay with their NT
+//! calls in `platform::fs`, generic code gaining nothing there. They receive the real handles,
+//! since [`Containment`] is generic over the handle type rather than erasing it.
 
 use super::{attr, failure, is_not_found};
 use crate::paths::windows::{self as wp, WinPath};
 use crate::paths::{within, Roots};
 use crate::{Error, Result};
+use std::borrow::Cow;
 use std::io;
 use std::sync::Arc;
 
@@ -49,6 +56,9 @@ pub enum Open {
     Entry,
     /// Only to learn where something is: attribute access, links followed. Not held.
     Look,
+    /// The final entry, to remove it (or, a plain directory, its contents): delete, listing and
+    /// attribute access, a link opened as the link, never followed.
+    Remove,
 }
 
 impl Open {
@@ -57,6 +67,7 @@ impl Open {
             Open::Hold => "hold",
             Open::Entry => "entry",
             Open::Look => "look",
+            Open::Remove => "remove",
         }
     }
 }
@@ -75,6 +86,18 @@ pub trait Nt: Send + Sync {
     fn final_path(&self, h: &Self::Handle) -> io::Result<String>;
     /// The FILE_ATTRIBUTE_* bits of what `h` refers to.
     fn attributes(&self, h: &Self::Handle) -> io::Result<u32>;
+    /// The drive Win32 puts a path rooted without one (`\var\lib\kubelet`) on: the current
+    /// drive, which for a service is the system drive (`%SystemDrive%`, the drive of
+    /// GetSystemWindowsDirectoryW), e.g. `C:`.
+    fn system_drive(&self) -> io::Result<String>;
+    /// The names in the directory `h` ([`Open::Remove`] or [`Open::Hold`]), without `.` and `..`.
+    fn list(&self, h: &Self::Handle) -> io::Result<Vec<String>>;
+    /// Deletes what `h` ([`Open::Remove`]) refers to: a file, a link, an empty directory.
+    fn delete(&self, h: &Self::Handle) -> io::Result<()>;
+    /// Where the mount point `h` refers to leads (the substitute name of its
+    /// IO_REPARSE_TAG_MOUNT_POINT reparse data: `\??\Volume{…}\` for a volume mounted folder,
+    /// a directory for a junction); `None` when `h` is no mount point.
+    fn mount_point_target(&self, h: &Self::Handle) -> io::Result<Option<String>>;
 }
 
 impl<T: Nt + ?Sized> Nt for Arc<T> {
@@ -90,6 +113,18 @@ impl<T: Nt + ?Sized> Nt for Arc<T> {
     }
     fn attributes(&self, h: &Self::Handle) -> io::Result<u32> {
         (**self).attributes(h)
+    }
+    fn system_drive(&self) -> io::Result<String> {
+        (**self).system_drive()
+    }
+    fn list(&self, h: &Self::Handle) -> io::Result<Vec<String>> {
+        (**self).list(h)
+    }
+    fn delete(&self, h: &Self::Handle) -> io::Result<()> {
+        (**self).delete(h)
+    }
+    fn mount_point_target(&self, h: &Self::Handle) -> io::Result<Option<String>> {
+        (**self).mount_point_target(h)
     }
 }
 
@@ -192,6 +227,30 @@ impl<N: Nt> Containment<N> {
 
     pub fn roots(&self) -> &Roots {
         &self.roots
+    }
+
+    /// The handle calls, for callers acting on what was checked ([`super::remove`]).
+    pub fn nt(&self) -> &N {
+        &self.nt
+    }
+
+    /// `path` as Win32 reads it when it is rooted without a drive (`\var\lib\kubelet\…`, as the
+    /// kubelet hands drivers their staging paths): on the system drive, the current drive of a
+    /// service. Any other path comes back unchanged, for [`wp::parse`] to judge.
+    pub fn with_system_drive<'p>(&self, path: &'p str) -> Result<Cow<'p, str>> {
+        let rooted = path.starts_with('\\') && !path.starts_with(r"\\") && !path.starts_with(r"\??\");
+        if !rooted {
+            return Ok(Cow::Borrowed(path));
+        }
+        let drive =
+            (self.nt.system_drive()).map_err(|e| failure(format!("finding the system drive (for {path})"), e))?;
+        match drive.as_bytes() {
+            [l, b':'] if l.is_ascii_alphabetic() => Ok(Cow::Owned(format!("{drive}{path}"))),
+            _ => Err(Error::internal(format!(
+                "the system drive is {}; expected a drive letter and a colon (for {path})",
+                crate::error::clip(&drive)
+            ))),
+        }
     }
 
     /// The lexical check alone, which makes no call: the path must be a drive path inside a root

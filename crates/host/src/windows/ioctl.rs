@@ -68,7 +68,7 @@ fn short(structure: &str, len: usize, need: usize) -> Error {
     Error::internal(format!("{structure}: the driver answered {len} bytes, expected at least {need}"))
 }
 
-/// STORAGE_PROPERTY_QUERY { PropertyId: u32 @0, QueryType: u32 @4, AdditionalParameters[1] @8 },
+/// STORAGE_PROPERTY_QUERY { PropertyId: u32 @0, QueryType: u32 @4, AdditionalParameters\[1\] @8 },
 /// 12 bytes with its padding.
 pub fn property_query(property_id: u32) -> Vec<u8> {
     let mut buf = vec![0u8; 12];
@@ -78,7 +78,7 @@ pub fn property_query(property_id: u32) -> Vec<u8> {
 }
 
 /// SET_DISK_ATTRIBUTES: Version: u32 @0 (the structure's size, 40), Persist: BOOLEAN @4,
-/// Reserved1[3] @5, Attributes: u64 @8, AttributesMask: u64 @16, Reserved2[4]: u32 @24.
+/// Reserved1\[3\] @5, Attributes: u64 @8, AttributesMask: u64 @16, Reserved2\[4\]: u32 @24.
 pub fn set_disk_attributes(persist: bool, attributes: u64, mask: u64) -> Vec<u8> {
     const SIZE: usize = 40;
     let mut buf = vec![0u8; SIZE];

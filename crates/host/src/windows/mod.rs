@@ -18,8 +18,8 @@
 pub mod platform;
 pub mod wmi;
 
-#[cfg(test)]
-pub(crate) mod script;
+#[cfg(any(test, feature = "scripted"))]
+pub mod script;
 
 use crate::Error;
 use std::fmt;
@@ -141,6 +141,7 @@ pub mod disks;
 pub mod extents;
 pub mod ioctl;
 pub mod iscsi;
+pub mod remove;
 pub mod smb;
 pub mod system;
 pub mod volumes;

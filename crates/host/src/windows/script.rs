@@ -10,7 +10,8 @@
 //! - `volume_path_name <path>`, `volume_name_for_mount_point <mp>`, `mount_points_of <volume>`
 //! - `attributes <path>`
 //! - [`Nt`]: `open <path> <how>`, `open_at <dir> <name> <how>` (`how`: [`Open::name`]),
-//!   `final_path <handle>`, `attributes_of <handle>`, and `close <handle>` when a handle is
+//!   `final_path <handle>`, `attributes_of <handle>`, `system_drive`, `list <handle>`,
+//!   `delete <handle>`, `mount_point_target <handle>`, and `close <handle>` when a handle is
 //!   dropped. A handle is named by what opened it: the path, or `<dir>\<name>`; an open
 //!   answered [`Answer::Str`] names it that instead (a link followed somewhere else).
 //! - `query <WQL>` (namespace omitted: the class names it)
@@ -26,7 +27,7 @@ use super::{os_error, Access, Win32};
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// One scripted answer.
 #[derive(Clone, Debug)]
@@ -44,6 +45,57 @@ pub enum Answer {
     Win32Error(i32),
     /// A WMI failure: the error's constructor and message.
     WmiError(fn(String) -> Error, String),
+    /// What [`Nt::mount_point_target`] answers: a mount point's substitute name, or `None`.
+    Target(Option<String>),
+    /// The call waits at `Gate` until the test opens it, then answers the inner answer: a call
+    /// that hangs (an unreachable server), for tests with real threads.
+    Held(Gate, Box<Answer>),
+}
+
+/// Where [`Answer::Held`] calls wait. Tests follow progress through it (how many calls have
+/// arrived) rather than through timings.
+#[derive(Clone, Default)]
+pub struct Gate(Arc<(Mutex<(usize, bool)>, Condvar)>);
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (arrived, open) = *self.0 .0.lock().unwrap();
+        write!(f, "Gate(arrived {arrived}, open {open})")
+    }
+}
+
+impl Gate {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lets every call waiting here, and every later one, through.
+    pub fn open(&self) {
+        self.0 .0.lock().unwrap().1 = true;
+        self.0 .1.notify_all();
+    }
+
+    /// Blocks until `n` calls have arrived here (waiting or let through).
+    pub fn wait_for(&self, n: usize) {
+        let mut state = self.0 .0.lock().unwrap();
+        while state.0 < n {
+            state = self.0 .1.wait(state).unwrap();
+        }
+    }
+
+    /// How many calls have arrived.
+    pub fn arrived(&self) -> usize {
+        self.0 .0.lock().unwrap().0
+    }
+
+    fn pass(&self) {
+        let mut state = self.0 .0.lock().unwrap();
+        state.0 += 1;
+        self.0 .1.notify_all();
+        while !state.1 {
+            state = self.0 .1.wait(state).unwrap();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -95,10 +147,21 @@ impl Script {
     }
 
     fn answer(&self, key: String, line: String) -> Option<Answer> {
-        let mut answers = self.answers.lock().unwrap();
-        let found = answers.get_mut(&key).and_then(|q| if q.len() > 1 { q.pop_front() } else { q.front().cloned() });
-        self.log.lock().unwrap().push(if found.is_some() { line } else { format!("UNSCRIPTED {line}") });
-        found
+        let found = {
+            let mut answers = self.answers.lock().unwrap();
+            let found =
+                answers.get_mut(&key).and_then(|q| if q.len() > 1 { q.pop_front() } else { q.front().cloned() });
+            self.log.lock().unwrap().push(if found.is_some() { line } else { format!("UNSCRIPTED {line}") });
+            found
+        };
+        // Logged on arrival; no lock is held while the call waits.
+        match found {
+            Some(Answer::Held(gate, answer)) => {
+                gate.pass();
+                Some(*answer)
+            }
+            other => other,
+        }
     }
 
     fn win32(&self, line: String) -> io::Result<Answer> {
@@ -227,6 +290,11 @@ impl Script {
             .on(format!(r"attributes_of \\?\{dir}\{name}"), Answer::Attributes(Some(attrs)))
     }
 
+    /// The system drive is `drive` (e.g. `C:`): where a path rooted without a drive is.
+    pub fn system_drive_is(&self, drive: &str) -> &Self {
+        self.on("system_drive", Answer::Str(drive.into()))
+    }
+
     /// Nothing is at `name` in the held directory `dir`.
     pub fn no_entry(&self, dir: &str, name: &str) -> &Self {
         self.on(format!(r"open_at \\?\{dir} {name} entry"), Answer::Win32Error(super::code::ERROR_FILE_NOT_FOUND))
@@ -252,6 +320,18 @@ impl Nt for Script {
     }
     fn attributes(&self, h: &Handle) -> io::Result<u32> {
         expect!(self, format!("attributes_of {}", h.name), Answer::Attributes(Some(a)) => a)
+    }
+    fn system_drive(&self) -> io::Result<String> {
+        expect!(self, "system_drive".into(), Answer::Str(s) => s)
+    }
+    fn list(&self, h: &Handle) -> io::Result<Vec<String>> {
+        expect!(self, format!("list {}", h.name), Answer::Strings(v) => v)
+    }
+    fn delete(&self, h: &Handle) -> io::Result<()> {
+        expect!(self, format!("delete {}", h.name), Answer::Done => ())
+    }
+    fn mount_point_target(&self, h: &Handle) -> io::Result<Option<String>> {
+        expect!(self, format!("mount_point_target {}", h.name), Answer::Target(t) => t)
     }
 }
 

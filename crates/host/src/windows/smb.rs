@@ -16,8 +16,17 @@
 //! - **RemoveSmbGlobalMapping of a missing mapping succeeds** (logged at info), so Kubernetes
 //!   retries converge; upstream answers an error.
 //! - A failing WMI query is an error, not "not mapped".
-//! - Calls are serialised within the process, so a rollback can't pull a mapping away from a
-//!   concurrent call that just decided to keep it.
+//! - **Calls are serialised per share root** (`\\host\share`), so a rollback can't pull a
+//!   mapping away from a concurrent call on the same share that just decided to keep it. Calls on
+//!   other shares never wait for it: `MSFT_SmbGlobalMapping.Create` may wait 120 s for an
+//!   unreachable server, longer than the drivers' NodeStageVolume timeouts (smb 110 s,
+//!   azurefile 90 s), and one such server must not stall every SMB volume of the node. Upstream
+//!   holds no lock at all.
+//! - **The reachability probe is bounded** ([`PROBE_TIMEOUT`]): GetFileAttributesW on a share
+//!   waits as long as the SMB client does. A probe that has not answered by then counts as an
+//!   unreachable share (the mapping is recreated, as for any other failure); it goes on in the
+//!   background, and a later call on the same share waits for that probe rather than starting
+//!   another, so one share holds at most one probe thread.
 //!
 //! The password only ever travels inside a [`Value::Secret`]; it is not logged, and an error text
 //! that happens to contain it is withheld.
@@ -26,8 +35,13 @@ use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::Win32;
 use crate::types::{Secret, SmbMapping};
 use crate::{Error, Result, SmbHost};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
+
+/// How long a share's reachability probe may take before the share counts as unreachable.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Where the share gets linked on the host; the real one is the filesystem group's
 /// (`platform::fs`), under the one containment of the backend ([`super::contain`]).
@@ -102,9 +116,9 @@ pub fn share_root(remote: &str) -> Result<String> {
 /// with an empty component that Windows happens to resolve today. `\\?\UNC\…` is the documented
 /// verbatim UNC form; the link then stores `\??\UNC\host\share\…`, the same substitute name
 /// `mklink /d` writes for a share and the form `GetFinalPathNameByHandleW` reports for files on
-/// it. It is also the only one of the two our filesystem group can read back:
-/// `paths::windows::components` recognises it as a share, so `IsSymlink` and `CreateSymlink`
-/// accept the link, while the upstream form would be refused as pointing nowhere we can check.
+/// it. `paths::windows::components` reads both forms as the share they name, so a link made by
+/// upstream before an in-place upgrade is still a link to its share for `IsSymlink`,
+/// `CreateSymlink` and a retried NewSmbGlobalMapping.
 /// The trailing `\` is upstream's #98 (Go could not resolve the link without it).
 pub fn link_target(remote: &str) -> Result<String> {
     let parts = remote_components(remote)?;
@@ -161,18 +175,128 @@ pub struct Smb {
     win32: Arc<dyn Win32>,
     wmi: Arc<dyn Wmi>,
     links: Arc<dyn ShareLinks>,
-    /// Serialises mapping changes (see the module doc).
-    serial: Mutex<()>,
+    /// Serialises mapping changes per share root (see the module doc).
+    serial: Serial,
+    /// The probes still running, one per share root at most.
+    probes: Arc<Mutex<HashMap<String, Arc<Probe>>>>,
+    probe_timeout: Duration,
+}
+
+/// The guarded state is the host's, not ours: a panic elsewhere leaves nothing to repair.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The share roots with a call in progress; a call on a busy root waits for it to finish. Holds
+/// only the roots in use, so it stays as small as the number of concurrent calls.
+#[derive(Default)]
+struct Serial {
+    busy: Mutex<HashSet<String>>,
+    freed: Condvar,
+}
+
+impl Serial {
+    fn lock(&self, root: &str) -> Busy<'_> {
+        let mut busy = lock(&self.busy);
+        while busy.contains(root) {
+            busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
+        }
+        busy.insert(root.to_owned());
+        Busy { serial: self, root: root.to_owned() }
+    }
+}
+
+/// A share root held by one call; released on drop.
+struct Busy<'a> {
+    serial: &'a Serial,
+    root: String,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        lock(&self.serial.busy).remove(&self.root);
+        self.serial.freed.notify_all();
+    }
+}
+
+/// What the share's root answered.
+#[derive(Debug, Clone)]
+enum Reach {
+    Reachable,
+    Missing,
+    Failed(String),
+    /// No answer within the probe's time limit.
+    Silent,
+}
+
+/// One probe of a share's root, run on its own thread, its outcome shared by every call waiting.
+#[derive(Default)]
+struct Probe {
+    outcome: Mutex<Option<Reach>>,
+    done: Condvar,
 }
 
 impl Smb {
     pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>, links: Arc<dyn ShareLinks>) -> Self {
-        Smb { win32, wmi, links, serial: Mutex::new(()) }
+        Smb { win32, wmi, links, serial: Serial::default(), probes: Arc::default(), probe_timeout: PROBE_TIMEOUT }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
-        // The guarded state is the host's, not ours: a panic elsewhere leaves nothing to repair.
-        self.serial.lock().unwrap_or_else(|p| p.into_inner())
+    /// The same with another limit on the reachability probe.
+    pub fn with_probe_timeout(mut self, limit: Duration) -> Self {
+        self.probe_timeout = limit;
+        self
+    }
+
+    /// Whether the share's root answers, waiting at most the probe's time limit. A probe of the
+    /// same root still running (from an earlier call that gave up on it) is waited for rather
+    /// than doubled.
+    fn probe(&self, root: &str) -> Reach {
+        let probe = {
+            let mut running = lock(&self.probes);
+            match running.get(root) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = Arc::new(Probe::default());
+                    let (win32, mine, probes, at) =
+                        (self.win32.clone(), p.clone(), self.probes.clone(), root.to_owned());
+                    let spawned = std::thread::Builder::new().name("smb-probe".into()).spawn(move || {
+                        // The share's root directory; a bare `\\host\share` isn't a path every
+                        // Windows version resolves.
+                        let reach = match win32.attributes(&format!("{at}\\")) {
+                            Ok(Some(_)) => Reach::Reachable,
+                            Ok(None) => Reach::Missing,
+                            Err(e) => Reach::Failed(e.to_string()),
+                        };
+                        let mut running = lock(&probes);
+                        if running.get(&at).is_some_and(|p| Arc::ptr_eq(p, &mine)) {
+                            running.remove(&at);
+                        }
+                        drop(running);
+                        *lock(&mine.outcome) = Some(reach);
+                        mine.done.notify_all();
+                    });
+                    if let Err(e) = spawned {
+                        return Reach::Failed(format!("cannot start the probe: {e}"));
+                    }
+                    // Still under the lock the probe needs to remove itself, so it can't finish
+                    // before it is listed (and stay listed, finished, for ever).
+                    running.insert(root.to_owned(), p.clone());
+                    p
+                }
+            }
+        };
+        let deadline = Instant::now() + self.probe_timeout;
+        let mut outcome = lock(&probe.outcome);
+        loop {
+            if let Some(reach) = outcome.as_ref() {
+                return reach.clone();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Reach::Silent;
+            }
+            outcome = probe.done.wait_timeout(outcome, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
     }
 
     fn find(&self, root: &str) -> Result<Option<Row>> {
@@ -218,17 +342,22 @@ impl Smb {
         if let Some(row) = self.find(root)? {
             let st = row.u32("Status")?;
             if st == status::OK {
-                // The share's root directory; a bare `\\host\share` isn't a path every
-                // Windows version resolves.
-                match self.win32.attributes(&format!("{root}\\")) {
-                    Ok(Some(_)) => {
+                match self.probe(root) {
+                    Reach::Reachable => {
                         debug!(root, "the SMB global mapping exists and the share is reachable; kept");
                         return Ok(false);
                     }
-                    Ok(None) => warn!(root, "the SMB global mapping is OK but its share is missing; recreating it"),
-                    Err(e) => {
-                        warn!(root, error = %e, "the SMB global mapping is OK but its share is unreachable; recreating it")
+                    Reach::Missing => {
+                        warn!(root, "the SMB global mapping is OK but its share is missing; recreating it")
                     }
+                    Reach::Failed(error) => {
+                        warn!(root, %error, "the SMB global mapping is OK but its share is unreachable; recreating it")
+                    }
+                    Reach::Silent => warn!(
+                        root,
+                        limit_s = self.probe_timeout.as_secs_f32(),
+                        "the SMB global mapping is OK but its share did not answer in time; recreating it"
+                    ),
                 }
             } else {
                 warn!(root, status = st, state = status::name(st), "the SMB global mapping is not OK; recreating it");
@@ -247,7 +376,7 @@ impl SmbHost for Smb {
         let local = mapping.local_path.as_str();
         // A retried call finds its own link already there: the mapping is still made sure of.
         let linked = !local.is_empty() && self.links.check(local, &target)?;
-        let _serial = self.lock();
+        let _serial = self.serial.lock(&root);
         let created = self.ensure(&root, mapping)?;
         if local.is_empty() || linked {
             return Ok(());
@@ -278,7 +407,7 @@ impl SmbHost for Smb {
 
     fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
         let root = share_root(remote_path)?;
-        let _serial = self.lock();
+        let _serial = self.serial.lock(&root);
         match self.find(&root)? {
             Some(row) => self.remove(&row, &root),
             None => {

@@ -13,7 +13,10 @@
 //!   upstream's code). Sorted by partition number. Volumes that don't answer (CD-ROMs, media
 //!   not ready) are skipped. An unknown disk gives an empty list, as upstream.
 //! - **Target paths** (Mount, Unmount, GetVolumeIDFromTargetPath and the start of
-//!   GetClosestVolumeIDFromTargetPath) obey the filesystem group's containment
+//!   GetClosestVolumeIDFromTargetPath) may be rooted without a drive (`\var\lib\kubelet\…`, the
+//!   staging paths the kubelet hands drivers, which several pass on unchanged): like Win32 and
+//!   so upstream, we read them on the system drive ([`Containment::with_system_drive`]). They
+//!   obey the filesystem group's containment
 //!   ([`super::contain`]), which upstream does not apply here: lexically inside a root (by
 //!   component, case-insensitively), then the target's parent is opened and held and its
 //!   canonical path checked against the roots' canonical paths, so a junction on the way that
@@ -53,8 +56,10 @@
 //!   is FailedPrecondition.
 //! - **GetDiskNumberFromVolumeID**: the disk of the volume's first extent.
 //! - **GetVolumeIDFromTargetPath**: the target must be a reparse point (else NotFound, "not a
-//!   mounted folder", as upstream); its volume is GetVolumePathNameW's mount point (made `\\?\`
-//!   and `\`-terminated, upstream's EnsureLongPath) through GetVolumeNameForVolumeMountPointW.
+//!   mounted folder", as upstream); every "no such path" and "nothing mounted there" answer says
+//!   `because it does not exist`, the words AWS EBS's driver matches ([`DOES_NOT_EXIST`]);
+//!   its volume is GetVolumePathNameW's mount point (made `\\?\` and `\`-terminated,
+//!   upstream's EnsureLongPath) through GetVolumeNameForVolumeMountPointW.
 //!   The attribute alone can't tell a junction from a mounted folder (both carry
 //!   IO_REPARSE_TAG_MOUNT_POINT): a link answers the volume it leads to, as upstream's.
 //! - **GetClosestVolumeIDFromTargetPath**: the target is contained, as on Linux; then
@@ -73,6 +78,7 @@ use super::contain::{Containment, Held, Nt};
 use super::extents::{self, IOCTL_DISK_GET_PARTITION_INFO_EX, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS};
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::{attr, code, failure as os, Access, Win32};
+use crate::error::DOES_NOT_EXIST;
 use crate::paths::windows as wp;
 use crate::types::VolumeStats;
 use crate::{Error, Result, VolumeHost};
@@ -257,7 +263,7 @@ impl<N: Nt> Volumes<N> {
         match self.volume_at_mount_point(&mount_point) {
             Ok(found) => found,
             Err(e) if is_not_mount_point(&e) => Err(Error::not_found(format!(
-                "{path} is not a mounted folder: {mount_point} is no volume mount point ({e})"
+                "{path} is not a mounted folder: the volume mount point {mount_point} cannot be read {DOES_NOT_EXIST} ({e})"
             ))),
             Err(e) => Err(os(format!("reading the volume mounted at {mount_point}"), e)),
         }
@@ -266,6 +272,9 @@ impl<N: Nt> Volumes<N> {
     /// Checks `target` against the roots (see the module comment), holds it and looks at what
     /// is there. `allow_root`: whether a root itself is an acceptable target.
     fn target(&self, target: &str, allow_root: bool) -> Result<Target<N::Handle>> {
+        // A path rooted without a drive is where Win32 (and so upstream) puts it.
+        let resolved = self.contain.with_system_drive(target)?;
+        let target = resolved.as_ref();
         let roots = self.contain.roots();
         let refuse_root = || {
             Error::denied(format!(
@@ -549,10 +558,10 @@ impl<N: Nt> VolumeHost for Volumes<N> {
     fn volume_at_path(&self, target_path: &str) -> Result<String> {
         let t = self.target(target_path, true)?;
         match t.attrs() {
-            None => Err(Error::not_found(format!("path {target_path} does not exist"))),
-            Some(a) if a & attr::REPARSE_POINT == 0 => {
-                Err(Error::not_found(format!("{target_path} is not a mounted folder")))
-            }
+            None => Err(Error::not_found(format!("cannot read the volume mounted at {target_path} {DOES_NOT_EXIST}"))),
+            Some(a) if a & attr::REPARSE_POINT == 0 => Err(Error::not_found(format!(
+                "{target_path} is not a mounted folder: the volume mount point cannot be read {DOES_NOT_EXIST}"
+            ))),
             Some(_) => self.volume_holding(&t.held.verbatim()),
         }
     }
@@ -560,7 +569,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
     fn closest_volume_to_path(&self, target_path: &str) -> Result<String> {
         let t = self.target(target_path, true)?;
         let Some(mut attrs) = t.attrs() else {
-            return Err(Error::not_found(format!("path {target_path} does not exist")));
+            return Err(Error::not_found(format!("cannot find the volume of {target_path} {DOES_NOT_EXIST}")));
         };
         // Up the held target's canonical path: no link is left on it, and none of it can be
         // renamed while the target is held.

@@ -272,7 +272,8 @@ fn literal(v: &Value) -> Result<String> {
 /// WMI access. Implementations: the COM one in `sys::windows::wmi`, scripted ones in tests.
 pub trait Wmi: Send + Sync {
     /// The rows `query` selects. A class the namespace doesn't have is an error
-    /// ([`Error::Unavailable`] naming class and namespace), never zero rows.
+    /// ([`Error::FailedPrecondition`] naming class and namespace: the host lacks the provider),
+    /// never zero rows.
     fn query(&self, query: &Query) -> Result<Vec<Row>>;
 
     /// Calls `method` with `args` (by name) on the instance at object path `target` (a row's

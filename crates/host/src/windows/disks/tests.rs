@@ -661,8 +661,11 @@ fn rescan() {
     );
 
     let s = Arc::new(Script::new());
-    s.on("call MSFT_StorageSetting UpdateHostStorageCache", Answer::WmiError(Error::Unavailable, "no provider".into()));
-    assert!(matches!(disks(&s).rescan(), Err(Error::Unavailable(_))));
+    s.on(
+        "call MSFT_StorageSetting UpdateHostStorageCache",
+        Answer::WmiError(Error::FailedPrecondition, "no provider".into()),
+    );
+    assert!(matches!(disks(&s).rescan(), Err(Error::FailedPrecondition(_))));
 }
 
 #[test]

@@ -16,23 +16,24 @@
 //! CSI drivers do with it.
 
 use super::nt::{self, Handle, RealNt, Reparse, HOLD, IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK};
+use super::win32::RealWin32;
 use crate::paths::windows as wp;
 use crate::paths::{within, Roots};
 use crate::windows::contain::{self, Containment};
+use crate::windows::remove::{self, Removal};
 use crate::{Error, FilesystemHost, Result};
 use windows_sys::Wdk::Storage::FileSystem::{FILE_DIRECTORY_FILE, FILE_OPEN, FILE_OPEN_IF, FILE_OPEN_REPARSE_POINT};
 use windows_sys::Win32::Storage::FileSystem::{
-    DELETE, FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_OPEN_REPARSE_POINT, FILE_LIST_DIRECTORY,
-    FILE_READ_ATTRIBUTES, FILE_WRITE_ATTRIBUTES,
+    FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_OPEN_REPARSE_POINT, FILE_READ_ATTRIBUTES,
 };
 
 /// Access to look at a name.
 const PEEK: u32 = FILE_READ_ATTRIBUTES;
-/// Access to remove a name, and to list it when it is a directory.
-const REMOVE: u32 = DELETE | FILE_LIST_DIRECTORY | FILE_READ_ATTRIBUTES | FILE_WRITE_ATTRIBUTES;
 
 pub struct Filesystem {
     contain: Containment<RealNt>,
+    /// For DeleteVolumeMountPointW, when a removal meets a volume mount point.
+    win32: RealWin32,
 }
 
 /// A checked path: its deepest existing ancestor, held, and the names below it.
@@ -74,24 +75,11 @@ impl FilesystemHost for Filesystem {
         Ok(())
     }
 
-    /// `os.Remove` (empty directory, file or link) or, with `force`, `os.RemoveAll`.
+    /// `os.Remove` (empty directory, file or link) or, with `force`, `os.RemoveAll`; a volume
+    /// mount point is taken out of the mount manager first, as RemoveDirectoryW does
+    /// ([`remove`](crate::windows::remove)).
     fn rmdir(&self, path: &str, force: bool) -> Result<()> {
-        let loc = self.locate(path)?;
-        let missing = || if force { Ok(()) } else { Err(Error::not_found(format!("{path} does not exist"))) };
-        let Some(parent) = loc.parent() else { return missing() };
-        if loc.is_root(&loc.canonical_path()) {
-            return Err(self.roots().refuse_removal(path));
-        }
-        let h = match nt::open_at(parent, loc.name(), REMOVE, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
-            Ok(h) => h,
-            Err(e) if nt::is_not_found(&e) => return missing(),
-            Err(e) => return Err(io(path, "opening to remove", e)),
-        };
-        let (attrs, _) = attributes(&h, path)?;
-        if force && is_plain_dir(attrs) {
-            remove_contents(&h, path)?;
-        }
-        remove(&h, path)
+        remove::rmdir(&self.contain, &self.win32, path, force)
     }
 
     /// Empties a directory and keeps it. Like upstream, a link at `path` is followed; what it
@@ -113,7 +101,7 @@ impl FilesystemHost for Filesystem {
         if loc.is_root(&canonical) {
             return Err(self.roots().refuse_removal(path));
         }
-        remove_contents(&h, path)
+        Removal { nt: self.contain.nt(), win32: &self.win32 }.contents(&h, &canonical, path)
     }
 
     /// Creates a symbolic link at `link` to `destination` (upstream's `os.Symlink(source_path,
@@ -166,6 +154,10 @@ impl FilesystemHost for Filesystem {
     /// being looked at, except the two kinds upstream relies on: a volume (`\\?\Volume{…}\`,
     /// mounted folders) and an SMB share (mapping links).
     fn is_symlink(&self, path: &str) -> Result<bool> {
+        // Upstream checks no path here, so Win32 put a path rooted without a drive on the system
+        // drive, and GCE PD's mounter relies on that (see `with_system_drive`).
+        let resolved = self.contain.with_system_drive(path)?;
+        let path = resolved.as_ref();
         let loc = self.locate(path)?;
         let missing = || Error::not_found(format!("{path} does not exist"));
         let Some(parent) = loc.parent() else { return Err(missing()) };
@@ -216,7 +208,7 @@ impl FilesystemHost for Filesystem {
 
 impl Filesystem {
     pub fn new(roots: Roots) -> Self {
-        Filesystem { contain: Containment::new(RealNt, roots) }
+        Filesystem { contain: Containment::new(RealNt, roots), win32: RealWin32 }
     }
 
     /// Checks `path` and holds its deepest existing ancestor ([`Containment::locate`]).
@@ -286,10 +278,6 @@ fn links_to(h: &Handle, target: &str) -> bool {
     }
 }
 
-fn is_plain_dir(attrs: u32) -> bool {
-    attrs & FILE_ATTRIBUTE_DIRECTORY != 0 && attrs & FILE_ATTRIBUTE_REPARSE_POINT == 0
-}
-
 fn join(dir: &str, name: &str) -> String {
     if dir.ends_with('\\') {
         format!("{dir}{name}")
@@ -304,54 +292,6 @@ fn io(path: &str, doing: &str, e: std::io::Error) -> Error {
 
 fn attributes(h: &Handle, path: &str) -> Result<(u32, u32)> {
     nt::attributes(h).map_err(|e| io(path, "reading the attributes of", e))
-}
-
-fn remove(h: &Handle, path: &str) -> Result<()> {
-    nt::delete(h).map_err(|e| {
-        if nt::is_not_empty(&e) {
-            Error::precondition(format!("directory {path} is not empty"))
-        } else {
-            io(path, "removing", e)
-        }
-    })
-}
-
-/// Removes everything below the directory `top`, depth first. Each entry is opened relative to
-/// its directory with FILE_OPEN_REPARSE_POINT, so links (symlinks, junctions, mounted folders)
-/// are removed as links and never descended. Iterative, as depth is bounded only by path length.
-fn remove_contents(top: &Handle, top_path: &str) -> Result<()> {
-    let listing = |h: &Handle, shown: &str| nt::list(h).map_err(|e| io(shown, "listing", e));
-    let mut top_names = listing(top, top_path)?;
-    // Directories being emptied, innermost last.
-    let mut stack: Vec<(Handle, String, Vec<String>)> = Vec::new();
-    loop {
-        let (dir, dir_path, names) = match stack.last_mut() {
-            Some((h, p, n)) => (&*h, p.as_str(), n),
-            None => (top, top_path, &mut top_names),
-        };
-        let Some(name) = names.pop() else {
-            match stack.pop() {
-                Some((h, p, _)) => {
-                    remove(&h, &p)?;
-                    continue;
-                }
-                None => return Ok(()),
-            }
-        };
-        let shown = join(dir_path, &name);
-        let h = match nt::open_at(dir, &name, REMOVE, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
-            Ok(h) => h,
-            Err(e) if nt::is_not_found(&e) => continue,
-            Err(e) => return Err(io(&shown, "opening to remove", e)),
-        };
-        let (attrs, _) = attributes(&h, &shown)?;
-        if is_plain_dir(attrs) {
-            let names = listing(&h, &shown)?;
-            stack.push((h, shown, names));
-        } else {
-            remove(&h, &shown)?;
-        }
-    }
 }
 
 #[cfg(test)]

@@ -15,19 +15,20 @@ use windows_sys::Wdk::Storage::FileSystem::{
     NTCREATEFILE_CREATE_OPTIONS,
 };
 use windows_sys::Win32::Foundation::{
-    CloseHandle, RtlNtStatusToDosError, ERROR_ACCESS_DENIED, ERROR_DIRECTORY, ERROR_DIR_NOT_EMPTY,
-    ERROR_FILE_NOT_FOUND, ERROR_INVALID_FUNCTION, ERROR_INVALID_NAME, ERROR_INVALID_PARAMETER, ERROR_MORE_DATA,
-    ERROR_NOT_SUPPORTED, ERROR_PATH_NOT_FOUND, HANDLE, INVALID_HANDLE_VALUE, NTSTATUS, OBJ_CASE_INSENSITIVE,
-    STATUS_NO_MORE_FILES, UNICODE_STRING,
+    CloseHandle, RtlNtStatusToDosError, ERROR_ACCESS_DENIED, ERROR_DIRECTORY, ERROR_FILE_NOT_FOUND,
+    ERROR_INVALID_FUNCTION, ERROR_INVALID_NAME, ERROR_INVALID_PARAMETER, ERROR_MORE_DATA, ERROR_NOT_SUPPORTED,
+    ERROR_PATH_NOT_FOUND, HANDLE, INVALID_HANDLE_VALUE, NTSTATUS, OBJ_CASE_INSENSITIVE, STATUS_NO_MORE_FILES,
+    UNICODE_STRING,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    CreateFileW, CreateSymbolicLinkW, GetFinalPathNameByHandleW, FILE_ATTRIBUTE_NORMAL, FILE_ATTRIBUTE_READONLY,
-    FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT, FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED,
-    FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_TRAVERSE, OPEN_EXISTING,
-    SYMBOLIC_LINK_FLAG_ALLOW_UNPRIVILEGED_CREATE, SYMBOLIC_LINK_FLAG_DIRECTORY, SYNCHRONIZE, VOLUME_NAME_DOS,
-    VOLUME_NAME_GUID,
+    CreateFileW, CreateSymbolicLinkW, GetFinalPathNameByHandleW, DELETE, FILE_ATTRIBUTE_NORMAL,
+    FILE_ATTRIBUTE_READONLY, FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
+    FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_SHARE_READ, FILE_SHARE_WRITE,
+    FILE_TRAVERSE, FILE_WRITE_ATTRIBUTES, OPEN_EXISTING, SYMBOLIC_LINK_FLAG_ALLOW_UNPRIVILEGED_CREATE,
+    SYMBOLIC_LINK_FLAG_DIRECTORY, SYNCHRONIZE, VOLUME_NAME_DOS, VOLUME_NAME_GUID,
 };
 use windows_sys::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
+use windows_sys::Win32::System::SystemInformation::GetSystemWindowsDirectoryW;
 use windows_sys::Win32::System::IO::{DeviceIoControl, IO_STATUS_BLOCK};
 
 pub const IO_REPARSE_TAG_MOUNT_POINT: u32 = 0xA000_0003;
@@ -42,6 +43,8 @@ pub const HOLD: u32 = FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES
 /// Access for an entry we hold ([`Open::Entry`]): data access for the same reason, without
 /// FILE_TRAVERSE, which on a file would be execute access.
 const HOLD_ENTRY: u32 = FILE_READ_DATA | FILE_READ_ATTRIBUTES;
+/// Access to remove a name ([`Open::Remove`]), and to list it when it is a directory.
+pub const REMOVE: u32 = DELETE | FILE_LIST_DIRECTORY | FILE_READ_ATTRIBUTES | FILE_WRITE_ATTRIBUTES;
 
 /// Containment's handle calls ([`contain::Nt`]) on the real ones: [`open_path`], [`open_at`],
 /// [`final_path`] and [`attributes`], with the access and flags each [`Open`] stands for.
@@ -56,6 +59,7 @@ impl contain::Nt for RealNt {
             Open::Hold => open_path(path, HOLD, 0),
             Open::Entry => open_path(path, HOLD_ENTRY, FILE_FLAG_OPEN_REPARSE_POINT),
             Open::Look => open_path(path, FILE_READ_ATTRIBUTES, 0),
+            Open::Remove => open_path(path, REMOVE, FILE_FLAG_OPEN_REPARSE_POINT),
         }
     }
 
@@ -64,6 +68,7 @@ impl contain::Nt for RealNt {
             Open::Hold => open_at(dir, name, HOLD, FILE_OPEN, 0),
             Open::Entry => open_at(dir, name, HOLD_ENTRY, FILE_OPEN, FILE_OPEN_REPARSE_POINT),
             Open::Look => open_at(dir, name, FILE_READ_ATTRIBUTES, FILE_OPEN, 0),
+            Open::Remove => open_at(dir, name, REMOVE, FILE_OPEN, FILE_OPEN_REPARSE_POINT),
         }
     }
 
@@ -73,6 +78,29 @@ impl contain::Nt for RealNt {
 
     fn attributes(&self, h: &Handle) -> io::Result<u32> {
         attributes(h).map(|(attrs, _)| attrs)
+    }
+
+    fn system_drive(&self) -> io::Result<String> {
+        system_drive()
+    }
+
+    fn list(&self, h: &Handle) -> io::Result<Vec<String>> {
+        list(h)
+    }
+
+    fn delete(&self, h: &Handle) -> io::Result<()> {
+        delete(h)
+    }
+
+    fn mount_point_target(&self, h: &Handle) -> io::Result<Option<String>> {
+        let (attrs, tag) = attributes(h)?;
+        if attrs & FILE_ATTRIBUTE_REPARSE_POINT == 0 || tag != IO_REPARSE_TAG_MOUNT_POINT {
+            return Ok(None);
+        }
+        Ok(match reparse(h)? {
+            Reparse::MountPoint { target } => Some(target),
+            _ => None,
+        })
     }
 }
 
@@ -131,8 +159,17 @@ pub fn is_not_a_directory(e: &io::Error) -> bool {
     is(e, ERROR_DIRECTORY)
 }
 
-pub fn is_not_empty(e: &io::Error) -> bool {
-    is(e, ERROR_DIR_NOT_EMPTY)
+/// The drive of the Windows directory (GetSystemWindowsDirectoryW, the same for every session),
+/// `C:` as `%SystemDrive%` spells it: where Win32 puts a service's paths rooted without a drive.
+pub fn system_drive() -> io::Result<String> {
+    let mut buf = [0u16; 261];
+    // SAFETY: the buffer and its length in UTF-16 units match; the call writes at most that.
+    let n = unsafe { GetSystemWindowsDirectoryW(buf.as_mut_ptr(), buf.len() as u32) } as usize;
+    if n == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let dir = String::from_utf16_lossy(&buf[..n.min(buf.len())]);
+    Ok(dir.chars().take(2).collect())
 }
 
 /// Opens an existing file or directory by a `\\?\` path, following reparse points unless

@@ -182,7 +182,9 @@ impl Fail {
         match code.0 as u32 {
             hr::WBEM_E_ACCESS_DENIED | hr::E_ACCESSDENIED => Error::denied(msg),
             hr::WBEM_E_NOT_FOUND if instance => Error::not_found(msg),
-            hr::WBEM_E_INVALID_CLASS | hr::WBEM_E_INVALID_NAMESPACE => Error::unavailable(msg),
+            // The host lacks the provider: no retry will change that, and Unavailable would
+            // read to a gRPC client as a broken connection.
+            hr::WBEM_E_INVALID_CLASS | hr::WBEM_E_INVALID_NAMESPACE => Error::precondition(msg),
             _ if is_transport(code) => Error::unavailable(msg),
             _ => Error::internal(msg),
         }
@@ -824,7 +826,7 @@ impl ComWmi {
     }
 
     fn missing_class(ns: Namespace, class: &str, code: HRESULT) -> Fail {
-        Fail::Host(Error::unavailable(format!(
+        Fail::Host(Error::precondition(format!(
             "WMI class {class} is not available in {}: {}",
             ns.path(),
             hr_text(code)
@@ -991,7 +993,7 @@ impl ComWmi {
         let res = unsafe { cls.GetMethod(PCWSTR(wmethod.as_ptr()), 0, &mut in_sig, &mut out_sig) };
         if let Err(e) = res {
             return Err(match e.code().0 as u32 {
-                hr::WBEM_E_NOT_FOUND | hr::WBEM_E_INVALID_METHOD => Fail::Host(Error::unavailable(format!(
+                hr::WBEM_E_NOT_FOUND | hr::WBEM_E_INVALID_METHOD => Fail::Host(Error::precondition(format!(
                     "WMI method {class}.{method} is not available in {}: {}",
                     ns.path(),
                     hr_text(e.code())

@@ -1,6 +1,6 @@
 use super::*;
 use crate::windows::attr::DIRECTORY;
-use crate::windows::script::{returned, Answer, Script};
+use crate::windows::script::{returned, Answer, Gate, Script};
 use std::fmt::Write as _;
 
 const SRV: &str = r"\\srv\share";
@@ -462,4 +462,113 @@ fn the_password_never_shows() {
         assert!(!line.contains(PASSWORD), "password leaked: {line}");
     }
     assert!(passed.iter().any(|s| s.contains(PASSWORD)), "the password must reach WMI as a secret: {passed:?}");
+}
+
+/// Long enough for any machine to finish a call that isn't blocked; reached only when the code
+/// under test is wrong (a call waiting for another share), so the test fails instead of hanging.
+const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(60);
+const OTHER: &str = r"\\other\share";
+
+/// Runs `call` on its own thread and waits for it (up to [`WATCHDOG`]); `None` when it did not
+/// finish. `gate` is opened either way, so nothing stays blocked behind a failed assertion.
+fn finishes<T: Send>(gate: &Gate, call: impl FnOnce() -> T + Send) -> Option<T> {
+    std::thread::scope(|t| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        t.spawn(move || tx.send(call()));
+        let got = rx.recv_timeout(WATCHDOG).ok();
+        gate.open();
+        got
+    })
+}
+
+/// One unreachable server must not stall the SMB volumes of every other share on the node:
+/// MSFT_SmbGlobalMapping.Create may wait 120 s, beyond the drivers' NodeStageVolume timeouts.
+#[test]
+fn a_hung_create_on_one_share_does_not_hold_up_another() {
+    let f = fixture(Links::default());
+    let gate = Gate::new();
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_query(&find(OTHER), vec![])
+        // The first Create (SRV's) hangs until the gate opens; the second (OTHER's) answers.
+        .on("call MSFT_SmbGlobalMapping Create", Answer::Held(gate.clone(), Box::new(Answer::Out(returned(0)))))
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+    let smb = &f.smb;
+    std::thread::scope(|t| {
+        let hung = t.spawn(|| smb.new_global_mapping(&request(SRV, "", "")));
+        gate.wait_for(1); // SRV's call is inside Create
+        let other = finishes(&gate, || smb.new_global_mapping(&request(OTHER, "", "")));
+        assert!(matches!(other, Some(Ok(()))), "the call on another share waited for the hung one: {other:?}");
+        hung.join().unwrap().unwrap();
+    });
+    let log = f.script.log();
+    let other_create = log.iter().position(|l| *l == create_line(OTHER, true, false)).unwrap();
+    assert_eq!(log.iter().position(|l| *l == create_line(SRV, true, false)), Some(1), "{log:#?}");
+    assert!(other_create > 1, "{log:#?}");
+}
+
+/// GetFileAttributesW on a share waits as long as the SMB client does: the probe is bounded, a
+/// share that does not answer in time counts as unreachable, and a later call on it waits for
+/// the probe still running instead of starting another.
+#[test]
+fn a_share_that_does_not_answer_the_probe_is_given_up_on_once() {
+    let script = Arc::new(Script::new());
+    let mut smb = Smb::new(script.clone(), script.clone(), Arc::new(Links::default()))
+        .with_probe_timeout(std::time::Duration::from_millis(20));
+    let gate = Gate::new();
+    let probe = format!(r"attributes {SRV}\");
+    script
+        .on_query(&find(SRV), vec![mapping_row(status::OK)])
+        .on(&probe, Answer::Held(gate.clone(), Box::new(Answer::Attributes(Some(DIRECTORY)))))
+        .on_call(MAP, "Remove", returned(0))
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+    // Two calls while the probe hangs: both finish, recreating the mapping, on one probe. (The
+    // gate opens once they are done, or at the watchdog if they hang.)
+    let done = finishes(&gate, || {
+        let first = smb.new_global_mapping(&request(SRV, "", ""));
+        let second = smb.new_global_mapping(&request(SRV, "", ""));
+        (first, second)
+    });
+    assert!(matches!(done, Some((Ok(()), Ok(())))), "a call waited for the hung probe: {done:?}");
+    assert_eq!(gate.arrived(), 1, "one probe for the share, not one per call");
+    assert_eq!(script.calls(&probe).len(), 1);
+    assert_eq!(script.calls(&remove_line()).len(), 2);
+    // Once the probe answers, the next call probes afresh and keeps the healthy mapping.
+    let deadline = std::time::Instant::now() + WATCHDOG;
+    while !lock(&smb.probes).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the probe never finished");
+        std::thread::yield_now();
+    }
+    // (A limit no answering probe can miss, however loaded the machine.)
+    smb.probe_timeout = WATCHDOG;
+    smb.new_global_mapping(&request(SRV, "", "")).unwrap();
+    assert_eq!(script.calls(&probe).len(), 2);
+    assert_eq!(script.calls(&remove_line()).len(), 2, "kept: {:#?}", script.log());
+}
+
+/// Calls on one share still take turns: a rollback must not pull the mapping away from a call
+/// on the same share that has just decided to keep it.
+#[test]
+fn calls_on_one_share_take_turns() {
+    let f = fixture(Links::default());
+    let gate = Gate::new();
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on("call MSFT_SmbGlobalMapping Create", Answer::Held(gate.clone(), Box::new(Answer::Out(returned(0)))))
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+    let smb = &f.smb;
+    std::thread::scope(|t| {
+        let first = t.spawn(|| smb.new_global_mapping(&request(r"\\srv\share\a", "", "")));
+        gate.wait_for(1);
+        let second = t.spawn(|| smb.new_global_mapping(&request(r"\\SRV\Share\b", "", "")));
+        // Give the second call every chance to overtake; it must not.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let before = f.script.calls("query ").len();
+        gate.open();
+        first.join().unwrap().unwrap();
+        second.join().unwrap().unwrap();
+        assert_eq!(before, 1, "the second call on the share ran while the first was in Create: {:#?}", f.script.log());
+    });
+    let log = f.script.log();
+    assert_eq!(log, [find_line(SRV), create_line(SRV, true, false), find_line(SRV), create_line(SRV, true, false)]);
 }

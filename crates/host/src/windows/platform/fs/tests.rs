@@ -13,7 +13,7 @@ use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use windows_sys::Win32::Storage::FileSystem::FILE_WRITE_DATA;
+use windows_sys::Win32::Storage::FileSystem::{FILE_WRITE_ATTRIBUTES, FILE_WRITE_DATA};
 
 struct Fx {
     base: PathBuf,
@@ -252,6 +252,29 @@ fn is_symlink_is_false_for_plain_entries_and_not_found_for_missing() {
     assert_err!(fx.fs.is_symlink(&fx.p(r"nope\x")), NotFound, r"nope\x does not exist");
 }
 
+/// GCE PD's mounter (pkg/mount-manager/safe-mounter-v1_windows.go, `IsLikelyNotMountPoint`)
+/// passes the kubelet's staging path, rooted without a drive, to IsSymlink unchanged; upstream
+/// checks no path there, so Win32 reads it on the system drive. The other filesystem RPCs keep
+/// upstream's refusal (drivers add `c:` for them).
+#[test]
+fn is_symlink_reads_a_path_rooted_without_a_drive_on_the_system_drive() {
+    let fx = Fx::new();
+    write(&fx.real(r"d\f"), "x");
+    let drive = nt::system_drive().unwrap();
+    assert!(matches!(drive.as_bytes(), [l, b':'] if l.is_ascii_alphabetic()), "{drive:?}");
+    let rooted = |rel: &str| fx.p(rel)[2..].to_string();
+    if fx.root[..2].eq_ignore_ascii_case(&drive) {
+        assert!(!fx.fs.is_symlink(&rooted("d")).unwrap());
+        assert_err!(fx.fs.is_symlink(&rooted("nope")), NotFound, "does not exist");
+    } else {
+        assert_err!(fx.fs.is_symlink(&rooted("d")), PermissionDenied, "not within");
+    }
+    assert_err!(fx.fs.path_exists(&rooted("d")), InvalidArgument, "has no drive");
+    assert_err!(fx.fs.mkdir(&rooted("e")), InvalidArgument, "has no drive");
+    assert_err!(fx.fs.rmdir(&rooted("d"), true), InvalidArgument, "has no drive");
+    assert!(fx.real(r"d\f").exists());
+}
+
 #[test]
 fn a_held_directory_cannot_be_renamed_or_removed() {
     let fx = Fx::new();
@@ -298,6 +321,11 @@ fn every_op(fx: &Fx, path: &str) -> Vec<(&'static str, Result<()>)> {
 enum Want {
     Denied,
     Invalid,
+    NotFound,
+    /// Rooted without a drive: IsSymlink reads it on the system drive (see
+    /// `is_symlink_reads_a_path_rooted_without_a_drive_on_the_system_drive`) and answers this;
+    /// every other operation refuses it as Invalid.
+    Rooted(&'static Want),
 }
 
 #[test]
@@ -311,6 +339,7 @@ fn attacks_are_refused_by_every_operation_and_change_nothing() {
     let root = fx.root.clone();
     let base = fx.base.display().to_string();
     let (drive, after_drive) = root.split_at(2);
+    let system_drive = nt::system_drive().unwrap().eq_ignore_ascii_case(drive);
     let cases: Vec<(String, Want)> = vec![
         // Prefix siblings and places above the root.
         (fx.b("root-evil"), Want::Denied),
@@ -357,7 +386,13 @@ fn attacks_are_refused_by_every_operation_and_change_nothing() {
         (format!(r"\\.\{root}\x"), Want::Invalid),
         (format!(r"\??\{root}\x"), Want::Invalid),
         (format!(r"\\localhost\{}${after_drive}\x", &drive[..1]), Want::Invalid),
-        (format!(r"{after_drive}\x"), Want::Invalid),
+        // On the system drive, IsSymlink reads these as the drive paths they spell; here the
+        // first is inside the root (missing), the others escape it.
+        (format!(r"{after_drive}\x"), Want::Rooted(if system_drive { &Want::NotFound } else { &Want::Denied })),
+        (format!(r"{}\root-evil\sentinel", &base[2..]), Want::Rooted(&Want::Denied)),
+        (format!(r"{}\outside", &base[2..]), Want::Rooted(&Want::Denied)),
+        (format!(r"{after_drive}\..\outside"), Want::Invalid),
+        (r"\Windows\System32".into(), Want::Rooted(&Want::Denied)),
         (format!(r"{drive}{}\x", &after_drive[1..]), Want::Invalid),
         (format!(r"{drive}\"), Want::Invalid),
         ("x".into(), Want::Invalid),
@@ -367,12 +402,18 @@ fn attacks_are_refused_by_every_operation_and_change_nothing() {
     let before = fx.outside();
     for (path, want) in &cases {
         for (op, r) in every_op(&fx, path) {
+            let want = match want {
+                Want::Rooted(w) if op == "IsSymlink" => *w,
+                Want::Rooted(_) => &Want::Invalid,
+                w => w,
+            };
             match (want, r) {
                 (Want::Denied, Err(Error::PermissionDenied(m))) => {
                     // The roots are listed as typed.
                     assert!(m.contains(path.as_str()) && m.contains(&format!("[{root}]")), "{op} {path:?}: {m}")
                 }
                 (Want::Invalid, Err(Error::InvalidArgument(m))) => assert!(m.contains("path"), "{op} {path:?}: {m}"),
+                (Want::NotFound, Err(Error::NotFound(_))) => {}
                 (_, other) => panic!("{op} {path:?}: expected {want:?}, got {other:?}"),
             }
         }

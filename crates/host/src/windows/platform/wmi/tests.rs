@@ -97,7 +97,7 @@ fn literals_with_backslashes_and_quotes_match_nothing() {
 }
 
 #[test]
-fn missing_classes_and_namespaces_are_unavailable() {
+fn missing_classes_and_namespaces_are_a_failed_precondition() {
     let w = ComWmi::new();
     let cases = [
         (Namespace::Storage, "MSFT_Disk"),
@@ -112,14 +112,14 @@ fn missing_classes_and_namespaces_are_unavailable() {
         for _ in 0..2 {
             let err = w.query(&Query::select(ns, class, &[])).unwrap_err();
             let msg = err.to_string();
-            assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+            assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
             assert!(msg.starts_with(&format!("WMI class {class} is not available in {}: 0x8004", ns.path())), "{msg}");
             assert!(msg.contains("(WBEM_E_"), "{msg}");
         }
         let err = w.associators(ns, r"\\.\ROOT\CIMV2:Win32_BIOS=@", "X_Assoc", class, &[]).unwrap_err();
-        assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+        assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
         let err = w.call(ns, class, "Method", &[]).unwrap_err();
-        assert!(matches!(err, Error::Unavailable(_)) && err.to_string().contains(class), "{err:?}");
+        assert!(matches!(err, Error::FailedPrecondition(_)) && err.to_string().contains(class), "{err:?}");
     }
 }
 
@@ -192,7 +192,7 @@ fn static_method_with_arguments() {
 fn method_errors_name_class_method_and_parameter_but_never_values() {
     let w = ComWmi::new();
     let err = w.call(Namespace::Cimv2, "StdRegProv", "NoSuchMethod", &[]).unwrap_err();
-    assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
     assert!(err.to_string().contains("StdRegProv.NoSuchMethod"), "{err}");
 
     let secret = "hunter2-do-not-show";
@@ -264,7 +264,7 @@ fn four_threads_share_one_connection() {
                         }
                         _ => assert!(matches!(
                             w.query(&Query::select(Namespace::Cimv2, "MSFT_Disk", &[])),
-                            Err(Error::Unavailable(_))
+                            Err(Error::FailedPrecondition(_))
                         )),
                     }
                 }
@@ -374,7 +374,8 @@ fn hresults_read_and_classify() {
     assert!(matches!(fail(hr::E_ACCESSDENIED).into_error("w", false), Error::PermissionDenied(_)));
     assert!(matches!(fail(hr::WBEM_E_NOT_FOUND).into_error("w", true), Error::NotFound(_)));
     assert!(matches!(fail(hr::WBEM_E_NOT_FOUND).into_error("w", false), Error::Internal(_)));
-    assert!(matches!(fail(hr::WBEM_E_INVALID_NAMESPACE).into_error("w", false), Error::Unavailable(_)));
+    assert!(matches!(fail(hr::WBEM_E_INVALID_NAMESPACE).into_error("w", false), Error::FailedPrecondition(_)));
+    assert!(matches!(fail(hr::WBEM_E_INVALID_CLASS).into_error("w", false), Error::FailedPrecondition(_)));
     assert!(matches!(fail(hr::RPC_E_DISCONNECTED).into_error("w", false), Error::Unavailable(_)));
     assert!(matches!(fail(hr::WBEM_E_INVALID_QUERY).into_error("w", false), Error::Internal(_)));
     for code in

@@ -1,0 +1,155 @@
+//! Removal for the filesystem group's Rmdir and RmdirContents, written against [`Nt`] and
+//! [`Win32`] so that it runs on the scripted platform too (`platform::fs` calls it with the real
+//! ones).
+//!
+//! Every entry is opened relative to its held directory without following a link
+//! ([`Open::Remove`]): links (symbolic links, junctions, volume mounted folders) are removed as
+//! links and never descended, and a plain directory is emptied depth first, iteratively, since
+//! depth is bounded only by path length.
+//!
+//! Upstream removes through `os.Remove` / `os.RemoveAll`, that is RemoveDirectoryW, whose first
+//! step a handle-relative delete would skip: a directory that is a volume mount point (mount
+//! point reparse data naming `\??\Volume{GUID}\`) is taken out of the mount manager with
+//! DeleteVolumeMountPointW before the directory goes; deleting the directory alone leaves the
+//! mount manager's database naming a mount point that no longer exists. We do the same: the
+//! mount point is deleted through the held entry's canonical place (`\\?\C:\…\`, which nothing
+//! can rename while its parent is held), then the directory through its handle. A junction
+//! (mount point reparse data naming a directory) is no volume mount point and is just removed.
+//! azuredisk unstages this way: Rmdir(force) of the staging folder with the volume still
+//! mounted (pkg/mounter/safe_mounter_windows.go, `Rmdir`).
+
+use super::contain::{Containment, Nt, Open};
+use super::{attr, code, failure, is_not_found, Win32};
+use crate::paths::windows as wp;
+use crate::{Error, Result};
+
+/// Rmdir: `os.Remove` of an empty directory, a file or a link, or with `force` `os.RemoveAll`.
+/// A missing path is NotFound, or success with `force`; a root itself is refused.
+pub fn rmdir<N: Nt>(contain: &Containment<N>, win32: &dyn Win32, path: &str, force: bool) -> Result<()> {
+    let loc = contain.locate(path)?;
+    let missing = || if force { Ok(()) } else { Err(Error::not_found(format!("{path} does not exist"))) };
+    let Some(parent) = loc.parent() else { return missing() };
+    let place = loc.canonical_path();
+    if loc.is_root(&place) {
+        return Err(contain.roots().refuse_removal(path));
+    }
+    let removal = Removal { nt: contain.nt(), win32 };
+    let h = match contain.nt().open_at(parent, loc.name(), Open::Remove) {
+        Ok(h) => h,
+        Err(e) if is_not_found(&e) => return missing(),
+        Err(e) => return Err(failure(format!("opening to remove {path}"), e)),
+    };
+    let attrs = removal.attributes(&h, path)?;
+    if force && is_plain_dir(attrs) {
+        removal.contents(&h, &place, path)?;
+    }
+    removal.remove(&h, attrs, &place, path)
+}
+
+/// Removes what is in held directories, as RemoveDirectoryW would.
+pub struct Removal<'a, N: Nt> {
+    pub nt: &'a N,
+    pub win32: &'a dyn Win32,
+}
+
+impl<N: Nt> Removal<'_, N> {
+    /// Removes everything below the directory `top`, whose canonical components are `place`
+    /// (`shown` names it in messages), and keeps `top`.
+    pub fn contents(&self, top: &N::Handle, place: &[String], shown: &str) -> Result<()> {
+        let mut top_names = self.list(top, shown)?;
+        // Directories being emptied, innermost last.
+        let mut stack: Vec<Emptying<N::Handle>> = Vec::new();
+        loop {
+            let (dir, dir_place, dir_shown, names) = match stack.last_mut() {
+                Some(d) => (&d.handle, d.place.as_slice(), d.shown.as_str(), &mut d.names),
+                None => (top, place, shown, &mut top_names),
+            };
+            let Some(name) = names.pop() else {
+                match stack.pop() {
+                    Some(d) => {
+                        self.remove(&d.handle, attr::DIRECTORY, &d.place, &d.shown)?;
+                        continue;
+                    }
+                    None => return Ok(()),
+                }
+            };
+            let entry_shown = join(dir_shown, &name);
+            let entry_place: Vec<String> = dir_place.iter().cloned().chain([name.clone()]).collect();
+            let h = match self.nt.open_at(dir, &name, Open::Remove) {
+                Ok(h) => h,
+                Err(e) if is_not_found(&e) => continue,
+                Err(e) => return Err(failure(format!("opening to remove {entry_shown}"), e)),
+            };
+            let attrs = self.attributes(&h, &entry_shown)?;
+            if is_plain_dir(attrs) {
+                let names = self.list(&h, &entry_shown)?;
+                stack.push(Emptying { handle: h, place: entry_place, shown: entry_shown, names });
+            } else {
+                self.remove(&h, attrs, &entry_place, &entry_shown)?;
+            }
+        }
+    }
+
+    /// Deletes the entry `h` (attributes `attrs`) at `place`: a volume mount point is first taken
+    /// out of the mount manager.
+    fn remove(&self, h: &N::Handle, attrs: u32, place: &[String], shown: &str) -> Result<()> {
+        if attrs & attr::REPARSE_POINT != 0 && attrs & attr::DIRECTORY != 0 {
+            self.release_mount_point(h, place, shown)?;
+        }
+        self.nt.delete(h).map_err(|e| {
+            if e.raw_os_error() == Some(code::ERROR_DIR_NOT_EMPTY) {
+                Error::precondition(format!("directory {shown} is not empty"))
+            } else {
+                failure(format!("removing {shown}"), e)
+            }
+        })
+    }
+
+    /// RemoveDirectoryW's first step: DeleteVolumeMountPointW when `h` is a volume mount point.
+    fn release_mount_point(&self, h: &N::Handle, place: &[String], shown: &str) -> Result<()> {
+        let target =
+            self.nt.mount_point_target(h).map_err(|e| failure(format!("reading the mount point {shown}"), e))?;
+        let Some(target) = target else { return Ok(()) };
+        let is_volume = wp::components(&target).is_some_and(|c| c.len() == 1 && wp::is_volume_guid(&c[0]));
+        if !is_volume {
+            return Ok(());
+        }
+        let dir = format!("{}\\", wp::verbatim(place).trim_end_matches('\\'));
+        self.win32.delete_mount_point(&dir).map_err(|e| {
+            failure(format!("removing the volume mount point {shown} (of {}) from the mount manager", target), e)
+        })?;
+        tracing::info!(path = %crate::error::clip(shown), volume = %crate::error::clip(&target), "volume mount point removed");
+        Ok(())
+    }
+
+    fn attributes(&self, h: &N::Handle, shown: &str) -> Result<u32> {
+        self.nt.attributes(h).map_err(|e| failure(format!("reading the attributes of {shown}"), e))
+    }
+
+    fn list(&self, h: &N::Handle, shown: &str) -> Result<Vec<String>> {
+        self.nt.list(h).map_err(|e| failure(format!("listing {shown}"), e))
+    }
+}
+
+/// A directory being emptied: its handle, canonical place, name in messages and the names left.
+struct Emptying<H> {
+    handle: H,
+    place: Vec<String>,
+    shown: String,
+    names: Vec<String>,
+}
+
+fn is_plain_dir(attrs: u32) -> bool {
+    attrs & attr::DIRECTORY != 0 && attrs & attr::REPARSE_POINT == 0
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.ends_with('\\') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}\\{name}")
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,890 @@
+//! The Windows CSI drivers' node flows (crate::flows) against the Windows backend on the scripted
+//! platform, through the real server and its v1 wire messages on unix sockets.
+//!
+//! The volume, disk and SMB groups are the Windows backend (`windows::volumes`, `disks`, `smb`)
+//! over `windows::script::Script`. Before every call a new script is written from a small model
+//! of one Windows node ([`Machine`]: the kubelet's folders, mount points and links, one data
+//! disk and its volume, the SMB global mappings), with the answers Win32 and the Storage/SMB WMI
+//! providers document for that state; after the call, what the backend did (SetVolumeMountPointW,
+//! DeleteVolumeMountPointW, MSFT_Volume.Format, MSFT_Disk.CreatePartition, …) is applied to the
+//! model. The filesystem group's Windows implementation is Windows-only (NT handle calls in
+//! `windows::platform::fs`); here it is [`ModelFs`], the model's own answers in upstream's
+//! semantics, and the real one runs the same flows under Wine (driver_flows_pipes.rs).
+
+#![cfg(unix)]
+
+use csi_proxy_host::memory::MemoryHost;
+use csi_proxy_host::paths::Roots;
+use csi_proxy_host::types::{DiskIds, DiskLocation, SmbMapping, VolumeStats};
+use csi_proxy_host::windows::contain::Containment;
+use csi_proxy_host::windows::disks::Disks;
+use csi_proxy_host::windows::script::{returned, Answer, Script};
+use csi_proxy_host::windows::smb::{ShareLinks, Smb};
+use csi_proxy_host::windows::volumes::Volumes;
+use csi_proxy_host::windows::wmi::{Namespace, Query, Row};
+use csi_proxy_host::windows::{attr, code};
+use csi_proxy_host::{DiskHost, Error, FilesystemHost, Hosts, Result, SmbHost, VolumeHost};
+use csi_proxy_server::Config;
+use csi_proxy_stack_tests::flows::{
+    self, azuredisk, ebs, gce_pd, smb, vsphere, BlockVolume, Local, Node, Proxy, Share,
+};
+use csi_proxy_stack_tests::TestServer;
+use csi_proxy_transport::ConnPolicy;
+use csi_proxy_wire::APIS;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+const ROOT: &str = r"C:\var\lib\kubelet";
+const C_VOLUME: &str = r"\\?\Volume{c0c0c0c0-0000-4000-8000-00000000000c}\";
+const VOLUME: &str = r"\\?\Volume{5b2c8a1e-3f4d-4e6a-9b7c-0d1e2f3a4b5c}\";
+const DISK: u32 = 2;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+/// Where the data partition starts (after the MSR), and what NTFS keeps for itself.
+const DATA_OFFSET: u64 = 129 * MIB;
+const NTFS_OVERHEAD: u64 = 16 * MIB;
+/// The kubelet's SHA-256 of a volume handle, and a pod's UID.
+const HASH: &str = "7d5f1c0a3b9e8d2f4a6c1e0b9d8f7a6c5e4d3b2a19f8e7d6c5b4a39281706f5e";
+const POD: &str = "2c9b8a7f-6e5d-4c3b-a291-8f7e6d5c4b3a";
+
+const DISK_PATH: &str = r#"\\H\ROOT\Microsoft\Windows\Storage:MSFT_Disk.ObjectId="{1}\\H\Disk{2}""#;
+const MSR_PATH: &str = r#"\\H\ROOT\Microsoft\Windows\Storage:MSFT_Partition.ObjectId="{1}\\H\Disk{2}\Partition1""#;
+const DATA_PATH: &str = r#"\\H\ROOT\Microsoft\Windows\Storage:MSFT_Partition.ObjectId="{1}\\H\Disk{2}\Partition2""#;
+const VOLUME_PATH: &str = r#"\\H\ROOT\Microsoft\Windows\Storage:MSFT_Volume.ObjectId="{1}\\H\Volume{5b2c}""#;
+const GPT_MSR: &str = "{e3c9e316-0b5c-4db8-817d-f92df00215ae}";
+const GPT_BASIC_DATA: &str = "{ebd0a0a2-b9e5-4433-87c0-68b6b72699c7}";
+
+#[derive(Debug, Clone, PartialEq)]
+enum Kind {
+    Dir,
+    /// A volume mount point (a mounted folder) of this volume.
+    Mount(String),
+    /// A directory symbolic link to this canonical path (or `\\?\UNC\…`).
+    Link(String),
+}
+
+/// One Windows node: what the scripts answer from, and what the backend's actions change.
+#[derive(Debug)]
+struct Machine {
+    /// Below [`ROOT`], by canonical path (`C:\var\lib\kubelet\…`).
+    tree: BTreeMap<String, Kind>,
+    /// Paths the volume group may be asked about, scripted whether they exist or not.
+    interest: BTreeSet<String>,
+    online: bool,
+    partitioned: bool,
+    formatted: bool,
+    disk_size: u64,
+    partition_size: u64,
+    used: u64,
+    /// SMB global mappings, by share root (`\\srv\share`).
+    mapped: BTreeSet<String>,
+}
+
+/// A request's drive path as the model keys it (drive letter upper case, no trailing `\`);
+/// `None` for any other form.
+fn canon(path: &str) -> Option<String> {
+    let p = path.strip_prefix(r"\\?\").unwrap_or(path);
+    let b = p.as_bytes();
+    if b.len() < 3 || !b[0].is_ascii_alphabetic() || b[1] != b':' || b[2] != b'\\' {
+        return None;
+    }
+    Some(format!("{}{}", p[..1].to_uppercase(), p[1..].trim_end_matches('\\')))
+}
+
+fn split(path: &str) -> (&str, &str) {
+    path.rsplit_once('\\').unwrap()
+}
+
+fn verbatim(path: &str) -> String {
+    format!(r"\\?\{path}")
+}
+
+/// `\\srv\share` of a remote path.
+fn share_root(remote: &str) -> String {
+    remote.trim_start_matches('\\').split('\\').take(2).fold(String::from(r"\"), |acc, c| format!(r"{acc}\{c}"))
+}
+
+fn mapping_path(root: &str) -> String {
+    format!(r#"\\H\ROOT\Microsoft\Windows\SMB:MSFT_SmbGlobalMapping.RemotePath="{}""#, root.replace('\\', r"\\"))
+}
+
+impl Machine {
+    fn new() -> Machine {
+        Machine {
+            tree: BTreeMap::new(),
+            interest: BTreeSet::new(),
+            // Attached and online (the clouds' images bring new disks online), not laid out.
+            online: true,
+            partitioned: false,
+            formatted: false,
+            disk_size: 10 * GIB,
+            partition_size: 0,
+            used: 0,
+            mapped: BTreeSet::new(),
+        }
+    }
+
+    fn inside(path: &str) -> bool {
+        path.len() > ROOT.len() && path[..ROOT.len()].eq_ignore_ascii_case(ROOT) && path.as_bytes()[ROOT.len()] == b'\\'
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        path.eq_ignore_ascii_case(ROOT) || self.tree.contains_key(path)
+    }
+
+    /// Directories `path` and its parents (below the root), as `mkdir -p`.
+    fn mkdir_all(&mut self, path: &str) {
+        let mut p = path.to_owned();
+        while Self::inside(&p) {
+            self.tree.entry(p.clone()).or_insert(Kind::Dir);
+            p = split(&p).0.to_owned();
+        }
+    }
+
+    /// `path` and its parents below the root are scripted on every call.
+    fn watch(&mut self, path: &str) {
+        let mut p = canon(path).unwrap();
+        while Self::inside(&p) {
+            self.interest.insert(p.clone());
+            p = split(&p).0.to_owned();
+        }
+    }
+
+    fn fs_size(&self) -> u64 {
+        self.partition_size.saturating_sub(NTFS_OVERHEAD)
+    }
+
+    fn supported_size(&self) -> u64 {
+        self.disk_size - DATA_OFFSET - MIB
+    }
+
+    /// The answers for the next call (`line`, as the flow recorded it).
+    fn script(&self, line: &str) -> Script {
+        let s = Script::new();
+        s.on("system_drive", Answer::Str("C:".into()));
+        s.root(ROOT);
+        s.held_dir(ROOT);
+        // Every folder the call may be about, present or not.
+        let paths: BTreeSet<&String> = self.interest.iter().chain(self.tree.keys()).collect();
+        for p in paths {
+            let (dir, name) = split(p);
+            let mount_point = format!(r"{}\", verbatim(p));
+            s.on(format!("set_mount_point {mount_point} {VOLUME}"), Answer::Done);
+            s.on(format!("delete_mount_point {mount_point}"), Answer::Done);
+            match self.tree.get(p.as_str()) {
+                None => {
+                    s.missing_dir(p);
+                    s.no_entry(dir, name);
+                }
+                Some(Kind::Dir) => {
+                    s.held_dir(p);
+                    s.entry(dir, name, attr::DIRECTORY);
+                    s.on(
+                        format!("volume_name_for_mount_point {mount_point}"),
+                        Answer::Win32Error(code::ERROR_NOT_A_REPARSE_POINT),
+                    );
+                    s.on(format!("volume_path_name {}", verbatim(p)), Answer::Str(r"C:\".into()));
+                }
+                // (Not scripted as held directories: the handle's attributes would answer for both.)
+                Some(Kind::Mount(v)) => {
+                    s.entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
+                    s.on(format!("volume_name_for_mount_point {mount_point}"), Answer::Str(v.clone()));
+                    s.on(format!("volume_path_name {}", verbatim(p)), Answer::Str(mount_point.clone()));
+                }
+                Some(Kind::Link(t)) => {
+                    s.entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
+                    // A symbolic link is no mount point; GetVolumePathNameW resolves it.
+                    s.on(
+                        format!("volume_name_for_mount_point {mount_point}"),
+                        Answer::Win32Error(code::ERROR_NOT_A_REPARSE_POINT),
+                    );
+                    s.link_to(dir, name, t);
+                    let at = match self.tree.get(t.as_str()) {
+                        Some(Kind::Mount(_)) => format!(r"{}\", verbatim(t)),
+                        _ => r"C:\".into(),
+                    };
+                    s.on(format!("volume_path_name {}", verbatim(p)), Answer::Str(at));
+                }
+            }
+        }
+        s.on(r"volume_name_for_mount_point C:\", Answer::Str(C_VOLUME.into()));
+        self.script_volumes(&s);
+        self.script_disk(&s, line);
+        self.script_smb(&s);
+        s
+    }
+
+    fn script_volumes(&self, s: &Script) {
+        let mut all = vec![C_VOLUME.to_owned()];
+        on_volume(s, C_VOLUME, 0, MIB, 100 * GIB, 1);
+        if self.partitioned {
+            all.push(VOLUME.to_owned());
+            on_volume(s, VOLUME, DISK, DATA_OFFSET, self.partition_size, 2);
+        }
+        s.on("volumes", Answer::Strings(all));
+        let fs = format!("filesystem_name {VOLUME}");
+        if self.formatted {
+            s.on(fs, Answer::Str("NTFS".into()));
+        } else {
+            s.on(fs.clone(), Answer::Str("RAW".into())).on(fs, Answer::Str("NTFS".into()));
+        }
+        s.on(format!("free_space {VOLUME}"), Answer::Space(self.fs_size(), self.fs_size() - self.used));
+        s.on(format!("flush {}", VOLUME.trim_end_matches('\\')), Answer::Done);
+        let q =
+            Query::select(Namespace::Storage, "MSFT_Volume", &["UniqueId", "FileSystemType"]).eq("UniqueId", VOLUME);
+        s.on_query(&q, vec![Row::new("MSFT_Volume", VOLUME_PATH).with("UniqueId", VOLUME)]);
+        s.on_call(VOLUME_PATH, "Format", returned(0));
+        // ResizeVolume: the data partition, what it may grow to, the disk refreshed.
+        let q = Query::select(Namespace::Storage, "MSFT_Partition", &["Size"])
+            .eq("DiskNumber", DISK)
+            .eq("PartitionNumber", 2u32);
+        s.on_query(&q, vec![Row::new("MSFT_Partition", DATA_PATH).with("Size", self.partition_size)]);
+        let supported = Row::new("__PARAMETERS", "")
+            .with("ReturnValue", 0u32)
+            .with("SizeMin", self.partition_size)
+            .with("SizeMax", self.supported_size());
+        s.on_call(DATA_PATH, "GetSupportedSize", supported);
+        s.on_call(DATA_PATH, "Resize", returned(0));
+        let q = Query::select(Namespace::Storage, "MSFT_Disk", &["Number"]).eq("Number", DISK);
+        s.on_query(&q, vec![Row::new("MSFT_Disk", DISK_PATH).with("Number", DISK)]);
+        s.on_call(DISK_PATH, "Refresh", returned(0));
+    }
+
+    fn script_disk(&self, s: &Script, line: &str) {
+        let q =
+            Query::select(Namespace::Storage, "MSFT_Disk", &["Number", "PartitionStyle", "IsOffline", "IsReadOnly"])
+                .eq("Number", DISK);
+        let row = Row::new("MSFT_Disk", DISK_PATH)
+            .with("Number", DISK)
+            .with("PartitionStyle", 2u16)
+            .with("IsOffline", !self.online)
+            .with("IsReadOnly", false);
+        s.on_query(&q, vec![row]);
+        let q = Query::select(
+            Namespace::Storage,
+            "MSFT_Partition",
+            &["PartitionNumber", "GptType", "MbrType", "Size", "Offset"],
+        )
+        .eq("DiskNumber", DISK);
+        let msr = Row::new("MSFT_Partition", MSR_PATH)
+            .with("PartitionNumber", 1u32)
+            .with("GptType", GPT_MSR)
+            .with("Size", 128 * MIB)
+            .with("Offset", MIB);
+        let data = Row::new("MSFT_Partition", DATA_PATH)
+            .with("PartitionNumber", 2u32)
+            .with("GptType", GPT_BASIC_DATA)
+            .with("Size", self.supported_size())
+            .with("Offset", DATA_OFFSET);
+        if !self.partitioned {
+            s.on_query(&q, vec![msr.clone()]);
+        }
+        s.on_query(&q, vec![msr, data]);
+        s.on_call(DISK_PATH, "CreatePartition", returned(0));
+        s.on_call(DATA_PATH, "Online", returned(0));
+        s.on_call("MSFT_StorageSetting", "UpdateHostStorageCache", returned(0));
+        // IOCTL_DISK_GET_DISK_ATTRIBUTES before and, for SetDiskState, after the change.
+        let drive = format!(r"\\.\PhysicalDrive{DISK}");
+        let attributes = |online: bool| {
+            let mut b = vec![0u8; 16];
+            b[0] = 16; // Version: sizeof(GET_DISK_ATTRIBUTES)
+            b[8] = u8::from(!online); // DISK_ATTRIBUTE_OFFLINE
+            Answer::Bytes(b)
+        };
+        s.on(format!("ioctl {drive} 0x700f0"), attributes(self.online));
+        if line.starts_with("disk/v1.SetDiskState") {
+            s.on(format!("ioctl {drive} 0x700f0"), attributes(line.ends_with(" online")));
+        }
+        s.on(format!("ioctl {drive} 0x7c0f4 w"), Answer::Bytes(Vec::new()));
+        // DISK_GEOMETRY_EX: the geometry, then DiskSize.
+        let mut geometry = vec![0u8; 32];
+        geometry[24..32].copy_from_slice(&self.disk_size.to_le_bytes());
+        s.on(format!("ioctl {drive} 0x700a0"), Answer::Bytes(geometry));
+    }
+
+    fn script_smb(&self, s: &Script) {
+        for root in [r"\\fileserver\share", r"\\acct.file.core.windows.net\share"] {
+            let q = Query::select(Namespace::Smb, "MSFT_SmbGlobalMapping", &["RemotePath", "Status", "LocalPath"])
+                .eq("RemotePath", root);
+            let rows = if self.mapped.contains(root) {
+                vec![Row::new("MSFT_SmbGlobalMapping", mapping_path(root))
+                    .with("RemotePath", root)
+                    .with("Status", 0u32)]
+            } else {
+                Vec::new()
+            };
+            s.on_query(&q, rows);
+            s.on(format!(r"attributes {root}\"), Answer::Attributes(Some(attr::DIRECTORY)));
+            s.on_call(&mapping_path(root), "Remove", returned(0));
+        }
+        s.on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
+    }
+
+    /// What the backend did during the call `line` (its platform calls in `log`).
+    fn apply(&mut self, line: &str, log: &[String]) {
+        for l in log {
+            if let Some(rest) = l.strip_prefix("set_mount_point ") {
+                let (dir, volume) = rest.rsplit_once(' ').unwrap();
+                self.tree.insert(canon(dir).unwrap(), Kind::Mount(volume.to_owned()));
+            } else if let Some(dir) = l.strip_prefix("delete_mount_point ") {
+                self.tree.insert(canon(dir).unwrap(), Kind::Dir);
+            } else if l.starts_with(&format!("call {VOLUME_PATH} Format")) {
+                self.formatted = true;
+            } else if l.starts_with(&format!("call {DISK_PATH} CreatePartition")) {
+                self.partitioned = true;
+                self.partition_size = self.supported_size();
+            } else if l.starts_with(&format!("call {DATA_PATH} Resize")) {
+                self.partition_size = self.supported_size();
+            } else if l.starts_with(r"ioctl \\.\PhysicalDrive2 0x7c0f4") {
+                self.online = line.ends_with(" online");
+            } else if l.starts_with("call MSFT_SmbGlobalMapping Create") {
+                let remote = line.split(' ').nth(1).unwrap();
+                self.mapped.insert(share_root(remote));
+            } else if let Some(rest) = l.strip_prefix("call ") {
+                if let Some(root) =
+                    self.mapped.iter().find(|r| rest.starts_with(&format!("{} Remove", mapping_path(r))))
+                {
+                    let root = root.clone();
+                    self.mapped.remove(&root);
+                }
+            }
+        }
+    }
+}
+
+/// VOLUME_DISK_EXTENTS (one extent) and PARTITION_INFORMATION_EX (GPT) of a volume.
+fn on_volume(s: &Script, id: &str, disk: u32, offset: u64, length: u64, number: u32) {
+    let device = id.trim_end_matches('\\');
+    let mut extents = Vec::new();
+    extents.extend(1u32.to_le_bytes()); // NumberOfDiskExtents
+    extents.extend([0; 4]);
+    extents.extend(disk.to_le_bytes()); // DiskNumber
+    extents.extend([0; 4]);
+    extents.extend(offset.to_le_bytes()); // StartingOffset
+    extents.extend(length.to_le_bytes()); // ExtentLength
+    s.on(format!("ioctl {device} 0x560000"), Answer::Bytes(extents));
+    let mut info = Vec::new();
+    info.extend(1u32.to_le_bytes()); // PartitionStyle: GPT
+    info.extend([0; 4]);
+    info.extend(offset.to_le_bytes()); // StartingOffset
+    info.extend(length.to_le_bytes()); // PartitionLength
+    info.extend(number.to_le_bytes()); // PartitionNumber
+    info.extend([0; 4]); // RewritePartition, IsServicePartition
+    info.extend([0xa2, 0xa0, 0xd0, 0xeb, 0xe5, 0xb9, 0x33, 0x44, 0x87, 0xc0, 0x68, 0xb6, 0xb7, 0x26, 0x99, 0xc7]);
+    info.extend([9; 16]); // PartitionId
+    info.extend(0u64.to_le_bytes()); // Attributes
+    info.extend([0; 72]); // Name
+    s.on(format!("ioctl {device} 0x70048"), Answer::Bytes(info));
+}
+
+/// The filesystem group in upstream's semantics over the model: drive paths only (upstream's
+/// filesystem group refuses `\var\…`; the drivers add `c:` for it), links counted as links.
+struct ModelFs(Arc<Mutex<Machine>>);
+
+fn drive_path(path: &str) -> Result<String> {
+    let p = canon(path).ok_or_else(|| Error::invalid(format!("path {path} has no drive; expected a drive path")))?;
+    if !Machine::inside(&p) {
+        return Err(Error::denied(format!("path {path} is not within the working directories [{ROOT}]")));
+    }
+    Ok(p)
+}
+
+impl FilesystemHost for ModelFs {
+    fn path_exists(&self, path: &str) -> Result<bool> {
+        let p = drive_path(path)?;
+        Ok(self.0.lock().unwrap().exists(&p))
+    }
+    fn mkdir(&self, path: &str) -> Result<()> {
+        let p = drive_path(path)?;
+        self.0.lock().unwrap().mkdir_all(&p);
+        Ok(())
+    }
+    /// A mounted folder goes as RemoveDirectoryW removes one: the mount point, then the folder.
+    fn rmdir(&self, path: &str, force: bool) -> Result<()> {
+        let p = drive_path(path)?;
+        let mut m = self.0.lock().unwrap();
+        if !m.tree.contains_key(&p) {
+            return if force { Ok(()) } else { Err(Error::not_found(format!("{path} does not exist"))) };
+        }
+        let below = format!(r"{p}\");
+        let kids: Vec<String> = m.tree.keys().filter(|k| k.starts_with(&below)).cloned().collect();
+        if !kids.is_empty() && !force {
+            return Err(Error::precondition(format!("{path} is not empty")));
+        }
+        for k in kids {
+            m.tree.remove(&k);
+        }
+        m.tree.remove(&p);
+        Ok(())
+    }
+    fn rmdir_contents(&self, _path: &str) -> Result<()> {
+        Err(Error::internal("no driver flow empties a folder"))
+    }
+    fn create_symlink(&self, destination: &str, link: &str) -> Result<()> {
+        let (d, l) = (drive_path(destination)?, drive_path(link)?);
+        let mut m = self.0.lock().unwrap();
+        if m.exists(&l) {
+            return Err(Error::exists(format!("{link} already exists")));
+        }
+        if !m.exists(split(&l).0) {
+            return Err(Error::not_found(format!("the parent of {link} does not exist")));
+        }
+        m.tree.insert(l, Kind::Link(d));
+        Ok(())
+    }
+    fn is_symlink(&self, path: &str) -> Result<bool> {
+        let p = drive_path(path)?;
+        match self.0.lock().unwrap().tree.get(&p) {
+            None => Err(Error::not_found(format!("{path} does not exist"))),
+            Some(Kind::Dir) => Ok(false),
+            Some(_) => Ok(true),
+        }
+    }
+}
+
+/// The SMB group's share links on the model (the real ones are the filesystem group's).
+struct ModelLinks(Arc<Mutex<Machine>>);
+
+impl ShareLinks for ModelLinks {
+    fn check(&self, local: &str, target: &str) -> Result<bool> {
+        let p = drive_path(local)?;
+        match self.0.lock().unwrap().tree.get(&p) {
+            None => Ok(false),
+            Some(Kind::Link(t)) if t == target => Ok(true),
+            Some(_) => Err(Error::exists(format!("{local} already exists"))),
+        }
+    }
+    fn link(&self, local: &str, target: &str) -> Result<()> {
+        let p = drive_path(local)?;
+        self.0.lock().unwrap().tree.insert(p, Kind::Link(target.to_owned()));
+        Ok(())
+    }
+}
+
+/// What the drivers do themselves, on the model: their containers see the host's C: (a path
+/// without a drive is on C:, their current drive); os.Readlink turns `\??\UNC\` into `\\`.
+struct ModelLocal(Arc<Mutex<Machine>>);
+
+impl Local for ModelLocal {
+    fn mkdir_all(&self, path: &str) {
+        let p = canon(path).or_else(|| canon(&format!("C:{path}"))).unwrap();
+        self.0.lock().unwrap().mkdir_all(&p);
+    }
+    fn readlink(&self, path: &str) -> Option<String> {
+        let p = canon(path).or_else(|| canon(&format!("C:{path}"))).unwrap();
+        match self.0.lock().unwrap().tree.get(&p) {
+            Some(Kind::Link(t)) => Some(t.strip_prefix(r"\\?\UNC\").map_or(t.clone(), |unc| format!(r"\\{unc}"))),
+            _ => None,
+        }
+    }
+}
+
+/// The Windows groups of the current call, swapped in before each call.
+struct Current {
+    volume: Arc<dyn VolumeHost>,
+    disk: Arc<dyn DiskHost>,
+    smb: Arc<dyn SmbHost>,
+}
+
+struct Swap(Mutex<Current>);
+
+impl Swap {
+    fn volume(&self) -> Arc<dyn VolumeHost> {
+        self.0.lock().unwrap().volume.clone()
+    }
+    fn disk(&self) -> Arc<dyn DiskHost> {
+        self.0.lock().unwrap().disk.clone()
+    }
+    fn smb(&self) -> Arc<dyn SmbHost> {
+        self.0.lock().unwrap().smb.clone()
+    }
+}
+
+impl VolumeHost for Swap {
+    fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>> {
+        self.volume().list_volumes_on_disk(disk, partition)
+    }
+    fn mount_volume(&self, id: &str, target: &str) -> Result<()> {
+        self.volume().mount_volume(id, target)
+    }
+    fn unmount_volume(&self, id: &str, target: &str) -> Result<()> {
+        self.volume().unmount_volume(id, target)
+    }
+    fn is_volume_formatted(&self, id: &str) -> Result<bool> {
+        self.volume().is_volume_formatted(id)
+    }
+    fn format_volume(&self, id: &str) -> Result<()> {
+        self.volume().format_volume(id)
+    }
+    fn resize_volume(&self, id: &str, size: u64) -> Result<()> {
+        self.volume().resize_volume(id, size)
+    }
+    fn volume_stats(&self, id: &str) -> Result<VolumeStats> {
+        self.volume().volume_stats(id)
+    }
+    fn disk_number_of_volume(&self, id: &str) -> Result<u32> {
+        self.volume().disk_number_of_volume(id)
+    }
+    fn volume_at_path(&self, target: &str) -> Result<String> {
+        self.volume().volume_at_path(target)
+    }
+    fn closest_volume_to_path(&self, target: &str) -> Result<String> {
+        self.volume().closest_volume_to_path(target)
+    }
+    fn flush_volume(&self, id: &str) -> Result<()> {
+        self.volume().flush_volume(id)
+    }
+}
+
+impl DiskHost for Swap {
+    fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>> {
+        self.disk().list_disk_locations()
+    }
+    fn partition_disk(&self, disk: u32) -> Result<()> {
+        self.disk().partition_disk(disk)
+    }
+    fn rescan(&self) -> Result<()> {
+        self.disk().rescan()
+    }
+    fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
+        self.disk().list_disk_ids()
+    }
+    fn disk_size(&self, disk: u32) -> Result<u64> {
+        self.disk().disk_size(disk)
+    }
+    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
+        self.disk().set_disk_online(disk, online)
+    }
+    fn disk_online(&self, disk: u32) -> Result<bool> {
+        self.disk().disk_online(disk)
+    }
+}
+
+impl SmbHost for Swap {
+    fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+        self.smb().new_global_mapping(mapping)
+    }
+    fn remove_global_mapping(&self, remote: &str) -> Result<()> {
+        self.smb().remove_global_mapping(remote)
+    }
+}
+
+/// The server over the scripted Windows groups, the model behind them and the script of the
+/// call in flight.
+struct Win {
+    machine: Arc<Mutex<Machine>>,
+    /// The current call's line and script.
+    call: Arc<Mutex<(String, Arc<Script>)>>,
+    /// Every platform call the backend made that no answer was written for.
+    unscripted: Arc<Mutex<Vec<String>>>,
+    swap: Arc<Swap>,
+    server: TestServer,
+    node: Node,
+}
+
+/// The Windows groups over `script`, confined to the kubelet's directory.
+fn windows_groups(script: &Arc<Script>, machine: &Arc<Mutex<Machine>>) -> Current {
+    let roots = Roots::new(vec![ROOT.into()]);
+    Current {
+        volume: Arc::new(Volumes::new(script.clone(), script.clone(), Containment::new(script.clone(), roots))),
+        disk: Arc::new(Disks::new(script.clone(), script.clone())),
+        smb: Arc::new(Smb::new(script.clone(), script.clone(), Arc::new(ModelLinks(machine.clone())))),
+    }
+}
+
+impl Win {
+    async fn start() -> Win {
+        let machine = Arc::new(Mutex::new(Machine::new()));
+        let script = Arc::new(Script::new());
+        let swap = Arc::new(Swap(Mutex::new(windows_groups(&script, &machine))));
+        let memory = Arc::new(MemoryHost::sample());
+        let mut hosts = Hosts::from_one(memory.clone());
+        hosts.volume = swap.clone();
+        hosts.disk = swap.clone();
+        hosts.smb = swap.clone();
+        hosts.filesystem = Arc::new(ModelFs(machine.clone()));
+        // Credentials travel as given; the server's privacy setting is not what is tested here.
+        let config = Config { require_privacy: false, ..Config::default() };
+        let server = TestServer::start_apis(APIS, memory, hosts, config, ConnPolicy::default()).await;
+        let call = Arc::new(Mutex::new((String::new(), script)));
+        let unscripted = Arc::new(Mutex::new(Vec::new()));
+        Win { machine, call, unscripted, swap, server, node: Node::windows(ROOT) }
+    }
+
+    /// A client whose every call first settles the previous call on the model and scripts the
+    /// next one from it.
+    async fn proxy(&self) -> Proxy {
+        let server = &self.server;
+        let mut p = Proxy::connect(|g, v| server.channel(g, v)).await;
+        let (machine, call, unscripted) = (self.machine.clone(), self.call.clone(), self.unscripted.clone());
+        let swap = self.swap.clone();
+        p.before_call = Some(Box::new(move |line: &str| {
+            let mut m = machine.lock().unwrap();
+            let mut c = call.lock().unwrap();
+            settle(&mut m, &c, &unscripted);
+            let script = Arc::new(m.script(line));
+            *swap.0.lock().unwrap() = windows_groups(&script, &machine);
+            *c = (line.to_owned(), script);
+        }));
+        p
+    }
+
+    /// Applies the last call's effects to the model.
+    fn settle(&self) {
+        let mut m = self.machine.lock().unwrap();
+        let c = self.call.lock().unwrap();
+        settle(&mut m, &c, &self.unscripted);
+    }
+
+    fn machine(&self) -> std::sync::MutexGuard<'_, Machine> {
+        self.settle();
+        self.machine.lock().unwrap()
+    }
+
+    /// A block volume of `driver`, its kubelet folders there (the staging path's parent, with
+    /// vol_data.json, and the pod's volume folder).
+    fn block_volume(&self, driver: &str, pv: &str) -> BlockVolume {
+        let v =
+            BlockVolume { disk: DISK, staging: self.node.staging(driver, HASH), publish: self.node.publish(POD, pv) };
+        let mut m = self.machine.lock().unwrap();
+        m.watch(&self.node.n(&v.staging));
+        m.watch(&v.publish);
+        // The kubelet makes the staging folder (csi_attacher's MountDevice) and the pod's volume
+        // folder (csi_mounter's SetUpAt; older kubelets made the target itself, as here).
+        m.mkdir_all(&canon(&self.node.n(&v.staging)).unwrap());
+        m.mkdir_all(&canon(&v.publish).unwrap());
+        v
+    }
+
+    fn share(&self, driver: &str, source: &str, username: &str) -> Share {
+        let v = self.block_volume(driver, "pv-share");
+        Share {
+            source: source.into(),
+            username: username.into(),
+            password: "Quartz-Heron-4471".into(),
+            staging: v.staging,
+            publish: v.publish,
+        }
+    }
+
+    /// Where the kubelet's path `path` is in the model.
+    fn at(&self, path: &str) -> Option<Kind> {
+        let p = canon(&self.node.n(path)).unwrap();
+        self.machine().tree.get(&p).cloned()
+    }
+
+    /// Fails with the flow's outcome, the backend's last platform calls and what was unscripted.
+    #[track_caller]
+    fn ok<T: std::fmt::Debug>(&self, what: &str, r: flows::Outcome<T>) -> T {
+        match r {
+            Ok(v) => v,
+            Err(f) => {
+                let log = self.call.lock().unwrap().1.log();
+                panic!(
+                    "{what} failed as the driver would report it: {f}\nlast call's platform log: {log:#?}\n\
+                     unscripted: {:#?}\nthe node: {:#?}",
+                    self.unscripted.lock().unwrap(),
+                    self.machine.lock().unwrap()
+                )
+            }
+        }
+    }
+}
+
+fn settle(m: &mut Machine, call: &(String, Arc<Script>), unscripted: &Mutex<Vec<String>>) {
+    let log = call.1.log();
+    unscripted.lock().unwrap().extend(log.iter().filter(|l| l.starts_with("UNSCRIPTED ")).cloned());
+    m.apply(&call.0, &log);
+}
+
+fn assert_no_warnings(p: &Proxy) {
+    assert!(p.warnings.is_empty(), "the driver logged: {:#?}\ncalls: {:#?}", p.warnings, p.calls);
+}
+
+/// azuredisk-csi-driver v1.31 in csi-proxy mode (pkg/mounter/safe_mounter_windows.go,
+/// pkg/azuredisk/azure_common_windows.go, pkg/azuredisk/nodeserver.go): stage, publish, stats,
+/// expand, unpublish, unstage. Its unstage and stats look the volume up by the staging and
+/// publish paths as the kubelet sent them (the staging path without a drive).
+#[tokio::test]
+async fn azuredisk_node_flows() {
+    let w = Win::start().await;
+    let mut p = w.proxy().await;
+    let v = w.block_volume("disk.csi.azure.com", "pvc-azuredisk");
+
+    w.ok("NodeStageVolume", azuredisk::stage(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+    assert!(w.machine().formatted);
+    // Staged again (a kubelet retry): nothing is formatted or mounted twice.
+    let before = p.calls.len();
+    w.ok("NodeStageVolume again", azuredisk::stage(&mut p, &w.node, &v).await);
+    assert!(
+        p.calls[before..].iter().all(|c| !c.contains("Format") && !c.contains("MountVolume")),
+        "{:#?}",
+        &p.calls[before..]
+    );
+
+    w.ok("NodePublishVolume", azuredisk::publish(&mut p, &w.node, &v).await);
+    let staged = canon(&w.node.n(&v.staging)).unwrap();
+    assert_eq!(w.at(&v.publish), Some(Kind::Link(staged)));
+
+    let (total, used) = w.ok("NodeGetVolumeStats", azuredisk::stats(&mut p, &v).await);
+    assert_eq!(total as u64, w.machine().fs_size());
+    assert_eq!(used, 0);
+
+    w.machine().disk_size = 20 * GIB;
+    let capacity = w.ok("NodeExpandVolume", azuredisk::expand(&mut p, &w.node, &v, 19 * GIB as i64).await);
+    assert_eq!(capacity as u64, 20 * GIB - DATA_OFFSET - MIB - NTFS_OVERHEAD);
+
+    w.ok("NodeUnpublishVolume", azuredisk::unpublish(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.publish), None);
+    w.ok("NodeUnstageVolume", azuredisk::unstage(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.staging), None);
+    // The cache was flushed before the folder went: GetVolumeIDFromTargetPath answered for the
+    // kubelet's drive-less path.
+    assert_eq!(p.called("volume/v1.WriteVolumeCache"), [format!("volume/v1.WriteVolumeCache {VOLUME}")]);
+    assert_no_warnings(&p);
+}
+
+/// gcp-compute-persistent-disk-csi-driver (pkg/mount-manager/safe-mounter-v1_windows.go,
+/// pkg/resizefs/resizefs_windows.go, pkg/mount-manager/statter_windows.go,
+/// pkg/gce-pd-csi-driver/node.go): MountVolume and the resize's GetVolumeIDFromTargetPath get the
+/// staging path without a drive.
+#[tokio::test]
+async fn gce_pd_node_flows() {
+    let w = Win::start().await;
+    let mut p = w.proxy().await;
+    let v = w.block_volume("pd.csi.storage.gke.io", "pvc-gce");
+
+    w.ok("NodeStageVolume", gce_pd::stage(&mut p, &v).await);
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+    assert!(w.machine().online);
+    let mounted = format!("volume/v1.MountVolume {VOLUME} {}", v.staging);
+    assert_eq!(p.called("volume/v1.MountVolume"), [mounted.as_str()]);
+    assert_eq!(p.called("volume/v1.ResizeVolume"), [format!("volume/v1.ResizeVolume {VOLUME} 0")]);
+
+    w.ok("NodePublishVolume", gce_pd::publish(&mut p, &w.node, &ModelLocal(w.machine.clone()), &v).await);
+    assert!(matches!(w.at(&v.publish), Some(Kind::Link(_))));
+    let (total, _) = w.ok("NodeGetVolumeStats", gce_pd::stats(&mut p, &v).await);
+    assert_eq!(total as u64, w.machine().fs_size());
+
+    w.machine().disk_size = 20 * GIB;
+    let size = w.ok("NodeExpandVolume", gce_pd::expand(&mut p, &v, 20 * GIB as i64).await);
+    assert_eq!(size as u64, 20 * GIB);
+    assert_eq!(w.machine().partition_size, 20 * GIB - DATA_OFFSET - MIB);
+
+    w.ok("NodeUnpublishVolume", gce_pd::unpublish(&mut p, &w.node, &v).await);
+    w.ok("NodeUnstageVolume", gce_pd::unstage(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.staging), None);
+    assert!(!w.machine().online, "the disk is taken offline");
+    assert_no_warnings(&p);
+}
+
+/// aws-ebs-csi-driver (pkg/mounter/mount_windows_proxyV1.go, pkg/mounter/mount_windows.go,
+/// pkg/driver/node.go): NodeStageVolume asks GetVolumeIDFromTargetPath about the fresh staging
+/// folder and goes on only when the error text matches its pattern; NodeUnstageVolume of a
+/// volume that is gone must find the same words.
+#[tokio::test]
+async fn ebs_node_flows() {
+    let w = Win::start().await;
+    let mut p = w.proxy().await;
+    let v = w.block_volume("ebs.csi.aws.com", "pvc-ebs");
+
+    w.ok("NodeStageVolume", ebs::stage(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+    // Staged again: the mounted disk is recognised, nothing else is done.
+    let before = p.calls.len();
+    w.ok("NodeStageVolume again", ebs::stage(&mut p, &w.node, &v).await);
+    assert!(!p.calls[before..].iter().any(|c| c.contains("PartitionDisk")), "{:#?}", &p.calls[before..]);
+
+    w.ok("NodePublishVolume", ebs::publish(&mut p, &w.node, &v).await);
+    w.ok("NodeGetVolumeStats", ebs::stats_exists(&mut p, &w.node, &v).await);
+    w.machine().disk_size = 20 * GIB;
+    let size = w.ok("NodeExpandVolume", ebs::expand(&mut p, &w.node, &v).await);
+    assert_eq!(size as u64, 20 * GIB);
+
+    w.ok("NodeUnpublishVolume", ebs::unpublish(&mut p, &w.node, &v).await);
+    w.ok("NodeUnstageVolume", ebs::unstage(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.staging), None);
+    assert!(!w.machine().online);
+    // Unstaged again (a retry): the folder is gone, which must read as "not mounted".
+    let before = p.calls.len();
+    w.ok("NodeUnstageVolume again", ebs::unstage(&mut p, &w.node, &v).await);
+    assert_eq!(p.calls.len(), before + 1, "{:#?}", &p.calls[before..]);
+    assert_no_warnings(&p);
+}
+
+/// vsphere-csi-driver v3.4 (pkg/csi/service/mounter/mounter_windows.go,
+/// pkg/csi/service/osutils/windows_os_utils.go, pkg/csi/service/node.go): NodeGetVolumeStats
+/// passes the publish path as the kubelet sent it.
+#[tokio::test]
+async fn vsphere_node_flows() {
+    let w = Win::start().await;
+    let mut p = w.proxy().await;
+    let v = w.block_volume("csi.vsphere.vmware.com", "pvc-vsphere");
+
+    w.ok("NodeStageVolume", vsphere::stage(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+    w.ok("NodePublishVolume", vsphere::publish(&mut p, &w.node, &v).await);
+    let (total, _) = w.ok("NodeGetVolumeStats", vsphere::stats(&mut p, &v).await);
+    assert_eq!(total as u64, w.machine().fs_size());
+    w.machine().disk_size = 20 * GIB;
+    w.ok("NodeExpandVolume", vsphere::expand(&mut p, &w.node, &v, 20 * GIB as i64).await);
+    // The driver compares the request with the disk's size (GetDiskStats), which the cloud
+    // already grew: within 1 MiB, it resizes nothing.
+    assert!(p.called("volume/v1.ResizeVolume").is_empty(), "{:#?}", p.calls);
+    assert_eq!(p.called("disk/v1.GetDiskStats"), ["disk/v1.GetDiskStats 2"]);
+    w.ok("NodeUnpublishVolume", vsphere::unpublish(&mut p, &w.node, &v).await);
+    w.ok("NodeUnstageVolume", vsphere::unstage(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.staging), None);
+    assert!(!w.machine().online);
+    assert_no_warnings(&p);
+}
+
+/// csi-driver-smb (pkg/mounter/safe_mounter_windows.go, pkg/smb/smb_common_windows.go,
+/// pkg/smb/nodeserver.go): the global mapping's local path is the staging path with `c:`.
+#[tokio::test]
+async fn smb_node_flows() {
+    let w = Win::start().await;
+    let mut p = w.proxy().await;
+    let local = ModelLocal(w.machine.clone());
+    let s = w.share("smb.csi.k8s.io", "//fileserver/share/dir/", r"CONTOSO\kube");
+
+    w.ok("NodeStageVolume", smb::stage(&mut p, &w.node, &local, smb::Driver::Smb, &s).await);
+    assert!(w.machine().mapped.contains(r"\\fileserver\share"));
+    assert_eq!(w.at(&s.staging), Some(Kind::Link(r"\\?\UNC\fileserver\share\dir\".into())));
+    let mapped = format!(r"smb/v1.NewSmbGlobalMapping \\fileserver\share\dir {} CONTOSO\kube", w.node.n(&s.staging));
+    assert_eq!(p.called("smb/v1.NewSmbGlobalMapping"), [mapped.as_str()]);
+    // Staged again: the link is there, nothing is mapped again.
+    let before = p.calls.len();
+    w.ok("NodeStageVolume again", smb::stage(&mut p, &w.node, &local, smb::Driver::Smb, &s).await);
+    assert!(!p.calls[before..].iter().any(|c| c.contains("NewSmbGlobalMapping")));
+
+    w.ok("NodePublishVolume", smb::publish(&mut p, &w.node, &local, &s).await);
+    assert!(matches!(w.at(&s.publish), Some(Kind::Link(_))));
+    w.ok("NodeUnpublishVolume", smb::unpublish(&mut p, &w.node, &s).await);
+    w.ok("NodeUnstageVolume", smb::unstage(&mut p, &w.node, &local, smb::Driver::Smb, &s).await);
+    assert_eq!(p.called("smb/v1.RemoveSmbGlobalMapping"), [r"smb/v1.RemoveSmbGlobalMapping \\fileserver\share\dir"]);
+    assert!(w.machine().mapped.is_empty());
+    assert_eq!(w.at(&s.staging), None);
+    assert_no_warnings(&p);
+}
+
+/// azurefile-csi-driver (pkg/mounter/safe_mounter_windows.go,
+/// pkg/azurefile/azure_common_windows.go, pkg/azurefile/nodeserver.go): the share's path is
+/// built with `\`, the user is `AZURE\<account>`, unstaging removes the folder only.
+#[tokio::test]
+async fn azurefile_node_flows() {
+    let w = Win::start().await;
+    let mut p = w.proxy().await;
+    let local = ModelLocal(w.machine.clone());
+    let s = w.share("file.csi.azure.com", r"\\acct.file.core.windows.net\share", r"AZURE\acct");
+
+    w.ok("NodeStageVolume", smb::stage(&mut p, &w.node, &local, smb::Driver::AzureFile, &s).await);
+    assert!(w.machine().mapped.contains(r"\\acct.file.core.windows.net\share"));
+    w.ok("NodePublishVolume", smb::publish(&mut p, &w.node, &local, &s).await);
+    w.ok("NodeUnpublishVolume", smb::unpublish(&mut p, &w.node, &s).await);
+    w.ok("NodeUnstageVolume", smb::unstage(&mut p, &w.node, &local, smb::Driver::AzureFile, &s).await);
+    assert_eq!(w.at(&s.staging), None);
+    assert!(p.called("smb/v1.RemoveSmbGlobalMapping").is_empty());
+    assert_no_warnings(&p);
+}
