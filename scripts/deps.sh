@@ -2,10 +2,11 @@
 # Installs the Debian packages the build (and, with `test`, the test suite) needs, if missing.
 #   scripts/deps.sh          build: libblkid's headers, clang (the libblkid bindings are made by
 #                            bindgen) and pkg-config
-#   scripts/deps.sh test     also the mkfs and grow tools of every -linux-fs-type
+#   scripts/deps.sh test     also the mkfs and grow tools of every -linux-fs-type, and zip/unzip
+#                            for the release packages (scripts/release.sh)
 set -euo pipefail
 pkgs=(libblkid-dev libclang-dev pkg-config)
-[ "${1:-}" = test ] && pkgs+=(xfsprogs btrfs-progs ntfs-3g)
+[ "${1:-}" = test ] && pkgs+=(xfsprogs btrfs-progs ntfs-3g zip unzip)
 need=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")

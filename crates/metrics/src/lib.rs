@@ -16,13 +16,18 @@
 //! which an upstream integration test relies on. A series appears only after its first call.
 //!
 //! Process metrics: on Linux the `prometheus` crate's collector (CPU seconds, resident and
-//! virtual memory, open and max fds, threads, start time). Elsewhere only
+//! virtual memory, open and max fds, threads, start time); on Windows the same names from the
+//! process's own counters (`windows.rs`; open handles as `process_open_fds`). Elsewhere only
 //! `process_start_time_seconds`, taken when [`Metrics::new`] runs.
+//!
+//! `/metrics` and the probes are served by hyper's HTTP/1.1 server, one request per connection.
 //!
 //! Our own: `csi_proxy_build_info` (version, commit, dirty), once the daemon calls
 //! [`Metrics::set_build_info`].
 
 mod build_info;
+#[cfg(windows)]
+mod windows;
 
 pub use build_info::BUILD_INFO;
 
@@ -31,8 +36,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE as CONTENT_TYPE_HEADER};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
@@ -50,13 +58,13 @@ pub const HEALTHZ_PATH: &str = "/healthz";
 /// 503 before that and while stopping.
 pub const READYZ_PATH: &str = "/readyz";
 
-/// Largest request head (request line plus headers) we read before answering 431.
+/// Largest request head (request line plus headers) we read: hyper answers 431 beyond it (8 KiB
+/// is the least hyper accepts).
 const MAX_HEAD_BYTES: usize = 8 * 1024;
-/// Time a client has to send its request head, and then to take our response.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long, and how many bytes, we keep reading after the response before closing.
-const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
-const LINGER_BYTES: usize = 64 * 1024;
+/// Time a client has to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time one connection may take in all: the head, the answer and the client taking it.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections handled at once; further ones wait in the accept backlog.
 const MAX_CONNECTIONS: usize = 16;
 /// Pause after a failed accept (for example when out of file descriptors).
@@ -214,7 +222,13 @@ fn register_process_metrics(registry: &Registry) -> Result<(), MetricsError> {
     Ok(())
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(windows)]
+fn register_process_metrics(registry: &Registry) -> Result<(), MetricsError> {
+    registry.register(Box::new(windows::ProcessCollector::new()?))?;
+    Ok(())
+}
+
+#[cfg(not(any(target_os = "linux", windows)))]
 fn register_process_metrics(registry: &Registry) -> Result<(), MetricsError> {
     let start = prometheus::Gauge::new(
         "process_start_time_seconds",
@@ -263,7 +277,7 @@ impl MetricsServer {
                 Ok((stream, peer)) => {
                     let metrics = self.metrics.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = handle_connection(stream, &metrics).await {
+                        if let Err(e) = handle_connection(stream, metrics).await {
                             tracing::debug!(%peer, error = %e, "metrics connection failed");
                         }
                         drop(permit);
@@ -280,145 +294,70 @@ impl MetricsServer {
     }
 }
 
-/// Outcome of reading a request head.
-enum Head {
-    /// Length of the head, terminator included.
-    Complete(usize),
-    TooLarge,
-    /// The peer closed the connection before finishing its request.
-    Closed,
-}
-
-async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Head> {
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(Head::Closed);
-        }
-        // Look for the blank line again only where the new bytes can complete it.
-        let from = buf.len().saturating_sub(3);
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = find_head_end(&buf[from..]) {
-            return Ok(Head::Complete(from + end));
-        }
-        if buf.len() > MAX_HEAD_BYTES {
-            return Ok(Head::TooLarge);
+/// Serves one connection with hyper's HTTP/1.1 server: one request, then the connection closes
+/// (scrapes and probes come seconds apart; no idle connections to keep or bound).
+async fn handle_connection(stream: TcpStream, metrics: Metrics) -> Result<(), hyper::Error> {
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        std::future::ready(Ok::<_, std::convert::Infallible>(route(&req, &metrics)))
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // Header names as Go's net/http writes them (`Content-Type`), for scrapers that look.
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(false)
+        .title_case_headers(true);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    match tokio::time::timeout(CONNECTION_TIMEOUT, conn).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::debug!("metrics connection timed out");
+            Ok(())
         }
     }
 }
 
-/// End of the first blank line (`\r\n\r\n`, or a bare `\n\n` from lax clients).
-fn find_head_end(bytes: &[u8]) -> Option<usize> {
-    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    let lf = bytes.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    match (crlf, lf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-async fn handle_connection(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(512);
-    let response = match tokio::time::timeout(IO_TIMEOUT, read_head(&mut stream, &mut buf)).await {
-        Err(_) => response(408, "Request Timeout", "text/plain", b"request timeout\n", true),
-        Ok(Err(e)) => return Err(e),
-        Ok(Ok(Head::Closed)) => return Ok(()),
-        Ok(Ok(Head::TooLarge)) => {
-            response(431, "Request Header Fields Too Large", "text/plain", b"request header too large\n", true)
-        }
-        Ok(Ok(Head::Complete(len))) => route(&buf[..len], metrics),
-    };
-    match tokio::time::timeout(IO_TIMEOUT, async {
-        stream.write_all(&response).await?;
-        stream.shutdown().await
-    })
-    .await
-    {
-        Ok(result) => result?,
-        Err(_) => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "writing the response timed out")),
-    }
-    // Closing a socket with unread input makes the kernel reset the connection, which can
-    // destroy the response before the client reads it. Swallow what the client still sends
-    // (a request body, the rest of an oversized head) until it closes, within limits.
-    let _ = tokio::time::timeout(LINGER_TIMEOUT, async {
-        let mut sink = [0u8; 1024];
-        let mut left = LINGER_BYTES;
-        while left > 0 {
-            match stream.read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => left = left.saturating_sub(n),
+/// The answer to one request. hyper leaves the body out of answers to HEAD.
+fn route(req: &Request<Incoming>, metrics: &Metrics) -> Response<String> {
+    let readable = matches!(*req.method(), Method::GET | Method::HEAD);
+    match req.uri().path() {
+        // Probes: alive whenever this answers; ready once every API endpoint is bound and served,
+        // and no longer while stopping.
+        HEALTHZ_PATH if readable => text(StatusCode::OK, "ok\n"),
+        READYZ_PATH if readable => {
+            if metrics.inner.ready.load(std::sync::atomic::Ordering::SeqCst) {
+                text(StatusCode::OK, "ok\n")
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, "not ready: the API endpoints are not all bound and served\n")
             }
         }
-    })
-    .await;
-    Ok(())
-}
-
-/// The full response for one request head.
-fn route(head: &[u8], metrics: &Metrics) -> Vec<u8> {
-    let text = String::from_utf8_lossy(head);
-    let request_line = text.lines().next().unwrap_or("");
-    let mut parts = request_line.split_ascii_whitespace();
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return response(400, "Bad Request", "text/plain", b"bad request\n", true);
-    };
-    if !version.starts_with("HTTP/1.") {
-        return response(400, "Bad Request", "text/plain", b"bad request\n", true);
-    }
-    let path = target.split(['?', '#']).next().unwrap_or("");
-    // Probes: alive whenever this answers; ready once every API endpoint is bound and served,
-    // and no longer while stopping.
-    let probe = match path {
-        HEALTHZ_PATH => Some((200, "OK", "ok\n".as_bytes())),
-        READYZ_PATH if metrics.inner.ready.load(std::sync::atomic::Ordering::SeqCst) => {
-            Some((200, "OK", "ok\n".as_bytes()))
-        }
-        READYZ_PATH => {
-            Some((503, "Service Unavailable", "not ready: the API endpoints are not all bound and served\n".as_bytes()))
-        }
-        _ => None,
-    };
-    if let Some((status, reason, body)) = probe {
-        return match method {
-            "GET" | "HEAD" => response(status, reason, "text/plain; charset=utf-8", body, method == "GET"),
-            _ => response(405, "Method Not Allowed", "text/plain", b"method not allowed\n", true),
-        };
-    }
-    if path != METRICS_PATH {
-        // Same body as Go's default "not found" handler.
-        return response(404, "Not Found", "text/plain; charset=utf-8", b"404 page not found\n", true);
-    }
-    match method {
-        "GET" => response(200, "OK", CONTENT_TYPE, metrics.render().as_bytes(), true),
-        "HEAD" => response(200, "OK", CONTENT_TYPE, metrics.render().as_bytes(), false),
-        _ => {
-            let mut r = response(405, "Method Not Allowed", "text/plain", b"method not allowed\n", true);
-            // Squeeze an Allow header in before the blank line ending the head.
-            let at = r.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 2;
-            r.splice(at..at, b"Allow: GET, HEAD\r\n".iter().copied());
+        METRICS_PATH if readable => {
+            let mut r = Response::new(metrics.render());
+            r.headers_mut().insert(CONTENT_TYPE_HEADER, HeaderValue::from_static(CONTENT_TYPE));
             r
         }
+        HEALTHZ_PATH | READYZ_PATH | METRICS_PATH => {
+            let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+            r.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+            r
+        }
+        // Same body as Go's default "not found" handler.
+        _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),
     }
 }
 
-fn response(status: u16, reason: &str, content_type: &str, body: &[u8], with_body: bool) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    if with_body {
-        out.extend_from_slice(body);
-    }
-    out
+fn text(status: StatusCode, body: &'static str) -> Response<String> {
+    let mut r = Response::new(body.to_string());
+    *r.status_mut() = status;
+    r.headers_mut().insert(CONTENT_TYPE_HEADER, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// Sample lines of one metric (name followed by `{` or a space).
     fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
@@ -544,16 +483,23 @@ mod tests {
     fn process_metrics() {
         let text = Metrics::new().unwrap().render();
         let mut want = vec!["process_start_time_seconds"];
-        if cfg!(target_os = "linux") {
+        if cfg!(any(target_os = "linux", windows)) {
             want.extend([
                 "process_cpu_seconds_total",
                 "process_resident_memory_bytes",
+                "process_virtual_memory_bytes",
                 "process_open_fds",
                 "process_max_fds",
             ]);
         }
         for name in want {
             assert_eq!(samples(&text, name).len(), 1, "{name} in:\n{text}");
+        }
+        // Read from the process, not placeholders.
+        if cfg!(any(target_os = "linux", windows)) {
+            let rss: f64 =
+                samples(&text, "process_resident_memory_bytes")[0].rsplit(' ').next().unwrap().parse().unwrap();
+            assert!(rss > 1e6, "{text}");
         }
     }
 
@@ -563,13 +509,6 @@ mod tests {
         let b = a.clone();
         b.started("v1.Disk", "Rescan");
         assert!(a.render().contains(r#"grpc_server_started_total{grpc_method="Rescan""#));
-    }
-
-    #[test]
-    fn head_terminator() {
-        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\n\r\n"), Some(18));
-        assert_eq!(find_head_end(b"GET / HTTP/1.1\n\n"), Some(16));
-        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
     }
 
     /// Sends `request` raw and returns the whole response as text.
@@ -608,7 +547,7 @@ mod tests {
 
         // A query string does not matter; a body arriving with the head is ignored.
         let r = exchange(addr, b"GET /metrics?x=1 HTTP/1.0\r\n\r\n").await;
-        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        assert!(r.starts_with("HTTP/1.0 200 OK\r\n"), "{r}");
 
         let r = exchange(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n").await;
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\n"), "{r}");
@@ -651,6 +590,28 @@ mod tests {
         stop.send(()).unwrap();
         tokio::time::timeout(Duration::from_secs(5), task).await.expect("server stops on shutdown").unwrap().unwrap();
         assert!(TcpStream::connect(addr).await.is_err(), "listener closed");
+    }
+
+    /// A client that never finishes its request head is dropped at the head timeout; it does not
+    /// hold one of the few connection slots for longer.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_request_head_is_dropped() {
+        let metrics = Metrics::new().unwrap();
+        let server = metrics.bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr();
+        tokio::spawn(server.serve(std::future::pending()));
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n").await.unwrap();
+        let start = tokio::time::Instant::now();
+        let mut out = Vec::new();
+        tokio::time::timeout(CONNECTION_TIMEOUT * 2, s.read_to_end(&mut out))
+            .await
+            .expect("the connection was kept open")
+            .unwrap();
+        // The clock is paused (it jumps to the next timer): the head timeout, not the one of the
+        // whole connection, closed it.
+        assert!(start.elapsed() >= HEAD_TIMEOUT && start.elapsed() < CONNECTION_TIMEOUT, "{:?}", start.elapsed());
+        assert!(!String::from_utf8_lossy(&out).contains("200 OK"), "{}", String::from_utf8_lossy(&out));
     }
 
     #[tokio::test]

@@ -7,15 +7,18 @@
 //! - [`conn`]: per-connection handshake, progress and idle timeouts and the in-flight count
 //!   they respect; [`ServeOptions`] adds the limits on connections.
 //! - [`limits`]: the process's open-file limit.
+//! - [`health`]: `grpc.health.v1.Health`, served by [`serve_apis`] beside each endpoint's API.
 //!
-//! This crate knows HTTP/2 (hyper) but not gRPC: it serves any `tower` service over
-//! `http::Request`, which the server crate builds from the generated gRPC code.
+//! Apart from the health service this crate knows HTTP/2 (hyper) but not gRPC: it serves any
+//! `tower` service over `http::Request`, which the server crate builds from the generated gRPC
+//! code.
 
 pub mod authority;
 pub mod conn;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod health;
 pub mod limits;
 #[cfg(windows)]
 pub mod pipe;
@@ -26,6 +29,7 @@ pub use conn::ConnPolicy;
 
 use bytes::Bytes;
 use conn::{effective, InFlight, Watch, Watched};
+use health::{EndpointHealth, WithHealth};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::convert::Infallible;
@@ -301,7 +305,8 @@ pub enum ServeError {
 }
 
 /// Binds every API's endpoint first — all or nothing, so a second daemon fails before serving
-/// anything — then serves each with the service `make(api)` until `shutdown` completes.
+/// anything — then serves each with the service `make(api)` until `shutdown` completes. Each
+/// endpoint also answers `grpc.health.v1.Health` (see [`health`]).
 pub async fn serve_apis<F, S, B>(
     apis: &[csi_proxy_wire::Api],
     endpoints: &Endpoints,
@@ -321,9 +326,11 @@ where
 
 /// [`serve_apis`], calling `bound` once every endpoint exists and is being served (every unix
 /// socket bound and listening, every pipe's first instance created) — the moment to tell a
-/// supervisor (systemd, the Windows service control manager) that the daemon is ready. Not
-/// called if binding fails. On return every endpoint is closed; the unix sockets and the
-/// directory's lock file this call created are removed.
+/// supervisor (systemd, the Windows service control manager) that the daemon is ready; the
+/// health service turns `SERVING` just before. Not called if binding fails. When `shutdown`
+/// completes the health service turns `NOT_SERVING` (its `Watch` streams get that, then end).
+/// On return every endpoint is closed; the unix sockets and the directory's lock file this call
+/// created are removed.
 pub async fn serve_apis_then<F, S, B>(
     apis: &[csi_proxy_wire::Api],
     endpoints: &Endpoints,
@@ -355,6 +362,7 @@ where
     // lock file.
     #[cfg(unix)]
     let mut _lock = None;
+    let mut healths = Vec::with_capacity(apis.len());
     match endpoints {
         #[cfg(unix)]
         Endpoints::UnixDir(dir) => {
@@ -365,7 +373,9 @@ where
             }
             for (api, l) in listeners {
                 tracing::info!(api = %api.service_name(), socket = %l.path().display(), "listening");
-                servers.spawn(serve_limited(l, make(api), options, total.clone(), refusals.clone(), stopped()));
+                let (health, service) = with_health(api, &make).await;
+                healths.push(health);
+                servers.spawn(serve_limited(l, service, options, total.clone(), refusals.clone(), stopped()));
             }
         }
         #[cfg(windows)]
@@ -376,15 +386,37 @@ where
             }
             for (api, l) in listeners {
                 tracing::info!(api = %api.service_name(), pipe = %api.pipe_path(), "listening");
-                servers.spawn(serve_limited(l, make(api), options, total.clone(), refusals.clone(), stopped()));
+                let (health, service) = with_health(api, &make).await;
+                healths.push(health);
+                servers.spawn(serve_limited(l, service, options, total.clone(), refusals.clone(), stopped()));
             }
         }
     }
+    for h in &healths {
+        h.set(tonic_health::ServingStatus::Serving).await;
+    }
     bound();
     shutdown.await;
+    for h in &healths {
+        h.set(tonic_health::ServingStatus::NotServing).await;
+    }
     let _ = stop_tx.send(true);
+    // After the stop signal (listeners closed, connections told to go away), so that no call
+    // can find the statuses gone.
+    for h in healths {
+        h.close().await;
+    }
     while servers.join_next().await.is_some() {}
     Ok(())
+}
+
+/// `make(api)` with the health service beside it, and the statuses that service reports.
+async fn with_health<F, S>(api: csi_proxy_wire::Api, make: &F) -> (EndpointHealth, WithHealth<S>)
+where
+    F: Fn(csi_proxy_wire::Api) -> S,
+{
+    let (health, server) = EndpointHealth::new(api.service_name()).await;
+    (health, WithHealth { api: make(api), health: server })
 }
 
 #[cfg(test)]
@@ -542,6 +574,70 @@ mod tests {
         frame.extend(block);
         tx.write_all(&frame).await.unwrap();
         tokio::time::timeout(Duration::from_secs(120), server).await.expect("a non-reading client kept open").unwrap();
+    }
+
+    /// `grpc.health.v1.Health` over a real socket: `""` and the endpoint's own API are
+    /// `SERVING` once `bound` has been called, another API's name is unknown there, the API's
+    /// own calls still reach its service, and at the stop a `Watch` gets `NOT_SERVING` and ends.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn every_endpoint_answers_the_health_service() {
+        use tonic_health::pb::health_check_response::ServingStatus as Wire;
+        use tonic_health::pb::health_client::HealthClient;
+        use tonic_health::pb::HealthCheckRequest;
+
+        let dir = std::env::temp_dir().join(format!("csi-proxy-health-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let apis = &csi_proxy_wire::APIS[..2];
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+        let endpoints = Endpoints::UnixDir(dir.clone());
+        let server = tokio::spawn(async move {
+            let mut rx = stop_rx;
+            let bound = move || bound_tx.send(()).unwrap();
+            serve_apis_then(apis, &endpoints, |_| service(3), options(Duration::from_secs(300)), bound, async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+            .await
+        });
+        bound_rx.await.expect("bound is called");
+
+        let path = unix::socket_path(&dir, &apis[0]);
+        let channel = tonic::transport::Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move { Ok::<_, io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+            }))
+            .await
+            .unwrap();
+        let client = HealthClient::new(channel.clone());
+        let check = |name: String| {
+            let mut client = client.clone();
+            async move { client.check(HealthCheckRequest { service: name }).await.map(|r| r.into_inner().status) }
+        };
+        assert_eq!(check(String::new()).await.unwrap(), Wire::Serving as i32);
+        assert_eq!(check(apis[0].service_name()).await.unwrap(), Wire::Serving as i32);
+        let other = check(apis[1].service_name()).await.unwrap_err();
+        assert_eq!(other.code(), tonic::Code::NotFound, "{other:?}");
+
+        // Any other path is the API's own service, answered as before.
+        let api_path = format!("/{}/Anything", apis[0].service_name());
+        let req = http::Request::post(api_path).body(tonic::body::Body::empty()).unwrap();
+        let body = channel.oneshot(req).await.unwrap().into_body();
+        let mut body = std::pin::pin!(body);
+        let mut got = Vec::new();
+        while let Some(frame) = std::future::poll_fn(|cx| http_body::Body::poll_frame(body.as_mut(), cx)).await {
+            got.extend_from_slice(&frame.unwrap().into_data().unwrap_or_default());
+        }
+        assert_eq!(got, b"yyy");
+
+        let mut watch = client.clone().watch(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+        assert_eq!(watch.message().await.unwrap().unwrap().status, Wire::Serving as i32);
+        let _ = stop_tx.send(true);
+        assert_eq!(watch.message().await.unwrap().unwrap().status, Wire::NotServing as i32);
+        assert!(watch.message().await.unwrap().is_none(), "the watch ends at the stop");
+        server.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Connections beyond the per-endpoint or total limit are closed at once; the ones within

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Release artifacts, built from a clean checkout:
+#   scripts/release.sh [OUT]         build both binaries (release profile) and package them into OUT
+#                                    (default dist/):
+#       csi-proxy-<version>-windows-amd64.zip    csi-proxy.exe (cross-built), README.md, LICENSE, deploy/
+#       csi-proxy-<version>-linux-amd64.tar.gz   csi-proxy, README.md, LICENSE, deploy/
+#       SHA256SUMS                               sha256sum's lines for both
+#   scripts/release.sh check         validate deploy/: every manifest against the Kubernetes schemas
+#                                    (PyPI's kubernetes-validate, offline: it ships them), strict,
+#                                    for the oldest and newest Kubernetes it knows of ours; the
+#                                    systemd unit with `systemd-analyze verify` where there is one
+#   scripts/release.sh smoke [OUT]   unpack the packages of OUT into a temp dir and try them: the
+#                                    Windows exe prints its version under Wine; the Linux binary
+#                                    starts on a temp socket dir, answers one real gRPC call
+#                                    (Python grpcio) and stops cleanly.
+#
+# <version> is what the built daemon reports (`csi-proxy -version`), so the names cannot disagree
+# with the binaries. A work tree with changes (tracked or untracked, ignored files aside) is
+# refused: its binaries would name a commit they were not built from. ALLOW_DIRTY=1 builds anyway
+# and marks the names `-dirty`. SKIP_WINDOWS=1 makes only the Linux package.
+#
+# The packages are reproducible for a given commit and toolchain: entries sorted, owned by root,
+# dated at the commit's time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+WC=$ROOT/../shared/tools/windows-cross
+# What goes into both packages besides the binary.
+EXTRA=(README.md LICENSE deploy)
+
+die() { echo "release: $*" >&2; exit 1; }
+
+# Version of the binary `$@` runs: the second word of `csi-proxy <version> (commit ...)`.
+version_of() {
+  local line
+  line=$("$@" -version) || die "$* -version failed"
+  [[ $line =~ ^csi-proxy\ ([0-9A-Za-z.+-]+)\ \(commit\ ([0-9a-f]{12}|unknown)(,\ dirty)?\)$ ]] \
+    || die "unexpected -version output: $line"
+  printf '%s\n' "${BASH_REMATCH[1]}"
+}
+
+build() {
+  local out=${1:-dist}
+  for f in "${EXTRA[@]}"; do [ -e "$f" ] || die "missing $f"; done
+  for t in zip sha256sum gzip; do
+    command -v "$t" >/dev/null || die "missing $t (scripts/deps.sh test installs it)"
+  done
+  local dirty
+  dirty=$(git status --porcelain 2>/dev/null) || die "not a git checkout"
+  if [ -n "$dirty" ]; then
+    [ "${ALLOW_DIRTY:-0}" = 1 ] || die "the work tree has changes (commit them, or ALLOW_DIRTY=1):
+$dirty"
+    echo "release: building from a work tree with changes (ALLOW_DIRTY=1)" >&2
+  fi
+  local t0=$SECONDS
+  echo "== release: Linux build"
+  CARGO_TARGET_DIR=$ROOT/target cargo build --locked --release -p csi-proxy
+  local linux_bin=$ROOT/target/release/csi-proxy win_bin=""
+  if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
+    [ -x "$WC" ] || die "missing $WC (SKIP_WINDOWS=1 makes the Linux package only)"
+    echo "== release: Windows build (x86_64-pc-windows-gnu)"
+    CARGO_TARGET_DIR=$ROOT/target/win "$WC" cargo build --locked --release -p csi-proxy
+    win_bin=$ROOT/target/win/x86_64-pc-windows-gnu/release/csi-proxy.exe
+  fi
+  echo "release: builds took $((SECONDS - t0)) s"
+
+  local version
+  version=$(version_of "$linux_bin")
+  [ -n "$dirty" ] && version+=-dirty
+  local stamp
+  stamp=$(git log -1 --format=%ct)
+  rm -rf "$out" && mkdir -p "$out"
+  out=$(cd "$out" && pwd)
+  local stage
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' RETURN
+
+  # stage NAME BINARY: a directory NAME holding the binary and the extras, dated at the commit.
+  stage() {
+    local dir=$stage/$1
+    mkdir -p "$dir"
+    install -m 0755 "$2" "$dir/"
+    cp -R "${EXTRA[@]}" "$dir/"
+    chmod -R u=rwX,go=rX "$dir"
+    find "$dir" -exec touch -h -d "@$stamp" {} +
+  }
+
+  local name=csi-proxy-$version-linux-amd64
+  stage "$name" "$linux_bin"
+  tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$stamp" \
+    -cf - "$name" | gzip -n -9 >"$out/$name.tar.gz"
+  if [ -n "$win_bin" ]; then
+    name=csi-proxy-$version-windows-amd64
+    stage "$name" "$win_bin"
+    # -X: no extra attributes (uid, atime), so the archive depends on content and dates only.
+    (cd "$stage" && find "$name" -print | LC_ALL=C sort | zip -q -X -9 "$out/$name.zip" -@)
+  fi
+  (cd "$out" && sha256sum -- csi-proxy-* >SHA256SUMS)
+  echo "== release: $out ($((SECONDS - t0)) s in all)"
+  (cd "$out" && ls -l && cat SHA256SUMS)
+}
+
+smoke() {
+  local out=${1:-dist}
+  [ -f "$out/SHA256SUMS" ] || die "no $out/SHA256SUMS: run scripts/release.sh first"
+  out=$(cd "$out" && pwd)
+  (cd "$out" && sha256sum --quiet -c SHA256SUMS) || die "checksums do not match"
+  local tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+
+  local tgz zip
+  tgz=$(ls "$out"/csi-proxy-*-linux-amd64.tar.gz)
+  tar -C "$tmp" -xzf "$tgz"
+  local dir=$tmp/$(basename "$tgz" .tar.gz)
+  for f in csi-proxy "${EXTRA[@]}"; do [ -e "$dir/$f" ] || die "$(basename "$tgz") lacks $f"; done
+  local version
+  version=$(version_of "$dir/csi-proxy")
+  echo "release smoke: Linux binary: $("$dir/csi-proxy" -version)"
+
+  zip=$(ls "$out"/csi-proxy-*-windows-amd64.zip 2>/dev/null || true)
+  if [ -n "$zip" ]; then
+    (cd "$tmp" && unzip -q "$zip")
+    local wdir=$tmp/$(basename "$zip" .zip)
+    for f in csi-proxy.exe "${EXTRA[@]}"; do [ -e "$wdir/$f" ] || die "$(basename "$zip") lacks $f"; done
+    # Wine prints its own noise on stderr; the version line is on stdout. The prefix is the one
+    # windows-cross set up.
+    local wline
+    wline=$(eval "$("$WC" env)" && wine "$wdir/csi-proxy.exe" -version 2>/dev/null | tr -d '\r') \
+      || die "the Windows exe did not run under Wine"
+    echo "release smoke: Windows exe under Wine: $wline"
+    [ "$wline" = "$("$dir/csi-proxy" -version)" ] || die "Windows and Linux binaries disagree: $wline"
+  else
+    echo "release smoke: no Windows package in $out"
+  fi
+
+  # One real call: Filesystem v1 PathExists on the kubelet dir, over the daemon's socket.
+  local sock=$tmp/sock kubelet=$tmp/kubelet
+  mkdir -p "$kubelet"
+  "$dir/csi-proxy" -socket-dir "$sock" -kubelet-path "$kubelet" -metrics-bind-address 127.0.0.1:0 \
+    2>"$tmp/daemon.log" &
+  local pid=$!
+  python3 - "$sock/csi-proxy-filesystem-v1.sock" "$kubelet" <<'EOF' || { kill "$pid" 2>/dev/null; cat "$tmp/daemon.log" >&2; die "the Linux binary did not answer"; }
+import os, sys, time
+import grpc
+sock, path = sys.argv[1], sys.argv[2]
+deadline = time.time() + 20
+while not os.path.exists(sock):
+    if time.time() > deadline:
+        sys.exit(f"no socket {sock} after 20 s")
+    time.sleep(0.05)
+raw = path.encode()
+assert len(raw) < 128, "one-byte length prefix"
+request = b"\x0a" + bytes([len(raw)]) + raw  # PathExistsRequest{path}: field 1, length-delimited
+with grpc.insecure_channel(f"unix:{sock}") as ch:
+    call = ch.unary_unary("/v1.Filesystem/PathExists", request_serializer=None, response_deserializer=None)
+    answer = call(request, timeout=10)
+assert answer == b"\x08\x01", f"PathExists({path}) answered {answer!r}, expected exists=true"
+print(f"release smoke: PathExists({path}) over {sock}: exists=true")
+EOF
+  kill -TERM "$pid"
+  local rc=0
+  wait "$pid" || rc=$?
+  [ "$rc" = 0 ] || { cat "$tmp/daemon.log" >&2; die "the daemon exited with $rc on SIGTERM"; }
+  [ -z "$(ls -A "$sock" 2>/dev/null)" ] || die "sockets left after a clean stop: $(ls "$sock")"
+  echo "release smoke: $version passed"
+}
+
+# Kubernetes versions the manifests are checked against: HostProcess containers are stable since
+# 1.26; the newest is what the installed kubernetes-validate knows.
+K8S_VERSIONS=(1.26.0 latest)
+
+check() {
+  local files=(deploy/*/*.yaml) v args
+  python3 -c 'import kubernetes_validate' 2>/dev/null \
+    || die "kubernetes-validate is missing: python3 -m pip install kubernetes-validate"
+  for v in "${K8S_VERSIONS[@]}"; do
+    args=(--strict --quiet)
+    [ "$v" = latest ] || args+=(-k "$v")
+    echo "== deploy/: ${#files[@]} manifests against Kubernetes $v"
+    python3 -m kubernetes_validate "${args[@]}" "${files[@]}" || die "deploy/ manifests do not validate ($v)"
+  done
+  if ! command -v systemd-analyze >/dev/null; then
+    echo "== deploy/: no systemd-analyze here; the unit file is not verified"
+    return
+  fi
+  # verify wants ExecStart's binary to exist: point it at the one just built.
+  local bin=${CSI_PROXY_BIN:-$ROOT/target/debug/csi-proxy} tmp unit out
+  [ -x "$bin" ] || die "no daemon binary at $bin to verify the unit against (cargo build -p csi-proxy)"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  for unit in deploy/linux/*.service; do
+    sed "s|/usr/local/bin/csi-proxy|$bin|" "$unit" >"$tmp/$(basename "$unit")"
+    echo "== deploy/: systemd-analyze verify $unit"
+    # It exits 0 on unknown keys and bad values, only warning: any output is a failure.
+    out=$(systemd-analyze verify "$tmp/$(basename "$unit")" 2>&1) || die "$unit: $out"
+    [ -z "$out" ] || die "$unit: $out"
+  done
+}
+
+case "${1:-}" in
+  check) shift; check "$@" ;;
+  smoke) shift; smoke "$@" ;;
+  -h|--help) sed -n '2,20p' "$0" ;;
+  *) build "$@" ;;
+esac
