@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests); figures are printed, never asserted.
 # 1. Unary round trips (crates/stack-tests/benches/rtt.rs): p50/p99/max and calls/s of one cheap
-#    RPC through the whole stack, for 1 client, 16 callers on one connection and 16 connections.
+#    RPC through the whole stack, for 1 client, 16 callers on one connection and 16 connections,
+#    with the server process's CPU time per call, threads and peak memory;
 #   - over a unix socket (this machine), always;
-#   - over a named pipe under Wine, when ../shared/tools/windows-cross exists (skip: NO_WINE=1).
+#   - over a named pipe under Wine, when ../shared/tools/windows-cross exists (skip: NO_WINE=1);
+#   then the server's syscalls per call, counted by `strace -f -c` on the server process alone
+#   (less the syscalls of a run without calls: start-up and stop), per scenario, on both
+#   (skip: NO_STRACE=1, or no strace). strace slows the server: these runs make fewer calls
+#   (RTT_STRACE_CALLS, default 5000) and their timings are not shown.
 # 2. The Windows disk and volume groups' read-only calls under Wine (crates/stack-tests/benches/
 #    win_block.rs), through the pipe and as bare host calls (skip: NO_WINE=1).
 # 3. The Linux disk and volume groups (crates/stack-tests/benches/block.rs): per-RPC latency with
@@ -23,6 +28,43 @@ cross=$root/../shared/tools/windows-cross
 out=$(mktemp -d /tmp/csi-proxy-bench.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 
+# The benchmark executable cargo builds: `bench_exe [cargo runner...]`.
+bench_exe() {
+  "$@" cargo bench -q -p csi-proxy-stack-tests --bench rtt --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+}
+
+# Syscalls of one server process (`CMD --bench --serve`), under strace, while the clients run
+# scenario $2 against it (none if empty); prints the total. `server_syscalls FILE SCENARIO CMD...`
+server_syscalls() {
+  local file=$1 scenario=$2 api echo
+  shift 2
+  coproc SRV { exec strace -f -c -o "$file.strace" "$@" --bench --serve 2>/dev/null; }
+  local pid=$SRV_PID
+  read -r api <&"${SRV[0]}"
+  read -r echo <&"${SRV[0]}"
+  if [[ -n $scenario ]]; then
+    RTT_ONLY=$scenario RTT_CALLS=${RTT_STRACE_CALLS:-5000} RTT_WARMUP=500 "$@" --bench --connect "$api" >"$file.client"
+  fi
+  eval "exec ${SRV[1]}>&-"
+  wait "$pid"
+  awk '$NF == "total" { print $4 }' "$file.strace"
+}
+
+# `strace_rows LABEL CMD...`: one summary line per scenario.
+strace_rows() {
+  local label=$1 idle total calls scenario
+  shift
+  idle=$(server_syscalls "$out/idle" "" "$@")
+  for scenario in sequential shared connections; do
+    total=$(server_syscalls "$out/$scenario" "$scenario" "$@")
+    calls=$(sed -n 's/^rtt: calls made //p' "$out/$scenario.client")
+    awk -v t="$total" -v i="$idle" -v c="$calls" -v s="$scenario" -v l="$label" 'BEGIN {
+      printf "rtt syscalls: %-18s %-12s server syscalls per call %6.1f  (%d in all, %d at start and stop, %d calls)\n",
+        l, s, (t - i) / c, t, i, c }'
+  done
+}
+
 echo "== unix socket (Linux)" >&2
 cargo bench -q -p csi-proxy-stack-tests --bench rtt | tee "$out/linux"
 
@@ -33,6 +75,20 @@ if [[ -x $cross && -z ${NO_WINE:-} ]]; then
 else
   if [[ -n ${NO_WINE:-} ]]; then why="NO_WINE is set"; else why="no $cross"; fi
   echo "== named pipe (Wine): skipped ($why)" >&2
+fi
+
+if [[ -z ${NO_STRACE:-} ]] && command -v strace >/dev/null; then
+  echo "== server syscalls per call (strace -f -c)" >&2
+  strace_rows "unix socket" "$(bench_exe)" | tee "$out/strace"
+  if [[ -x $cross && -z ${NO_WINE:-} ]]; then
+    exe=$(CARGO_TARGET_DIR=$root/target/win bench_exe "$cross")
+    (
+      eval "$("$cross" env)"
+      # A wineserver of its own process tree would be counted too: have one running already.
+      wineserver -p10 2>/dev/null || true
+      strace_rows "named pipe (Wine)" wine "$exe"
+    ) | tee -a "$out/strace"
+  fi
 fi
 
 if [[ -x $cross && -z ${NO_WINE:-} ]]; then
@@ -47,7 +103,8 @@ files=("$out"/linux)
 [[ -f $out/wine ]] && files+=("$out"/wine)
 echo
 echo "== Summary"
-grep -h '^rtt:' "${files[@]}"
+grep -h '^rtt:' "${files[@]}" | grep -v '^rtt: calls made'
+[[ -f $out/strace ]] && cat "$out/strace"
 grep -h -m1 '^transport' "${files[0]}"
 grep -h -Ev '^(rtt:|transport)' "${files[@]}"
 echo

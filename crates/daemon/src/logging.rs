@@ -12,9 +12,10 @@
 //! Rotation (`-log_file_max_size`, megabytes of 1024 × 1024 as in klog; 0 = unlimited): when an
 //! event would take the log file past the limit, the file is closed and renamed `<file>.1`, older
 //! ones shift up (`.1` → `.2`, ...), at most [`KEEP_ROTATED`] are kept (the oldest is removed) and
-//! a new file is started. An event is never split: the size is checked, the file rotated and the
-//! event written all under the one lock every write takes, and an event larger than the limit
-//! still goes whole into a fresh file. If the rename fails (say a reader holds the file open
+//! a new file is started. An event is never split: events are written, in the order they were
+//! logged, by one background thread (so a caller never waits for the disk or for other callers'
+//! lines; warnings and errors wait until written), the size is checked and the file rotated
+//! between whole events, and an event larger than the limit still goes whole into a fresh file. If the rename fails (say a reader holds the file open
 //! without delete sharing on Windows), logging carries on in the same file, the failure is
 //! reported once on standard error, and rotation is tried again after another limit's worth.
 //!
@@ -31,7 +32,7 @@ use std::fmt::{self, Write as _};
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
@@ -168,8 +169,8 @@ pub fn open_log_file(path: &Path) -> anyhow::Result<File> {
     options.open(path).with_context(|| format!("cannot open log file {}", path.display()))
 }
 
-/// An open log file, rotated by size (see the module text). Every write goes through
-/// [`LogFile::write_event`] under the one mutex that holds it.
+/// An open log file, rotated by size (see the module text). Written by the one background
+/// thread of [`Sink`] only.
 #[derive(Debug)]
 pub struct LogFile {
     path: PathBuf,
@@ -210,6 +211,33 @@ impl LogFile {
         file.write_all(buf)?;
         self.size = self.size.saturating_add(len);
         Ok(())
+    }
+
+    /// Writes whole events in order, as few writes as the limit allows: consecutive events that
+    /// fit go out together, and the file rotates between events exactly where
+    /// [`Self::write_event`] would rotate. Returns the first error (the other events are still
+    /// tried).
+    pub fn write_batch<'a>(&mut self, events: impl IntoIterator<Item = &'a [u8]>) -> io::Result<()> {
+        let mut result = Ok(());
+        let mut run = Vec::new();
+        for event in events {
+            let after = self.size.saturating_add(u64::try_from(run.len() + event.len()).unwrap_or(u64::MAX));
+            let fits = self.max_bytes == 0 || after <= self.max_bytes;
+            if !fits && !run.is_empty() {
+                keep_first_error(&mut result, self.write_event(&run));
+                run.clear();
+            }
+            run.extend_from_slice(event);
+            if !fits {
+                // Alone, so that it rotates the file (or goes whole into a fresh one).
+                keep_first_error(&mut result, self.write_event(&run));
+                run.clear();
+            }
+        }
+        if !run.is_empty() {
+            keep_first_error(&mut result, self.write_event(&run));
+        }
+        result
     }
 
     /// Closes the file, shifts the old ones and starts a new file. On failure logging goes on
@@ -271,19 +299,22 @@ fn shift_rotated(path: &Path, keep: usize) -> io::Result<()> {
     std::fs::rename(path, rotated_name(path, 1))
 }
 
-/// Keeps logging set up; flushes the log file when dropped (keep it alive until `main` ends).
+fn keep_first_error(result: &mut io::Result<()>, next: io::Result<()>) {
+    if result.is_ok() {
+        *result = next;
+    }
+}
+
+/// Keeps logging set up; writes out every queued line and syncs the log file when dropped (keep
+/// it alive until `main` ends).
 #[derive(Debug)]
 pub struct Guard {
-    file: Option<Arc<Mutex<LogFile>>>,
+    sink: Sink,
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Some(file) = &self.file {
-            if let Ok(mut f) = file.lock() {
-                f.flush_and_sync();
-            }
-        }
+        self.sink.sync(true);
     }
 }
 
@@ -306,14 +337,12 @@ pub fn init(opts: &LogOptions) -> anyhow::Result<Guard> {
     };
     let destination = destination(opts);
     let file = match &destination.file {
-        Some(path) => {
-            Some(Arc::new(Mutex::new(LogFile::open(path, max_bytes(opts.log_file_max_size_mb), KEEP_ROTATED)?)))
-        }
+        Some(path) => Some(LogFile::open(path, max_bytes(opts.log_file_max_size_mb), KEEP_ROTATED)?),
         None => None,
     };
     let ansi = file.is_none() && io::stderr().is_terminal();
-    let writer = Sink { file: file.clone(), stderr: destination.stderr };
-    tracing::subscriber::set_global_default(subscriber(opts.format, filter, writer, ansi))
+    let sink = Sink::start(file, destination.stderr).context("cannot start the log writer thread")?;
+    tracing::subscriber::set_global_default(subscriber(opts.format, filter, sink.clone(), ansi))
         .map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))?;
     tracing::debug!(
         file = ?destination.file,
@@ -321,7 +350,7 @@ pub fn init(opts: &LogOptions) -> anyhow::Result<Guard> {
         filter = %filter_text,
         "logging set up"
     );
-    Ok(Guard { file })
+    Ok(Guard { sink })
 }
 
 /// The subscriber for a format: text is tracing-subscriber's default line with targets (and
@@ -337,54 +366,124 @@ where
     }
 }
 
-/// Writes every formatted event to the file and/or standard error.
-#[derive(Clone)]
+/// Hands every formatted event to the writer thread, which writes them to the file and/or
+/// standard error in order, whole, batching what has queued up into one write. Callers never
+/// wait for each other or for the disk, except when the queue is full (then they wait for room:
+/// no line is dropped), and warnings and errors, which wait until they are written (so a line
+/// logged just before the process ends is not lost).
+#[derive(Clone, Debug)]
 struct Sink {
-    file: Option<Arc<Mutex<LogFile>>>,
-    stderr: bool,
+    queue: SyncSender<Message>,
 }
 
-impl<'a> MakeWriter<'a> for Sink {
-    type Writer = Sink;
+/// Events queued for the writer thread at most (about a megabyte of ordinary lines).
+const QUEUE: usize = 4096;
+/// Events written together at most.
+const BATCH: usize = 512;
 
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
+enum Message {
+    Event(Vec<u8>),
+    /// Answered once everything queued before it is written (and, if `true`, synced to disk).
+    Sync(SyncSender<()>, bool),
+}
+
+impl Sink {
+    fn start(file: Option<LogFile>, stderr: bool) -> io::Result<Sink> {
+        let (queue, rx) = mpsc::sync_channel(QUEUE);
+        std::thread::Builder::new().name("csi-proxy-log".into()).spawn(move || write_queued(rx, file, stderr))?;
+        Ok(Sink { queue })
+    }
+
+    /// Waits until every event queued so far is written (and synced to disk with `fsync`).
+    fn sync(&self, fsync: bool) {
+        let (done, wait) = mpsc::sync_channel(1);
+        if self.queue.send(Message::Sync(done, fsync)).is_ok() {
+            let _ = wait.recv();
+        }
     }
 }
 
-impl Write for Sink {
+/// The writer thread: runs until every [`Sink`] is gone.
+fn write_queued(rx: Receiver<Message>, mut file: Option<LogFile>, stderr: bool) {
+    let mut events: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
+    let mut syncs = Vec::new();
+    let mut reported = false;
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        while let Some(message) = next.take() {
+            match message {
+                Message::Event(e) => events.push(e),
+                Message::Sync(done, fsync) => syncs.push((done, fsync)),
+            }
+            if events.len() < BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        if let Some(f) = &mut file {
+            if let Err(e) = f.write_batch(events.iter().map(Vec::as_slice)) {
+                // Nobody to return the error to: say so once, on standard error.
+                if !std::mem::replace(&mut reported, true) {
+                    eprintln!("csi-proxy: cannot write to log file {}: {e}", f.path.display());
+                }
+            }
+        }
+        if stderr && !events.is_empty() {
+            let mut err = io::stderr().lock();
+            for e in &events {
+                let _ = err.write_all(e);
+            }
+            let _ = err.flush();
+        }
+        events.clear();
+        for (done, fsync) in syncs.drain(..) {
+            if fsync {
+                if let Some(f) = &mut file {
+                    f.flush_and_sync();
+                }
+            }
+            let _ = done.send(());
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for Sink {
+    type Writer = SinkWriter;
+
+    fn make_writer(&'a self) -> SinkWriter {
+        SinkWriter { sink: self.clone(), wait: false }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> SinkWriter {
+        SinkWriter { sink: self.clone(), wait: *meta.level() <= Level::WARN }
+    }
+}
+
+/// One event's writer (the formatter hands over one whole event per write).
+struct SinkWriter {
+    sink: Sink,
+    /// Return only once the event is written.
+    wait: bool,
+}
+
+impl Write for SinkWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // The formatter hands over one whole event per call; write it whole so lines from
-        // different threads never interleave in the file.
         self.write_all(buf)?;
         Ok(buf.len())
     }
 
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        let mut result = Ok(());
-        if let Some(file) = &self.file {
-            // A poisoned lock only means another thread panicked mid-write; keep logging.
-            let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
-            result = f.write_event(buf);
+        self.sink
+            .queue
+            .send(Message::Event(buf.to_vec()))
+            .map_err(|_| io::Error::other("the log writer thread has stopped"))?;
+        if self.wait {
+            self.sink.sync(false);
         }
-        if self.stderr {
-            let stderr_result = io::stderr().lock().write_all(buf);
-            if result.is_ok() {
-                result = stderr_result;
-            }
-        }
-        result
+        Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if let Some(file) = &self.file {
-            if let Some(f) = &mut file.lock().unwrap_or_else(|p| p.into_inner()).file {
-                f.flush()?;
-            }
-        }
-        if self.stderr {
-            io::stderr().flush()?;
-        }
+        self.sink.sync(false);
         Ok(())
     }
 }
@@ -654,10 +753,10 @@ mod tests {
         let path = dir.join("nested").join("csi-proxy.log");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, b"old line\n").unwrap();
-        let file = Arc::new(Mutex::new(LogFile::open(&path, 0, KEEP_ROTATED).unwrap()));
-        let mut sink = Sink { file: Some(file), stderr: false };
-        sink.write_all(b"new line\n").unwrap();
-        sink.flush().unwrap();
+        let sink = Sink::start(Some(LogFile::open(&path, 0, KEEP_ROTATED).unwrap()), false).unwrap();
+        let mut writer = sink.make_writer();
+        writer.write_all(b"new line\n").unwrap();
+        writer.flush().unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old line\nnew line\n");
 
         let fresh = dir.join("a").join("b").join("c.log");
@@ -761,8 +860,7 @@ mod tests {
         let dir = temp_dir("concurrent");
         let path = dir.join("csi-proxy.log");
         // Enough old files kept that nothing is removed: the test counts every line.
-        let file = Arc::new(Mutex::new(LogFile::open(&path, 4096, 1000).unwrap()));
-        let sink = Sink { file: Some(file), stderr: false };
+        let sink = Sink::start(Some(LogFile::open(&path, 4096, 1000).unwrap()), false).unwrap();
         for format in [LogFormat::Text, LogFormat::Json] {
             let dispatch = tracing::Dispatch::new(subscriber(format, EnvFilter::new("trace"), sink.clone(), false));
             let threads: Vec<_> = (0..THREADS)
@@ -783,6 +881,7 @@ mod tests {
                 t.join().unwrap();
             }
         }
+        sink.sync(false);
         let mut seen = std::collections::HashMap::new();
         let mut files = 0;
         let mut n = 0;
@@ -830,14 +929,97 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Batches rotate exactly where event-by-event writing does.
+    #[test]
+    fn batches_rotate_like_single_events() {
+        let dir = temp_dir("batch");
+        let events: Vec<Vec<u8>> =
+            (0..200).map(|i| format!("{}\n", "e".repeat(i * 13 % 70)).into_bytes()).chain([vec![b'z'; 300]]).collect();
+        let one = dir.join("one.log");
+        let mut log = LogFile::open(&one, 256, 1000).unwrap();
+        for e in &events {
+            log.write_event(e).unwrap();
+        }
+        let batched = dir.join("batched.log");
+        let mut log = LogFile::open(&batched, 256, 1000).unwrap();
+        for chunk in events.chunks(37) {
+            log.write_batch(chunk.iter().map(Vec::as_slice)).unwrap();
+        }
+        let mut n = 0;
+        loop {
+            let (a, b) = if n == 0 {
+                (one.clone(), batched.clone())
+            } else {
+                (rotated_name(&one, n), rotated_name(&batched, n))
+            };
+            assert_eq!(a.exists(), b.exists(), "{n}");
+            if !a.exists() {
+                break;
+            }
+            assert_eq!(read(&a), read(&b), "file {n}");
+            n += 1;
+        }
+        assert!(n > 10, "rotated {n} times");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Callers do not wait for the file: with the log file stuck (a FIFO nobody reads, full),
+    /// info lines are still logged at once; they are all written, whole and in order, once it
+    /// drains. (Written synchronously, the caller blocked at the first full pipe buffer.)
+    #[cfg(unix)]
+    #[test]
+    fn a_stuck_log_file_does_not_hold_up_callers() {
+        use std::io::Read;
+        const LINES: usize = 200;
+        let dir = temp_dir("fifo");
+        let path = dir.join("csi-proxy.log");
+        let made = std::process::Command::new("mkfifo").arg(&path).status().unwrap();
+        assert!(made.success());
+        let opener = {
+            let path = path.clone();
+            std::thread::spawn(move || File::open(path).unwrap())
+        };
+        let log = LogFile::open(&path, 0, KEEP_ROTATED).unwrap();
+        let mut reader = opener.join().unwrap();
+        let sink = Sink::start(Some(log), false).unwrap();
+        let dispatch =
+            tracing::Dispatch::new(subscriber(LogFormat::Text, EnvFilter::new("trace"), sink.clone(), false));
+        let (done, logged) = mpsc::channel();
+        let caller = std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&dispatch, || {
+                for i in 0..LINES {
+                    // 200 lines of 1 KB: three times what a pipe holds.
+                    tracing::info!(target: "csi_proxy::t", pad = %"p".repeat(1000), "line {i} end");
+                }
+            });
+            done.send(()).unwrap();
+        });
+        let waited = logged.recv_timeout(std::time::Duration::from_secs(10));
+        let drain = std::thread::spawn(move || {
+            let mut text = String::new();
+            reader.read_to_string(&mut text).unwrap();
+            text
+        });
+        assert!(waited.is_ok(), "the caller waited for the stuck log file");
+        caller.join().unwrap();
+        sink.sync(false);
+        drop(sink);
+        let text = drain.join().unwrap();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), LINES);
+        for (i, line) in lines.iter().enumerate() {
+            assert!(line.contains(&format!("line {i} end")) && line.ends_with(&"p".repeat(1000)), "{i}: {line:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// JSON lines parse, and carry ts, level, v, logger, caller, msg and the fields as keys.
     #[test]
     fn json_lines_carry_msg_and_fields() {
         let dir = temp_dir("json");
         let path = dir.join("csi-proxy.log");
-        let file = Arc::new(Mutex::new(LogFile::open(&path, 0, KEEP_ROTATED).unwrap()));
-        let sink = Sink { file: Some(file), stderr: false };
-        let subscriber = subscriber(LogFormat::Json, EnvFilter::new("trace"), sink, false);
+        let sink = Sink::start(Some(LogFile::open(&path, 0, KEEP_ROTATED).unwrap()), false).unwrap();
+        let subscriber = subscriber(LogFormat::Json, EnvFilter::new("trace"), sink.clone(), false);
         let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
         tracing::subscriber::with_default(subscriber, || {
             let span = tracing::info_span!("call", method = "FormatVolume", id = 7u64);
@@ -859,6 +1041,7 @@ mod tests {
             tracing::warn!(target: "csi_proxy::test", "warn");
             tracing::error!(target: "csi_proxy::test", error = &err as &dyn std::error::Error, "failed");
         });
+        sink.sync(false);
         let text = read(&path);
         let lines: Vec<serde_json::Value> =
             text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();

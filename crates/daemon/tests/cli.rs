@@ -184,7 +184,7 @@ fn startup_warns_when_any_service_may_be_controlled() {
 
 /// The allow-list is enforced by the real daemon before any host work: a service not on it is
 /// PermissionDenied naming it and the list; one on it reaches the Linux backend (systemd, which
-/// answers Unavailable where it is not running, or NotFound for this made-up name).
+/// answers FailedPrecondition where it is not running, or NotFound for this made-up name).
 #[test]
 fn allowed_service_flag_is_enforced() {
     let dir = tempdir("allowed");
@@ -201,7 +201,7 @@ fn allowed_service_flag_is_enforced() {
         assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
 
         let s = c.start_service(StartServiceRequest { name: "csi-proxy-test-allowed".into() }).await.unwrap_err();
-        assert!(matches!(s.code(), tonic::Code::Unavailable | tonic::Code::NotFound), "{s:?}");
+        assert!(matches!(s.code(), tonic::Code::FailedPrecondition | tonic::Code::NotFound), "{s:?}");
     });
 }
 
@@ -229,6 +229,14 @@ fn filesystem_calls_are_contained_and_logged_at_v2() {
         assert!(s.message().contains(root.to_str().unwrap()), "the refusal names the roots: {s:?}");
     });
     assert!(made.is_dir());
+    // Lines are written by a background thread, soon after the call: wait for them before the
+    // daemon is killed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log).is_ok_and(|t| t.contains("Mkdir") && t.contains("PathExists"))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     drop(d);
     let text = std::fs::read_to_string(&log).unwrap();
     let ok = text.lines().find(|l| l.contains("Mkdir")).unwrap_or_else(|| panic!("no Mkdir line in {text}"));

@@ -1,16 +1,25 @@
 //! The path of every unary call: wire request → internal operation → host → wire response.
 
+use crate::locks::{Key, Serial};
+use crate::pool::{Pool, Submitted, GROW_AFTER};
 use crate::status::{code_of, go_code_name, to_status};
 use crate::Context;
 use csi_proxy_host::error::{bound_message, clip};
 use csi_proxy_host::{Error, Result};
 use std::fmt::Debug;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 use std::time::Instant;
 use tonic::{Code, Request, Response, Status};
 
 /// One internal, version-less operation: validates itself, then does its host work.
 pub trait Op: Debug + Send + 'static {
     type Output: Send + 'static;
+    /// What the operation holds while its host work runs; validates the fields it needs (an
+    /// invalid request is refused before it waits for anything).
+    fn serial(&self) -> Result<Serial> {
+        Ok(Serial::None)
+    }
     fn run(self, ctx: &Context) -> Result<Self::Output>;
 }
 
@@ -25,9 +34,55 @@ pub trait FromOutput<T>: Sized {
     fn from_output(output: T) -> Result<Self>;
 }
 
+/// Threads for calls that take no lock: as many kept as CPUs, grown only while work waits
+/// behind slow or hung calls (see [`crate::pool`]).
+fn quick_pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Pool::new("call", cpus.max(2), 64)
+    })
+}
+
+/// Threads for the serialised, slow calls (partition, format, resize, mount, rescan): at most one
+/// runs per disk, so this bounds the disks worked on at once, and keeps them off the quick pool.
+static SERIAL_POOL: Pool = Pool::new("serial", 1, 32);
+
+/// Host-work threads now and most ever, of both pools (for benchmarks and diagnostics).
+pub fn host_threads() -> (usize, usize) {
+    let (a, b) = (quick_pool().threads(), SERIAL_POOL.threads());
+    (a.0 + b.0, a.1 + b.1)
+}
+
+/// Runs `work` on `pool`; a panic in it is returned as its message. Dropping the future before
+/// the work started cancels it (the work, and what it owns, such as a lock guard, is dropped
+/// unrun); work already running finishes on its thread.
+async fn run_on<T: Send + 'static>(
+    pool: &'static Pool,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, String> {
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    let job = Box::new(move || {
+        if tx.is_closed() {
+            return;
+        }
+        let _ = tx.send(catch_unwind(AssertUnwindSafe(work)).map_err(|p| payload_message(p.as_ref())));
+    });
+    if pool.submit(job) == Submitted::Queued {
+        loop {
+            match tokio::time::timeout(GROW_AFTER, &mut rx).await {
+                Ok(done) => return done.unwrap_or_else(|_| Err("its thread stopped".to_string())),
+                Err(_) => pool.grow(),
+            }
+        }
+    }
+    rx.await.unwrap_or_else(|_| Err("its thread stopped".to_string()))
+}
+
 impl Context {
     /// Serves one unary call. Conversion and host work may block freely, and a panic anywhere in
-    /// them fails only this call, with `Internal`.
+    /// them fails only this call, with `Internal`. Waiting for a disk holds no thread, and a
+    /// cancelled call stops waiting at once.
     pub async fn unary<Req, Resp>(
         &self,
         service: &'static str,
@@ -42,34 +97,13 @@ impl Context {
         if let Some(o) = &self.0.observer {
             o.started(service, method);
         }
-        let ctx = self.clone();
-        let message = request.into_inner();
-        // The work also returns the request as logged, rendered only when it will be written (one
-        // line per call, together with the outcome, after the work).
-        let work = move || -> (Result<Resp>, Option<String>) {
-            let op = match message.into_op() {
-                Ok(op) => op,
-                Err(e) => return (Err(e), None),
-            };
-            let shown = tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG).then(|| format!("{op:?}"));
-            (op.run(&ctx).and_then(Resp::from_output), shown)
-        };
-        let joined = match tokio::runtime::Handle::current().runtime_flavor() {
-            // The daemon: run on this worker thread, while tokio moves its other tasks to a
-            // fresh one. This saves the two thread hand-offs of spawn_blocking, which dominate
-            // the round trip of cheap calls.
-            tokio::runtime::RuntimeFlavor::MultiThread => {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tokio::task::block_in_place(work)))
-                    .map_err(|payload| payload_message(payload.as_ref()))
+        // Also returns the request as logged, rendered only when it will be written (one line
+        // per call, together with the outcome, after the work).
+        let (result, shown) = match self.serve::<Req, Resp>(request.into_inner()).await {
+            (Err(Panicked(why)), shown) => {
+                (Err(Error::internal(format!("{service}/{method} failed: the handler panicked ({why})"))), shown)
             }
-            // block_in_place is not available on a current-thread runtime.
-            _ => tokio::task::spawn_blocking(work).await.map_err(panic_message),
-        };
-        let (result, shown) = match joined {
-            Ok(done) => done,
-            Err(why) => {
-                (Err(Error::internal(format!("{service}/{method} failed: the handler panicked ({why})"))), None)
-            }
+            (Ok(result), shown) => (result, shown),
         };
         let elapsed = start.elapsed();
         let code = match &result {
@@ -100,14 +134,58 @@ impl Context {
             }
         }
     }
+
+    /// Conversion and validation here (cheap, no host), the lock awaited here, the host work on
+    /// a pool thread, holding the lock until it ends.
+    async fn serve<Req, Resp>(&self, message: Req) -> (std::result::Result<Result<Resp>, Panicked>, Option<String>)
+    where
+        Req: IntoOp,
+        Resp: FromOutput<<Req::Op as Op>::Output> + Send + 'static,
+    {
+        let prepared = catch_unwind(AssertUnwindSafe(|| -> Result<_> {
+            let op = message.into_op()?;
+            let serial = op.serial()?;
+            Ok((op, serial))
+        }));
+        let (op, serial) = match prepared {
+            Ok(Ok(prepared)) => prepared,
+            Ok(Err(e)) => return (Ok(Err(e)), None),
+            Err(p) => return (Err(Panicked(payload_message(p.as_ref()))), None),
+        };
+        let shown = tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG).then(|| format!("{op:?}"));
+        let (pool, guard) = match serial {
+            Serial::None => (quick_pool(), None),
+            Serial::Disk(disk) => (&SERIAL_POOL, Some(self.locks().lock(Key::Disk(disk)).await)),
+            Serial::All => (&SERIAL_POOL, Some(self.locks().lock_all().await)),
+            Serial::Volume(volume) => {
+                let disk_of = || {
+                    let (ctx, volume) = (self.clone(), volume.clone());
+                    async move {
+                        run_on(quick_pool(), move || ctx.hosts().volume.disk_number_of_volume(&volume))
+                            .await
+                            .unwrap_or_else(|why| {
+                                Err(Error::internal(format!("looking up the disk of a volume panicked ({why})")))
+                            })
+                    }
+                };
+                match self.locks().lock_volume(&volume, disk_of).await {
+                    Ok(guard) => (&SERIAL_POOL, Some(guard)),
+                    Err(e) => return (Ok(Err(e)), shown),
+                }
+            }
+        };
+        let ctx = self.clone();
+        let done = run_on(pool, move || {
+            let _held = guard;
+            op.run(&ctx).and_then(Resp::from_output)
+        })
+        .await;
+        (done.map_err(Panicked), shown)
+    }
 }
 
-fn panic_message(e: tokio::task::JoinError) -> String {
-    if !e.is_panic() {
-        return e.to_string();
-    }
-    payload_message(e.into_panic().as_ref())
-}
+/// The message of a panic in a call's conversion or host work.
+struct Panicked(String);
 
 fn payload_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {

@@ -12,6 +12,7 @@
 pub mod call;
 pub mod locks;
 pub mod ops;
+mod pool;
 pub mod status;
 pub mod versions;
 

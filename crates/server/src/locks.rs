@@ -5,10 +5,16 @@
 //! Kubernetes retries, and several pods may stage volumes on one node at once; without this, two
 //! FormatVolume calls, or a PartitionDisk racing a MountVolume on the same disk, would interleave
 //! host work.
+//!
+//! Waiting is asynchronous: a call queued behind a disk holds no thread, and a call that is
+//! cancelled (the client went away, its deadline passed) leaves the queue as soon as its future is
+//! dropped. So a disk whose host work hangs stalls the calls queued on that disk and nothing else.
 
-use csi_proxy_host::{Error, Hosts, Result};
-use std::collections::HashSet;
-use std::sync::{Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use csi_proxy_host::{Error, Result};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, Semaphore};
 
 /// What a mutating call is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -18,71 +24,118 @@ pub enum Key {
     Volume(String),
 }
 
+/// What an operation holds while its host work runs (see [`crate::call::Op::serial`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Serial {
+    /// Nothing: read-only calls, and calls whose host work serialises itself.
+    None,
+    Disk(u32),
+    /// The disk the volume is on (looked up by the caller), or the volume alone where volumes
+    /// have no disk.
+    Volume(String),
+    /// Every disk: a rescan.
+    All,
+}
+
 #[derive(Default)]
-pub struct Locks {
+pub struct Locks(Arc<State>);
+
+#[derive(Default)]
+struct State {
     /// Read side: one disk's work; write side: a rescan.
-    all: RwLock<()>,
-    /// Keys held right now; waiters sleep on `released`.
-    held: Mutex<HashSet<Key>>,
-    released: Condvar,
+    all: Arc<RwLock<()>>,
+    /// One queue per key that is held or waited for; a key nobody holds or waits for has no
+    /// entry, so the map is as large as the calls in flight, whatever keys clients send.
+    keys: Mutex<HashMap<Key, Arc<Semaphore>>>,
 }
 
-/// Held for the duration of one call's host work.
-pub struct Guard<'a> {
-    locks: &'a Locks,
-    key: Option<Key>,
-    _all: AllGuard<'a>,
+/// A place in one key's queue; leaves it (and drops the queue once empty) on drop.
+struct Ticket {
+    state: Arc<State>,
+    key: Key,
+    queue: Option<Arc<Semaphore>>,
+    /// This ticket owns the key's one permit.
+    holds: bool,
 }
 
-enum AllGuard<'a> {
-    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
-    Exclusive(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
-}
-
-impl Drop for Guard<'_> {
+impl Drop for Ticket {
     fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.locks.held.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
-            self.locks.released.notify_all();
+        let mut keys = self.state.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(queue) = self.queue.take() {
+            if self.holds {
+                queue.add_permits(1);
+            }
+            drop(queue);
+        }
+        // Every clone of a queue is made and dropped under the map's lock, so the count is exact.
+        if keys.get(&self.key).is_some_and(|q| Arc::strong_count(q) == 1) {
+            keys.remove(&self.key);
         }
     }
+}
+
+/// Held for the duration of one call's host work; owns what it holds, so it can move to the
+/// thread that does the work.
+pub struct Guard {
+    _ticket: Option<Ticket>,
+    _all: AllGuard,
+}
+
+enum AllGuard {
+    Shared(#[allow(dead_code)] OwnedRwLockReadGuard<()>),
+    Exclusive(#[allow(dead_code)] OwnedRwLockWriteGuard<()>),
 }
 
 impl Locks {
-    /// Exclusive access to `key` (and shared access to the whole host).
-    pub fn lock(&self, key: Key) -> Guard<'_> {
-        let all = AllGuard::Shared(self.all.read().unwrap_or_else(PoisonError::into_inner));
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        while held.contains(&key) {
-            held = self.released.wait(held).unwrap_or_else(PoisonError::into_inner);
+    /// Exclusive access to `key` (and shared access to the whole host). The key is waited for
+    /// first: calls queued on a busy disk hold nothing that a rescan or other disks wait for.
+    pub async fn lock(&self, key: Key) -> Guard {
+        let queue = {
+            let mut keys = self.0.keys.lock().unwrap_or_else(PoisonError::into_inner);
+            keys.entry(key.clone()).or_insert_with(|| Arc::new(Semaphore::new(1))).clone()
+        };
+        let mut ticket = Ticket { state: self.0.clone(), key, queue: Some(queue.clone()), holds: false };
+        // FIFO; a dropped future leaves the queue (and passes on a permit it was just handed).
+        // The semaphore is never closed.
+        if let Ok(permit) = queue.acquire().await {
+            permit.forget();
+            ticket.holds = true;
         }
-        held.insert(key.clone());
-        Guard { locks: self, key: Some(key), _all: all }
+        drop(queue);
+        let all = AllGuard::Shared(self.0.all.clone().read_owned().await);
+        Guard { _ticket: Some(ticket), _all: all }
     }
 
     /// Exclusive access to every disk, for calls that touch them all (Rescan).
-    pub fn lock_all(&self) -> Guard<'_> {
-        let all = AllGuard::Exclusive(self.all.write().unwrap_or_else(PoisonError::into_inner));
-        Guard { locks: self, key: None, _all: all }
+    pub async fn lock_all(&self) -> Guard {
+        Guard { _ticket: None, _all: AllGuard::Exclusive(self.0.all.clone().write_owned().await) }
     }
 
-    /// The lock for work on a volume: its disk's, so that volume calls also wait for a
-    /// PartitionDisk or SetDiskState of the same disk. The volume is looked up again once the
-    /// lock is held: a volume that moved meanwhile (a disk detached and another attached) is
-    /// looked up and locked anew.
-    pub fn lock_volume(&self, hosts: &Hosts, volume_id: &str) -> Result<Guard<'_>> {
-        let disk_of = || match hosts.volume.disk_number_of_volume(volume_id) {
-            Ok(disk) => Ok(Key::Disk(disk)),
-            // A backend that can't place volumes on disks, or a volume that is on none (Windows
-            // volumes without disk extents), serialises on the volume alone; the call itself
-            // then says what it can do with such a volume.
-            Err(Error::Unimplemented { .. } | Error::FailedPrecondition(_)) => Ok(Key::Volume(volume_id.to_string())),
-            Err(e) => Err(e),
+    /// The lock for work on a volume: its disk's (`disk_of` looks it up), so that volume calls
+    /// also wait for a PartitionDisk or SetDiskState of the same disk. The volume is looked up
+    /// again once the lock is held: a volume that moved meanwhile (a disk detached and another
+    /// attached) is looked up and locked anew.
+    pub async fn lock_volume<F, Fut>(&self, volume_id: &str, disk_of: F) -> Result<Guard>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<u32>>,
+    {
+        let key_of = || async {
+            match disk_of().await {
+                Ok(disk) => Ok(Key::Disk(disk)),
+                // A backend that can't place volumes on disks, or a volume that is on none
+                // (Windows volumes without disk extents), serialises on the volume alone; the call
+                // itself then says what it can do with such a volume.
+                Err(Error::Unimplemented { .. } | Error::FailedPrecondition(_)) => {
+                    Ok(Key::Volume(volume_id.to_string()))
+                }
+                Err(e) => Err(e),
+            }
         };
-        let mut key = disk_of()?;
+        let mut key = key_of().await?;
         for _ in 0..3 {
-            let guard = self.lock(key.clone());
-            let now = disk_of()?;
+            let guard = self.lock(key.clone()).await;
+            let now = key_of().await?;
             if now == key {
                 return Ok(guard);
             }
@@ -91,9 +144,9 @@ impl Locks {
         Err(Error::unavailable(format!("volume {volume_id} keeps moving between disks; retry the call")))
     }
 
-    /// Keys held right now (for tests and diagnostics).
+    /// Keys held or waited for right now (for tests and diagnostics).
     pub fn held(&self) -> Vec<Key> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
+        self.0.keys.lock().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
     }
 }
 
@@ -101,27 +154,33 @@ impl Locks {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
     use std::time::Duration;
 
-    /// Runs `n` threads that each take `key(i)` and record how many ran inside at once.
-    fn max_inside(n: usize, key: impl Fn(usize) -> Key + Send + Sync + 'static) -> usize {
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
+    }
+
+    /// Runs `n` tasks that each take `key(i)` and record how many ran inside at once.
+    fn max_inside(n: usize, key: impl Fn(usize) -> Key) -> usize {
         let locks = Arc::new(Locks::default());
         let (inside, max) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let key = Arc::new(key);
-        let threads: Vec<_> = (0..n)
-            .map(|i| {
-                let (locks, inside, max, key) = (locks.clone(), inside.clone(), max.clone(), key.clone());
-                std::thread::spawn(move || {
-                    let _g = locks.lock(key(i));
-                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    max.fetch_max(now, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(20));
-                    inside.fetch_sub(1, Ordering::SeqCst);
+        rt().block_on(async {
+            let tasks: Vec<_> = (0..n)
+                .map(|i| {
+                    let (locks, inside, max, key) = (locks.clone(), inside.clone(), max.clone(), key(i));
+                    tokio::spawn(async move {
+                        let _g = locks.lock(key).await;
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        max.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    })
                 })
-            })
-            .collect();
-        threads.into_iter().for_each(|t| t.join().unwrap());
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
         assert!(locks.held().is_empty(), "every key released");
         max.load(Ordering::SeqCst)
     }
@@ -133,74 +192,111 @@ mod tests {
 
     #[test]
     fn different_disks_run_together() {
-        assert!(max_inside(6, |i| Key::Disk(i as u32)) > 1);
+        assert_eq!(max_inside(6, |i| Key::Disk(i as u32)), 6);
     }
 
     #[test]
     fn lock_all_excludes_every_disk() {
-        let locks = Arc::new(Locks::default());
-        let all = locks.lock_all();
-        let l = locks.clone();
-        let t = std::thread::spawn(move || {
-            let _g = l.lock(Key::Disk(1));
+        rt().block_on(async {
+            let locks = Arc::new(Locks::default());
+            let all = locks.lock_all().await;
+            let l = locks.clone();
+            let t = tokio::spawn(async move {
+                let _g = l.lock(Key::Disk(1)).await;
+            });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(!t.is_finished(), "a disk lock waits for the rescan");
+            drop(all);
+            t.await.unwrap();
         });
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(!t.is_finished(), "a disk lock waits for the rescan");
-        drop(all);
-        t.join().unwrap();
     }
 
-    /// Answers disk 1 on the first lookup and disk 2 afterwards: a volume that moved.
-    struct Moving(AtomicUsize);
-
-    impl csi_proxy_host::VolumeHost for Moving {
-        fn disk_number_of_volume(&self, id: &str) -> Result<u32> {
-            match id {
-                "gone" => Err(Error::not_found("volume gone")),
-                _ => Ok(if self.0.fetch_add(1, Ordering::SeqCst) == 0 { 1 } else { 2 }),
+    /// A waiter that is dropped leaves the queue at once: the next one gets the key when the
+    /// holder lets go, and an abandoned key leaves nothing behind.
+    #[test]
+    fn cancelled_waiters_leave_the_queue() {
+        rt().block_on(async {
+            let locks = Locks::default();
+            let held = locks.lock(Key::Disk(3)).await;
+            for _ in 0..1000 {
+                let waiting = tokio::time::timeout(Duration::from_micros(1), locks.lock(Key::Disk(3))).await;
+                assert!(waiting.is_err(), "the disk is held");
             }
-        }
-        fn list_volumes_on_disk(&self, _: u32, _: u32) -> Result<Vec<String>> {
-            unreachable!()
-        }
-        fn mount_volume(&self, _: &str, _: &str) -> Result<()> {
-            unreachable!()
-        }
-        fn unmount_volume(&self, _: &str, _: &str) -> Result<()> {
-            unreachable!()
-        }
-        fn is_volume_formatted(&self, _: &str) -> Result<bool> {
-            unreachable!()
-        }
-        fn format_volume(&self, _: &str) -> Result<()> {
-            unreachable!()
-        }
-        fn resize_volume(&self, _: &str, _: u64) -> Result<()> {
-            unreachable!()
-        }
-        fn volume_stats(&self, _: &str) -> Result<csi_proxy_host::types::VolumeStats> {
-            unreachable!()
-        }
-        fn volume_at_path(&self, _: &str) -> Result<String> {
-            unreachable!()
-        }
-        fn closest_volume_to_path(&self, _: &str) -> Result<String> {
-            unreachable!()
-        }
-        fn flush_volume(&self, _: &str) -> Result<()> {
-            unreachable!()
-        }
+            let w = tokio::time::timeout(Duration::from_millis(1), locks.lock(Key::Volume("v".into()))).await;
+            drop(w.expect("a free key is granted at once"));
+            assert_eq!(locks.held(), vec![Key::Disk(3)], "cancelled waiters and released keys leave no entry");
+            let queue = locks.0.keys.lock().unwrap()[&Key::Disk(3)].clone();
+            assert_eq!(Arc::strong_count(&queue), 3, "the map's, the holder's and this one: no waiter's");
+            drop(queue);
+            drop(held);
+            assert!(locks.held().is_empty());
+            let again = tokio::time::timeout(Duration::from_millis(100), locks.lock(Key::Disk(3))).await;
+            assert!(again.is_ok(), "the key is free again");
+        });
+    }
+
+    /// The permit handed to a waiter that is dropped before it runs goes to the next waiter.
+    #[test]
+    fn a_permit_handed_to_a_cancelled_waiter_is_passed_on() {
+        rt().block_on(async {
+            let locks = Arc::new(Locks::default());
+            let held = locks.lock(Key::Disk(1)).await;
+            let l = locks.clone();
+            let first = tokio::spawn(async move { l.lock(Key::Disk(1)).await });
+            let l = locks.clone();
+            let second = tokio::spawn(async move {
+                let _g = l.lock(Key::Disk(1)).await;
+            });
+            tokio::task::yield_now().await;
+            drop(held); // hands the permit to `first`, which is aborted before it runs
+            first.abort();
+            tokio::time::timeout(Duration::from_secs(5), second).await.expect("second got the disk").unwrap();
+            assert!(locks.held().is_empty());
+        });
+    }
+
+    /// A rescan queued behind a disk does not stop the queue of that disk from being cancelled,
+    /// and waiters on a busy disk do not hold off a rescan.
+    #[test]
+    fn waiters_on_a_busy_disk_do_not_hold_off_a_rescan() {
+        rt().block_on(async {
+            let locks = Arc::new(Locks::default());
+            let held = locks.lock(Key::Disk(1)).await;
+            let l = locks.clone();
+            let waiter = tokio::spawn(async move {
+                let _g = l.lock(Key::Disk(1)).await;
+            });
+            tokio::task::yield_now().await;
+            let l = locks.clone();
+            let rescan = tokio::spawn(async move {
+                let _g = l.lock_all().await;
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(!rescan.is_finished(), "the rescan waits for the disk being worked on");
+            drop(held);
+            tokio::time::timeout(Duration::from_secs(5), rescan).await.expect("rescan ran").unwrap();
+            tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("waiter ran").unwrap();
+        });
     }
 
     #[test]
     fn a_volume_that_moves_is_locked_on_its_new_disk() {
-        let mut hosts = Hosts::from_one(Arc::new(csi_proxy_host::memory::MemoryHost::sample()));
-        hosts.volume = Arc::new(Moving(AtomicUsize::new(0)));
-        let locks = Locks::default();
-        let g = locks.lock_volume(&hosts, "v").unwrap();
-        assert_eq!(locks.held(), vec![Key::Disk(2)]);
-        drop(g);
-        assert!(matches!(locks.lock_volume(&hosts, "gone"), Err(Error::NotFound(_))));
-        assert!(locks.held().is_empty());
+        rt().block_on(async {
+            let locks = Locks::default();
+            let n = AtomicUsize::new(0);
+            let moving = || async { Ok(if n.fetch_add(1, Ordering::SeqCst) == 0 { 1 } else { 2 }) };
+            let g = locks.lock_volume("v", moving).await.unwrap();
+            assert_eq!(locks.held(), vec![Key::Disk(2)]);
+            drop(g);
+            let gone = || async { Err(Error::not_found("volume gone")) };
+            assert!(matches!(locks.lock_volume("gone", gone).await, Err(Error::NotFound(_))));
+            let diskless = || async { Err(Error::FailedPrecondition("no extents".into())) };
+            let g = locks.lock_volume("w", diskless).await.unwrap();
+            assert_eq!(locks.held(), vec![Key::Volume("w".into())]);
+            drop(g);
+            let always_moving = || async { Ok(n.fetch_add(1, Ordering::SeqCst) as u32) };
+            assert!(matches!(locks.lock_volume("v", always_moving).await, Err(Error::Unavailable(_))));
+            assert!(locks.held().is_empty());
+        });
     }
 }

@@ -1,6 +1,6 @@
 //! Unary round-trip benchmark (not a test): p50/p99/max latency and calls/s of
 //! `v1.Disk/GetDiskStats` through the whole stack (transport, HTTP/2, gRPC codec, version
-//! conversion, `spawn_blocking` host call on the in-memory host, response), for
+//! conversion, host call on the in-memory host, response), for
 //!
 //! - 1 client calling sequentially,
 //! - N concurrent callers sharing one connection (clones of one tonic `Channel`),
@@ -10,8 +10,16 @@
 //! (Windows; under Wine: `shared/tools/windows-cross cargo bench -p csi-proxy-stack-tests --bench rtt`).
 //! `scripts/bench.sh` runs both.
 //!
-//! The server runs on its own multi-thread runtime (its own worker and blocking threads), the
-//! clients on another, as a separate daemon process would.
+//! The server is a child process (this program again, with `--serve`), on its own multi-thread
+//! runtime, as the daemon is; the clients run on another runtime here. Besides latency, each row
+//! gives the server's CPU time per call (user + system, during the measured calls), its threads
+//! (at the start of the measured calls → most seen while they ran, sampled every 10 ms) and its
+//! peak resident memory.
+//!
+//! Syscalls per call are counted from outside, with `strace -f -c` on the server alone:
+//! `rtt --bench --serve` prints the endpoint and serves until its standard input closes, and
+//! `RTT_ONLY=<scenario> rtt --bench --connect <endpoint>` runs the clients against it and prints
+//! `rtt: calls made <n>` (warm-up included); `scripts/bench.sh` does this for every scenario.
 //!
 //! The last row, "raw echo (floor)", is the same thread arrangement without HTTP/2, gRPC or the
 //! host: 64 bytes written to, and echoed back by, a task on the server runtime over the same kind
@@ -24,7 +32,8 @@
 //! - `RTT_WARMUP` (2000): unmeasured calls before each scenario, split likewise;
 //! - `RTT_CALLERS` (16): callers of the concurrent scenarios;
 //! - `RTT_SERVER_THREADS` (number of CPUs, as the daemon): server runtime worker threads;
-//! - `RTT_CLIENT_THREADS` (1): client runtime worker threads.
+//! - `RTT_CLIENT_THREADS` (1): client runtime worker threads;
+//! - `RTT_ONLY` (all): `sequential`, `shared` or `connections` runs that scenario alone.
 
 use csi_proxy_host::memory::MemoryHost;
 use csi_proxy_host::Hosts;
@@ -35,6 +44,9 @@ use csi_proxy_wire::v1::disk_client::DiskClient;
 use csi_proxy_wire::v1::GetDiskStatsRequest;
 use csi_proxy_wire::{Api, Group};
 use std::future::Future;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -75,6 +87,14 @@ mod transport {
     pub const NAME: &str = "unix socket";
 
     pub type Target = PathBuf;
+
+    pub fn parse_target(s: &str) -> Target {
+        PathBuf::from(s)
+    }
+
+    pub fn show_target(t: &Target) -> String {
+        t.display().to_string()
+    }
 
     pub struct Server {
         dir: PathBuf,
@@ -156,6 +176,14 @@ mod transport {
     pub const NAME: &str = "named pipe (Wine)";
 
     pub type Target = String;
+
+    pub fn parse_target(s: &str) -> Target {
+        s.to_string()
+    }
+
+    pub fn show_target(t: &Target) -> String {
+        t.clone()
+    }
 
     /// `ERROR_PIPE_BUSY`: every instance is taken; the listener is creating the next one.
     const ERROR_PIPE_BUSY: i32 = 231;
@@ -304,12 +332,18 @@ async fn run<C: Caller>(clients: Vec<C>, calls: usize) -> (Outcome, Vec<C>) {
 }
 
 /// Warms up with `warmup` calls in all, then measures `calls` calls in all, split among `clients`.
-async fn scenario<C: Caller>(name: &str, clients: Vec<C>, warmup: usize, calls: usize) {
+async fn scenario<C: Caller>(name: &str, clients: Vec<C>, warmup: usize, calls: usize, server: &mut Option<Stats>) {
     let n = clients.len();
     let (_, clients) = run(clients, warmup.div_ceil(n)).await;
+    let before = server.as_mut().map(Stats::take);
     let (outcome, _) = run(clients, calls.div_ceil(n)).await;
-    print_row(name, &outcome);
+    let after = server.as_mut().map(Stats::take);
+    MADE.fetch_add(n * (warmup.div_ceil(n) + calls.div_ceil(n)), Ordering::Relaxed);
+    print_row(name, &outcome, before.zip(after));
 }
+
+/// Calls made by this process, warm-up included.
+static MADE: AtomicUsize = AtomicUsize::new(0);
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
@@ -322,59 +356,290 @@ fn us(d: Duration) -> String {
 
 fn print_header() {
     println!(
-        "{:<18} {:<28} {:>7} {:>9} {:>9} {:>9} {:>9}",
-        "transport", "scenario", "calls", "p50 µs", "p99 µs", "max µs", "calls/s"
+        "{:<18} {:<28} {:>7} {:>9} {:>9} {:>9} {:>9} {:>12} {:>11} {:>8}",
+        "transport",
+        "scenario",
+        "calls",
+        "p50 µs",
+        "p99 µs",
+        "max µs",
+        "calls/s",
+        "srv CPU µs/c",
+        "srv threads",
+        "srv MiB"
     );
 }
 
-fn print_row(scenario: &str, o: &Outcome) {
+fn print_row(scenario: &str, o: &Outcome, server: Option<(Sample, Sample)>) {
     let l = &o.latencies;
+    let (cpu, threads, rss) = match server {
+        Some((a, b)) => (
+            format!("{:.1}", (b.cpu_ns.saturating_sub(a.cpu_ns)) as f64 / 1e3 / l.len() as f64),
+            format!("{} → {}", a.threads, b.peak_threads),
+            format!("{:.1}", b.peak_rss as f64 / (1 << 20) as f64),
+        ),
+        None => ("-".into(), "-".into(), "-".into()),
+    };
     println!(
-        "{:<18} {:<28} {:>7} {:>9} {:>9} {:>9} {:>9.0}",
+        "{:<18} {:<28} {:>7} {:>9} {:>9} {:>9} {:>9.0} {:>12} {:>11} {:>8}",
         transport::NAME,
         scenario,
         l.len(),
         us(percentile(l, 0.50)),
         us(percentile(l, 0.99)),
         us(*l.last().expect("some calls")),
-        l.len() as f64 / o.wall.as_secs_f64()
+        l.len() as f64 / o.wall.as_secs_f64(),
+        cpu,
+        threads,
+        rss
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server process: serves, and reports its own CPU time, threads and memory on request.
+// ---------------------------------------------------------------------------------------------
+
+/// One reading of the server process.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    /// User + system CPU time since the process started.
+    cpu_ns: u64,
+    /// Threads now.
+    threads: usize,
+    /// Most threads seen since the previous reading.
+    peak_threads: usize,
+    /// Peak resident memory (working set) since the process started.
+    peak_rss: u64,
+}
+
+impl Sample {
+    fn parse(line: &str) -> Sample {
+        let v: Vec<u64> = line.split_whitespace().map(|w| w.parse().expect("a stats number")).collect();
+        assert_eq!(v.len(), 4, "stats line {line:?}");
+        Sample { cpu_ns: v[0], threads: v[1] as usize, peak_threads: v[2] as usize, peak_rss: v[3] }
+    }
+}
+
+/// The child process serving the benchmark.
+struct Stats {
+    child: Child,
+    ask: ChildStdin,
+    answers: BufReader<ChildStdout>,
+}
+
+impl Stats {
+    /// Starts `<this program> --bench --serve`; returns it with the API and echo endpoints.
+    fn spawn() -> (Stats, transport::Target, transport::Target) {
+        let exe = std::env::current_exe().expect("this program's path");
+        let mut child = Command::new(exe)
+            .args(["--bench", "--serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the server process");
+        let ask = child.stdin.take().expect("stdin");
+        let mut answers = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = || {
+            let mut l = String::new();
+            answers.read_line(&mut l).expect("read from the server process");
+            assert!(!l.is_empty(), "the server process ended");
+            transport::parse_target(l.trim_end())
+        };
+        let (api, echo) = (line(), line());
+        (Stats { child, ask, answers }, api, echo)
+    }
+
+    fn take(&mut self) -> Sample {
+        writeln!(self.ask, "stats").and_then(|()| self.ask.flush()).expect("ask the server process");
+        let mut l = String::new();
+        self.answers.read_line(&mut l).expect("read from the server process");
+        Sample::parse(&l)
+    }
+
+    fn stop(self) {
+        let Stats { mut child, ask, answers } = self;
+        drop(ask);
+        drop(answers);
+        let status = child.wait().expect("wait for the server process");
+        assert!(status.success(), "server process: {status}");
+    }
+}
+
+/// `--serve`: the server side, until standard input closes.
+fn serve(server_threads: usize) {
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(server_threads)
+        .thread_name("server")
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let host = Arc::new(MemoryHost::sample());
+    let server = transport::start(&server_rt, Context::new(Hosts::from_one(host), Config::default()));
+    let (echo_listener, echo) = server.echo_listener(&server_rt);
+    serve_echo(&server_rt, echo_listener);
+
+    // Sampled from the first request for figures on (not in the runs strace counts).
+    let peak = Arc::new(AtomicUsize::new(0));
+    let mut sampler = None;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}\n{}", transport::show_target(&server.target()), transport::show_target(&echo))
+        .and_then(|()| out.flush())
+        .expect("print the endpoints");
+    for line in std::io::stdin().lock().lines() {
+        if line.expect("read a request") == "stats" {
+            sampler.get_or_insert_with(|| {
+                let peak = peak.clone();
+                std::thread::Builder::new()
+                    .name("sampler".into())
+                    .spawn(move || loop {
+                        peak.fetch_max(procstat::threads(), Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(10));
+                    })
+                    .expect("start the sampler")
+            });
+            let threads = procstat::threads();
+            let peak = peak.swap(threads, Ordering::Relaxed).max(threads);
+            writeln!(out, "{} {} {} {}", procstat::cpu_ns(), threads, peak, procstat::peak_rss())
+                .and_then(|()| out.flush())
+                .expect("answer");
+        }
+    }
+    server.stop(&server_rt);
+}
+
+#[cfg(target_os = "linux")]
+mod procstat {
+    fn status(key: &str) -> u64 {
+        let text = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        let line = text.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key} in /proc/self/status"));
+        line[key.len()..].trim().trim_end_matches(" kB").trim().parse().expect("a number")
+    }
+
+    pub fn threads() -> usize {
+        status("Threads:") as usize
+    }
+
+    pub fn peak_rss() -> u64 {
+        status("VmHWM:") * 1024
+    }
+
+    /// utime + stime from /proc/self/stat, in clock ticks of 10 ms (USER_HZ is 100 on Linux).
+    pub fn cpu_ns() -> u64 {
+        let text = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+        let rest = &text[text.rfind(')').expect("comm") + 2..];
+        let f: Vec<&str> = rest.split(' ').collect();
+        let ticks: u64 = f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime");
+        ticks * 10_000_000
+    }
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+mod procstat {
+    pub fn threads() -> usize {
+        0
+    }
+    pub fn peak_rss() -> u64 {
+        0
+    }
+    pub fn cpu_ns() -> u64 {
+        0
+    }
+}
+
+#[cfg(windows)]
+#[allow(unsafe_code)] // FFI: the process's own times, threads and working set
+mod procstat {
+    use windows_sys::Win32::Foundation::{CloseHandle, FILETIME, INVALID_HANDLE_VALUE};
+    use windows_sys::Win32::System::Diagnostics::ToolHelp::{
+        CreateToolhelp32Snapshot, Thread32First, Thread32Next, TH32CS_SNAPTHREAD, THREADENTRY32,
+    };
+    use windows_sys::Win32::System::ProcessStatus::{K32GetProcessMemoryInfo, PROCESS_MEMORY_COUNTERS};
+    use windows_sys::Win32::System::Threading::{GetCurrentProcess, GetCurrentProcessId, GetProcessTimes};
+
+    pub fn threads() -> usize {
+        // SAFETY: a snapshot handle we close; THREADENTRY32 is plain data with its size set.
+        unsafe {
+            let snap = CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0);
+            assert!(snap != INVALID_HANDLE_VALUE, "CreateToolhelp32Snapshot failed");
+            let me = GetCurrentProcessId();
+            let mut entry: THREADENTRY32 = std::mem::zeroed();
+            entry.dwSize = std::mem::size_of::<THREADENTRY32>() as u32;
+            let mut n = 0;
+            let mut more = Thread32First(snap, &mut entry) != 0;
+            while more {
+                if entry.th32OwnerProcessID == me {
+                    n += 1;
+                }
+                more = Thread32Next(snap, &mut entry) != 0;
+            }
+            CloseHandle(snap);
+            n
+        }
+    }
+
+    pub fn peak_rss() -> u64 {
+        // SAFETY: the counters are plain data, sized by cb.
+        unsafe {
+            let mut c: PROCESS_MEMORY_COUNTERS = std::mem::zeroed();
+            let cb = std::mem::size_of::<PROCESS_MEMORY_COUNTERS>() as u32;
+            c.cb = cb;
+            assert!(K32GetProcessMemoryInfo(GetCurrentProcess(), &mut c, cb) != 0, "GetProcessMemoryInfo failed");
+            c.PeakWorkingSetSize as u64
+        }
+    }
+
+    pub fn cpu_ns() -> u64 {
+        let zero = FILETIME { dwLowDateTime: 0, dwHighDateTime: 0 };
+        let (mut created, mut exited, mut kernel, mut user) = (zero, zero, zero, zero);
+        // SAFETY: four out-parameters of ours, for the pseudo handle of this process.
+        let ok = unsafe { GetProcessTimes(GetCurrentProcess(), &mut created, &mut exited, &mut kernel, &mut user) };
+        assert!(ok != 0, "GetProcessTimes failed");
+        let t = |f: FILETIME| (u64::from(f.dwHighDateTime) << 32 | u64::from(f.dwLowDateTime)) * 100;
+        t(kernel) + t(user)
+    }
 }
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches`/`--all-targets` does not: then only
     // check that the benchmark builds, without spending a minute measuring.
-    if !std::env::args().any(|a| a == "--bench") {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
         println!("rtt: not run (pass --bench, as `cargo bench` does)");
         return;
     }
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let server_threads = env_usize("RTT_SERVER_THREADS", cpus).max(1);
+    if args.iter().any(|a| a == "--serve") {
+        return serve(server_threads);
+    }
+    let connect_to = args
+        .iter()
+        .position(|a| a == "--connect")
+        .map(|i| transport::parse_target(args.get(i + 1).expect("--connect takes the endpoint the server printed")));
     let calls = env_usize("RTT_CALLS", 20_000).max(1);
     let warmup = env_usize("RTT_WARMUP", 2_000);
     let callers = env_usize("RTT_CALLERS", 16).max(1);
-    let server_threads = env_usize("RTT_SERVER_THREADS", cpus).max(1);
     let client_threads = env_usize("RTT_CLIENT_THREADS", 1).max(1);
+    let only = std::env::var("RTT_ONLY").ok();
+    let runs = |name: &str| only.as_deref().is_none_or(|o| o == name);
 
-    let runtime = |name: &str, workers: usize| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .thread_name(name)
-            .enable_all()
-            .build()
-            .expect("tokio runtime")
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(client_threads)
+        .thread_name("client")
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let (mut server, target, echo) = match connect_to {
+        Some(target) => (None, target, None),
+        None => {
+            let (stats, target, echo) = Stats::spawn();
+            (Some(stats), target, Some(echo))
+        }
     };
-    let server_rt = runtime("server", server_threads);
-    let client_rt = runtime("client", client_threads);
-
-    let host = Arc::new(MemoryHost::sample());
-    let server = transport::start(&server_rt, Context::new(Hosts::from_one(host), Config::default()));
-    let target = server.target();
-    let (echo_listener, echo) = server.echo_listener(&server_rt);
-    serve_echo(&server_rt, echo_listener);
 
     println!(
         "rtt: v1.Disk/GetDiskStats, {calls} calls per scenario (+{warmup} warm-up), {callers} concurrent callers; \
-         {cpus} CPUs, server runtime {server_threads} workers, client runtime {client_threads} workers"
+         {cpus} CPUs, server process runtime {server_threads} workers, client runtime {client_threads} workers"
     );
     print_header();
     client_rt.block_on(async {
@@ -384,25 +649,36 @@ fn main() {
         };
 
         // (a) one client, sequential calls.
-        let one = DiskClient::new(connect(open(&target)).await);
-        scenario("1 client, sequential", vec![one], warmup, calls).await;
+        if runs("sequential") {
+            let one = DiskClient::new(connect(open(&target)).await);
+            scenario("1 client, sequential", vec![one], warmup, calls, &mut server).await;
+        }
 
         // (b) `callers` callers sharing one connection.
-        let shared = connect(open(&target)).await;
-        let clients = (0..callers).map(|_| DiskClient::new(shared.clone())).collect();
-        scenario(&format!("{callers} callers, 1 connection"), clients, warmup, calls).await;
+        if runs("shared") {
+            let shared = connect(open(&target)).await;
+            let clients = (0..callers).map(|_| DiskClient::new(shared.clone())).collect();
+            scenario(&format!("{callers} callers, 1 connection"), clients, warmup, calls, &mut server).await;
+        }
 
         // (c) `callers` callers, one connection each.
-        let mut clients = Vec::with_capacity(callers);
-        for _ in 0..callers {
-            clients.push(DiskClient::new(connect(open(&target)).await));
+        if runs("connections") {
+            let mut clients = Vec::with_capacity(callers);
+            for _ in 0..callers {
+                clients.push(DiskClient::new(connect(open(&target)).await));
+            }
+            scenario(&format!("{callers} callers, {callers} connections"), clients, warmup, calls, &mut server).await;
         }
-        scenario(&format!("{callers} callers, {callers} connections"), clients, warmup, calls).await;
 
         // The floor: the same round trip without HTTP/2, gRPC or the host.
-        let raw = Echo(transport::open(echo.clone()).await.expect("open the echo endpoint"), [7; ECHO_LEN]);
-        scenario("raw echo (floor), 1 client", vec![raw], warmup, calls).await;
+        if let Some(echo) = echo.filter(|_| only.is_none()) {
+            let raw = Echo(transport::open(echo).await.expect("open the echo endpoint"), [7; ECHO_LEN]);
+            scenario("raw echo (floor), 1 client", vec![raw], warmup, calls, &mut server).await;
+        }
     });
+    println!("rtt: calls made {}", MADE.load(Ordering::Relaxed));
     drop(client_rt);
-    server.stop(&server_rt);
+    if let Some(server) = server {
+        server.stop();
+    }
 }

@@ -1,24 +1,17 @@
 use super::op;
-use crate::locks::Key;
+use crate::locks::Serial;
 use csi_proxy_host::types::{DiskIds, DiskLocation};
 use csi_proxy_host::Error;
 use std::collections::BTreeMap;
 
 op!(ListDiskLocations {} -> BTreeMap<u32, DiskLocation>, |_s, ctx| ctx.hosts().disk.list_disk_locations());
-op!(PartitionDisk { disk: u32 } -> (), |s, ctx| {
-    let _serial = ctx.locks().lock(Key::Disk(s.disk));
-    ctx.hosts().disk.partition_disk(s.disk)
-});
-op!(Rescan {} -> (), |_s, ctx| {
-    let _serial = ctx.locks().lock_all();
-    ctx.hosts().disk.rescan()
-});
+op!(PartitionDisk { disk: u32 } -> (), serial |s| Ok(Serial::Disk(s.disk)),
+    |s, ctx| ctx.hosts().disk.partition_disk(s.disk));
+op!(Rescan {} -> (), serial |_s| Ok(Serial::All), |_s, ctx| ctx.hosts().disk.rescan());
 op!(ListDiskIds {} -> BTreeMap<u32, DiskIds>, |_s, ctx| ctx.hosts().disk.list_disk_ids());
 op!(GetDiskStats { disk: u32 } -> u64, |s, ctx| ctx.hosts().disk.disk_size(s.disk));
-op!(SetDiskState { disk: u32, online: bool } -> (), |s, ctx| {
-    let _serial = ctx.locks().lock(Key::Disk(s.disk));
-    ctx.hosts().disk.set_disk_online(s.disk, s.online)
-});
+op!(SetDiskState { disk: u32, online: bool } -> (), serial |s| Ok(Serial::Disk(s.disk)),
+    |s, ctx| ctx.hosts().disk.set_disk_online(s.disk, s.online));
 op!(GetDiskState { disk: u32 } -> bool, |s, ctx| ctx.hosts().disk.disk_online(s.disk));
 op!(
     /// v1alpha1 only: the disk whose page 0x83 identifier equals `page83`.

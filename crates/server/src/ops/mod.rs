@@ -8,16 +8,26 @@ pub mod smb;
 pub mod system;
 pub mod volume;
 
-/// Declares an operation whose output comes straight from one host call.
+/// Declares an operation whose output comes straight from one host call; `serial |s| ..` says
+/// what it holds while that call runs (see [`crate::call::Op::serial`]).
 macro_rules! op {
     ($(#[$m:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? } -> $out:ty,
      |$s:ident, $ctx:ident| $body:expr) => {
+        $crate::ops::op!($(#[$m])* $name { $($field : $ty),* } -> $out,
+            serial |_s| Ok($crate::locks::Serial::None), |$s, $ctx| $body);
+    };
+    ($(#[$m:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? } -> $out:ty,
+     serial |$ss:ident| $serial:expr, |$s:ident, $ctx:ident| $body:expr) => {
         $(#[$m])*
         #[derive(Debug, Clone, PartialEq)]
         pub struct $name { $(pub $field: $ty),* }
 
         impl $crate::call::Op for $name {
             type Output = $out;
+            fn serial(&self) -> csi_proxy_host::Result<$crate::locks::Serial> {
+                let $ss = self;
+                $serial
+            }
             fn run(self, $ctx: &$crate::Context) -> csi_proxy_host::Result<$out> {
                 let $s = self;
                 $body
