@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Release artifacts, built from a clean checkout:
-#   scripts/release.sh [OUT]         build both binaries (release profile) and package them into OUT
-#                                    (default dist/):
-#       csi-proxy-<version>-windows-amd64.zip    csi-proxy.exe (cross-built), README.md, LICENSE, deploy/
-#       csi-proxy-<version>-linux-amd64.tar.gz   csi-proxy, README.md, LICENSE, deploy/
+#   scripts/release.sh [OUT]         build the binaries for both systems (release profile) and
+#                                    package them into OUT (default dist/):
+#       csi-proxy-<version>-windows-amd64.zip    csi-proxy.exe and csi-proxyctl.exe (cross-built),
+#                                                README.md, LICENSE, deploy/
+#       csi-proxy-<version>-linux-amd64.tar.gz   csi-proxy, csi-proxyctl, README.md, LICENSE, deploy/
 #       SHA256SUMS                               sha256sum's lines for both
 #   scripts/release.sh check         validate deploy/: every manifest against the Kubernetes schemas
 #                                    (PyPI's kubernetes-validate, offline: it ships them), strict,
 #                                    for the oldest and newest Kubernetes it knows of ours; the
 #                                    systemd unit with `systemd-analyze verify` where there is one
 #   scripts/release.sh smoke [OUT]   unpack the packages of OUT into a temp dir and try them: the
-#                                    Windows exe prints its version under Wine; the Linux binary
+#                                    Windows exes print their versions under Wine; the Linux binary
 #                                    starts on a temp socket dir, answers one real gRPC call
-#                                    (Python grpcio) and stops cleanly.
+#                                    (Python grpcio) and csi-proxyctl's discovery and a call, and
+#                                    stops cleanly.
 #
 # <version> is what the built daemon reports (`csi-proxy -version`), so the names cannot disagree
 # with the binaries. A work tree with changes (tracked or untracked, ignored files aside) is
@@ -25,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 WC=$ROOT/../shared/tools/windows-cross
-# What goes into both packages besides the binary.
+# What goes into both packages besides the binaries.
 EXTRA=(README.md LICENSE deploy)
 
 die() { echo "release: $*" >&2; exit 1; }
@@ -54,13 +56,15 @@ $dirty"
   fi
   local t0=$SECONDS
   echo "== release: Linux build"
-  CARGO_TARGET_DIR=$ROOT/target cargo build --locked --release -p csi-proxy
+  CARGO_TARGET_DIR=$ROOT/target cargo build --locked --release -p csi-proxy -p csi-proxyctl
   local linux_bin=$ROOT/target/release/csi-proxy win_bin=""
+  local linux_ctl=$ROOT/target/release/csi-proxyctl win_ctl=""
   if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
     [ -x "$WC" ] || die "missing $WC (SKIP_WINDOWS=1 makes the Linux package only)"
     echo "== release: Windows build (x86_64-pc-windows-gnu)"
-    CARGO_TARGET_DIR=$ROOT/target/win "$WC" cargo build --locked --release -p csi-proxy
+    CARGO_TARGET_DIR=$ROOT/target/win "$WC" cargo build --locked --release -p csi-proxy -p csi-proxyctl
     win_bin=$ROOT/target/win/x86_64-pc-windows-gnu/release/csi-proxy.exe
+    win_ctl=$ROOT/target/win/x86_64-pc-windows-gnu/release/csi-proxyctl.exe
   fi
   echo "release: builds took $((SECONDS - t0)) s"
 
@@ -75,23 +79,24 @@ $dirty"
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' RETURN
 
-  # stage NAME BINARY: a directory NAME holding the binary and the extras, dated at the commit.
+  # stage NAME BINARY...: a directory NAME holding the binaries and the extras, dated at the commit.
   stage() {
     local dir=$stage/$1
+    shift
     mkdir -p "$dir"
-    install -m 0755 "$2" "$dir/"
+    install -m 0755 "$@" "$dir/"
     cp -R "${EXTRA[@]}" "$dir/"
     chmod -R u=rwX,go=rX "$dir"
     find "$dir" -exec touch -h -d "@$stamp" {} +
   }
 
   local name=csi-proxy-$version-linux-amd64
-  stage "$name" "$linux_bin"
+  stage "$name" "$linux_bin" "$linux_ctl"
   tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$stamp" \
     -cf - "$name" | gzip -n -9 >"$out/$name.tar.gz"
   if [ -n "$win_bin" ]; then
     name=csi-proxy-$version-windows-amd64
-    stage "$name" "$win_bin"
+    stage "$name" "$win_bin" "$win_ctl"
     # -X: no extra attributes (uid, atime), so the archive depends on content and dates only.
     (cd "$stage" && find "$name" -print | LC_ALL=C sort | zip -q -X -9 "$out/$name.zip" -@)
   fi
@@ -113,16 +118,17 @@ smoke() {
   tgz=$(ls "$out"/csi-proxy-*-linux-amd64.tar.gz)
   tar -C "$tmp" -xzf "$tgz"
   local dir=$tmp/$(basename "$tgz" .tar.gz)
-  for f in csi-proxy "${EXTRA[@]}"; do [ -e "$dir/$f" ] || die "$(basename "$tgz") lacks $f"; done
+  for f in csi-proxy csi-proxyctl "${EXTRA[@]}"; do [ -e "$dir/$f" ] || die "$(basename "$tgz") lacks $f"; done
   local version
   version=$(version_of "$dir/csi-proxy")
   echo "release smoke: Linux binary: $("$dir/csi-proxy" -version)"
+  [ "$("$dir/csi-proxyctl" -version)" = "csi-proxyctl $version" ] || die "csi-proxyctl is not version $version"
 
   zip=$(ls "$out"/csi-proxy-*-windows-amd64.zip 2>/dev/null || true)
   if [ -n "$zip" ]; then
     (cd "$tmp" && unzip -q "$zip")
     local wdir=$tmp/$(basename "$zip" .zip)
-    for f in csi-proxy.exe "${EXTRA[@]}"; do [ -e "$wdir/$f" ] || die "$(basename "$zip") lacks $f"; done
+    for f in csi-proxy.exe csi-proxyctl.exe "${EXTRA[@]}"; do [ -e "$wdir/$f" ] || die "$(basename "$zip") lacks $f"; done
     # Wine prints its own noise on stderr; the version line is on stdout. The prefix is the one
     # windows-cross set up.
     local wline
@@ -130,6 +136,10 @@ smoke() {
       || die "the Windows exe did not run under Wine"
     echo "release smoke: Windows exe under Wine: $wline"
     [ "$wline" = "$("$dir/csi-proxy" -version)" ] || die "Windows and Linux binaries disagree: $wline"
+    wline=$(eval "$("$WC" env)" && wine "$wdir/csi-proxyctl.exe" -version 2>/dev/null | tr -d '\r') \
+      || die "csi-proxyctl.exe did not run under Wine"
+    echo "release smoke: Windows csi-proxyctl.exe under Wine: $wline"
+    [ "$wline" = "csi-proxyctl $version" ] || die "csi-proxyctl.exe is not version $version: $wline"
   else
     echo "release smoke: no Windows package in $out"
   fi
@@ -158,6 +168,15 @@ with grpc.insecure_channel(f"unix:{sock}") as ch:
 assert answer == b"\x08\x01", f"PathExists({path}) answered {answer!r}, expected exists=true"
 print(f"release smoke: PathExists({path}) over {sock}: exists=true")
 EOF
+  # The CLI against the same daemon: every API answers; a call's JSON comes back.
+  local apis
+  apis=$("$dir/csi-proxyctl" -socket-dir "$sock" apis) || { kill "$pid"; die "csi-proxyctl apis failed"; }
+  grep -q '^23 of 23 APIs answer$' <<<"$apis" || { kill "$pid"; die "csi-proxyctl apis: $apis"; }
+  local answer
+  answer=$("$dir/csi-proxyctl" -socket-dir "$sock" call filesystem/v1 PathExists "{\"path\": \"$kubelet\"}") \
+    || { kill "$pid"; die "csi-proxyctl call PathExists failed"; }
+  grep -q '"exists": true' <<<"$answer" || { kill "$pid"; die "csi-proxyctl call PathExists answered: $answer"; }
+  echo "release smoke: csi-proxyctl: 23 of 23 APIs answer; PathExists over the CLI: exists=true"
   kill -TERM "$pid"
   local rc=0
   wait "$pid" || rc=$?

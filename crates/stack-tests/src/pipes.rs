@@ -2,17 +2,16 @@
 //! for them. Pipe names are global on the machine (under Wine: per prefix), so a test binary that
 //! serves them holds ONE test; cargo runs test binaries one at a time.
 
-use crate::{api, channel_over};
 use csi_proxy_server::Context;
 use csi_proxy_transport::{serve_apis, ConnPolicy, Endpoints, ServeError};
 use csi_proxy_wire::{Api, Group};
-use std::time::{Duration, Instant};
-use tokio::net::windows::named_pipe::{ClientOptions, NamedPipeClient};
+use std::time::Duration;
+use tokio::net::windows::named_pipe::NamedPipeClient;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
-const ERROR_FILE_NOT_FOUND: i32 = 2;
-const ERROR_PIPE_BUSY: i32 = 231;
+/// How long a client retries a busy pipe, and one that does not exist yet (the server starting).
+const RETRY_FOR: Duration = Duration::from_secs(5);
 
 /// `serve_apis` on the real pipes of some APIs, with the default security descriptor and
 /// connection policy, as the daemon serves them.
@@ -47,33 +46,15 @@ impl PipeServer {
     }
 }
 
-/// Opens a pipe like go-winio's `DialPipe`: retries while all instances are busy, and (only while
-/// the server starts) while the pipe does not exist yet.
+/// Opens a pipe like go-winio's `DialPipe` (the client crate's [`csi_proxy_client::open_pipe`]):
+/// retries while all instances are busy, and (only while the server starts) while the pipe does
+/// not exist yet.
 pub async fn open_pipe(path: &str) -> std::io::Result<NamedPipeClient> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match ClientOptions::new().open(path) {
-            Err(e)
-                if matches!(e.raw_os_error(), Some(ERROR_PIPE_BUSY | ERROR_FILE_NOT_FOUND))
-                    && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            other => return other,
-        }
-    }
+    csi_proxy_client::open_pipe(path.to_string(), RETRY_FOR, RETRY_FOR).await
 }
 
-/// A connection to the real pipe of (group, version).
+/// A connection to the real pipe of (group, version), made by the client crate.
 pub async fn channel(group: Group, version: &str) -> Channel {
-    let path = api(group, version).pipe_path();
-    let open = {
-        let path = path.clone();
-        move || {
-            let path = path.clone();
-            async move { open_pipe(&path).await }
-        }
-    };
-    // tonic sends `:authority: pipe` from this URI; a valid authority, unlike grpc-go's pipe paths.
-    channel_over("http://pipe", open).await.unwrap_or_else(|e| panic!("connecting to {path}: {e}"))
+    let connector = csi_proxy_client::Connector::new().busy_timeout(RETRY_FOR).wait_for_server(RETRY_FOR);
+    connector.connect_to(group, version).await.unwrap_or_else(|e| panic!("{e}"))
 }

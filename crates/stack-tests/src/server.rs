@@ -1,7 +1,7 @@
 //! A real server on real unix sockets, backed by the in-memory host or the native backend, and
 //! clients for it.
 
-use crate::{api, channel_over};
+use crate::api;
 use csi_proxy_host::memory::MemoryHost;
 use csi_proxy_host::paths::Roots;
 use csi_proxy_host::types::FsType;
@@ -93,9 +93,10 @@ impl TestServer {
         socket(&self.dir, &api(group, version))
     }
 
-    /// A fresh HTTP/2 connection to one API's socket.
+    /// A fresh HTTP/2 connection to one API's socket, made by the client crate.
     pub async fn channel(&self, group: Group, version: &str) -> Channel {
-        connect(self.socket(group, version)).await
+        let connector = csi_proxy_client::Connector::new().socket_dir(&self.dir);
+        connector.connect(api(group, version)).await.expect("connect")
     }
 
     pub async fn stop(mut self) {
@@ -124,5 +125,5 @@ fn socket(dir: &Path, api: &Api) -> PathBuf {
 
 /// A connection to the unix socket `path` (tonic reconnects to it when the server closed it).
 pub async fn connect(path: PathBuf) -> Channel {
-    channel_over("http://localhost", move || tokio::net::UnixStream::connect(path.clone())).await.expect("connect")
+    csi_proxy_client::connect_socket(path, Duration::ZERO).await.expect("connect")
 }

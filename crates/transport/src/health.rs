@@ -18,6 +18,7 @@ use tonic_health::server::{HealthReporter, HealthService};
 use tonic_health::ServingStatus;
 use tower::{Service, ServiceExt};
 
+use crate::reflection::{self, Reflection};
 use crate::BoxError;
 
 /// Paths of the health service's methods start with this.
@@ -62,11 +63,13 @@ impl EndpointHealth {
     }
 }
 
-/// Sends the health service's paths to `health` and every other request to `api`.
-#[derive(Debug, Clone)]
+/// Sends the health service's paths to `health`, the reflection services' to `reflection`
+/// (v1, v1alpha) and every other request to `api`.
+#[derive(Clone)]
 pub(crate) struct WithHealth<S> {
     pub(crate) api: S,
     pub(crate) health: HealthServer<HealthService>,
+    pub(crate) reflection: (Reflection, Reflection),
 }
 
 type Answer = Result<http::Response<tonic::body::Body>, Infallible>;
@@ -88,8 +91,13 @@ where
     }
 
     fn call(&mut self, req: http::Request<Incoming>) -> Self::Future {
-        if req.uri().path().starts_with(PATH_PREFIX) {
+        let path = req.uri().path();
+        if path.starts_with(PATH_PREFIX) {
             Box::pin(self.health.clone().oneshot(req))
+        } else if path.starts_with(reflection::PATH_PREFIXES[0]) {
+            Box::pin(self.reflection.0.clone().oneshot(req))
+        } else if path.starts_with(reflection::PATH_PREFIXES[1]) {
+            Box::pin(self.reflection.1.clone().oneshot(req))
         } else {
             let call = self.api.clone().oneshot(req);
             Box::pin(async move { Ok(call.await?.map(tonic::body::Body::new)) })

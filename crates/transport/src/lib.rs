@@ -8,10 +8,11 @@
 //!   they respect; [`ServeOptions`] adds the limits on connections.
 //! - [`limits`]: the process's open-file limit.
 //! - [`health`]: `grpc.health.v1.Health`, served by [`serve_apis`] beside each endpoint's API.
+//! - [`reflection`]: gRPC server reflection (v1 and v1alpha), likewise beside each API.
 //!
-//! Apart from the health service this crate knows HTTP/2 (hyper) but not gRPC: it serves any
-//! `tower` service over `http::Request`, which the server crate builds from the generated gRPC
-//! code.
+//! Apart from the health and reflection services this crate knows HTTP/2 (hyper) but not gRPC: it
+//! serves any `tower` service over `http::Request`, which the server crate builds from the
+//! generated gRPC code.
 
 pub mod authority;
 pub mod conn;
@@ -22,6 +23,7 @@ pub mod health;
 pub mod limits;
 #[cfg(windows)]
 pub mod pipe;
+pub mod reflection;
 #[cfg(unix)]
 pub mod unix;
 
@@ -306,7 +308,8 @@ pub enum ServeError {
 
 /// Binds every API's endpoint first — all or nothing, so a second daemon fails before serving
 /// anything — then serves each with the service `make(api)` until `shutdown` completes. Each
-/// endpoint also answers `grpc.health.v1.Health` (see [`health`]).
+/// endpoint also answers `grpc.health.v1.Health` (see [`health`]) and gRPC server reflection
+/// (see [`reflection`]).
 pub async fn serve_apis<F, S, B>(
     apis: &[csi_proxy_wire::Api],
     endpoints: &Endpoints,
@@ -416,7 +419,7 @@ where
     F: Fn(csi_proxy_wire::Api) -> S,
 {
     let (health, server) = EndpointHealth::new(api.service_name()).await;
-    (health, WithHealth { api: make(api), health: server })
+    (health, WithHealth { api: make(api), health: server, reflection: reflection::services(&api) })
 }
 
 #[cfg(test)]
@@ -636,6 +639,97 @@ mod tests {
         let _ = stop_tx.send(true);
         assert_eq!(watch.message().await.unwrap().unwrap().status, Wire::NotServing as i32);
         assert!(watch.message().await.unwrap().is_none(), "the watch ends at the stop");
+        server.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Server reflection over a real socket, as grpcurl asks: v1 and v1alpha list the endpoint's
+    /// own API (not another endpoint's), health and reflection; the API's file comes back by
+    /// symbol with its methods; another API's symbol is NOT_FOUND there.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn every_endpoint_answers_reflection_for_its_own_api() {
+        use prost::Message;
+        use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+        use tonic_reflection::pb::v1::ServerReflectionRequest;
+        use tonic_reflection::pb::v1alpha;
+
+        let dir = std::env::temp_dir().join(format!("csi-proxy-reflection-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let apis = &csi_proxy_wire::APIS[..2];
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let endpoints = Endpoints::UnixDir(dir.clone());
+        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn(async move {
+            let mut rx = stop_rx;
+            let bound = move || bound_tx.send(()).unwrap();
+            serve_apis_then(apis, &endpoints, |_| service(3), options(Duration::from_secs(300)), bound, async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+            .await
+        });
+        bound_rx.await.expect("bound is called");
+        let path = unix::socket_path(&dir, &apis[1]);
+        let channel = tonic::transport::Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move { Ok::<_, io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+            }))
+            .await
+            .unwrap();
+        let ask = |m: MessageRequest| {
+            let mut client = ServerReflectionClient::new(channel.clone());
+            async move {
+                let req = ServerReflectionRequest { host: String::new(), message_request: Some(m) };
+                let mut answers = client.server_reflection_info(tokio_stream::iter([req])).await?.into_inner();
+                Ok::<_, tonic::Status>(answers.message().await?.unwrap().message_response.unwrap())
+            }
+        };
+        let MessageResponse::ListServicesResponse(list) =
+            ask(MessageRequest::ListServices(String::new())).await.unwrap()
+        else {
+            panic!("not a service list")
+        };
+        let mut names: Vec<_> = list.service.into_iter().map(|s| s.name).collect();
+        names.sort();
+        let mut want =
+            [apis[1].service_name(), "grpc.health.v1.Health".into(), "grpc.reflection.v1.ServerReflection".into()];
+        want.sort();
+        assert_eq!(names, want);
+
+        let symbol = format!("{}.ListDiskIDsRequest", apis[1].version);
+        let MessageResponse::FileDescriptorResponse(files) =
+            ask(MessageRequest::FileContainingSymbol(apis[1].service_name())).await.unwrap()
+        else {
+            panic!("not a file")
+        };
+        let file = prost_types::FileDescriptorProto::decode(&files.file_descriptor_proto[0][..]).unwrap();
+        assert_eq!(file.package(), apis[1].version);
+        assert!(file.message_type.iter().any(|m| format!("{}.{}", apis[1].version, m.name()) == symbol), "{file:?}");
+        assert!(file.service[0].method.iter().any(|m| m.name() == "ListDiskIDs"));
+
+        let e = ask(MessageRequest::FileContainingSymbol(apis[0].service_name())).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound, "another endpoint's API is not described here: {e:?}");
+
+        // The older v1alpha protocol, which some tools still use first.
+        let mut alpha = v1alpha::server_reflection_client::ServerReflectionClient::new(channel.clone());
+        let req = v1alpha::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(v1alpha::server_reflection_request::MessageRequest::ListServices(String::new())),
+        };
+        let answer =
+            alpha.server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner().message().await;
+        let Some(v1alpha::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+            answer.unwrap().unwrap().message_response
+        else {
+            panic!("not a service list")
+        };
+        assert!(list.service.iter().any(|s| s.name == apis[1].service_name()), "{list:?}");
+        assert!(list.service.iter().any(|s| s.name == "grpc.reflection.v1alpha.ServerReflection"), "{list:?}");
+
+        let _ = stop_tx.send(true);
         server.await.unwrap().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }

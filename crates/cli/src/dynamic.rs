@@ -1,0 +1,141 @@
+//! Any RPC of any API, with the request and the answer as JSON: the messages are built at run time
+//! from the descriptor set compiled into the wire crate (prost-reflect), and sent with a codec
+//! that encodes and decodes those dynamic messages.
+
+use anyhow::{anyhow, Context as _};
+use csi_proxy_client::{Api, Channel, Status};
+use prost::Message;
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor, SerializeOptions};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+/// Methods that only read: every name starting with Get, List or Is, and these. Everything else
+/// changes the host and asks for confirmation.
+const READ_ONLY: &[&str] = &["PathExists", "DiskStats", "VolumeStats", "DiscoverTargetPortal"];
+
+pub fn is_read_only(method: &str) -> bool {
+    ["Get", "List", "Is"].iter().any(|p| method.starts_with(p)) || READ_ONLY.contains(&method)
+}
+
+pub fn pool() -> DescriptorPool {
+    DescriptorPool::decode(csi_proxy_client::wire::FILE_DESCRIPTOR_SET)
+        .expect("the wire crate's descriptor set decodes (checked by its tests)")
+}
+
+/// The methods of `api`'s service, in .proto order.
+pub fn methods(pool: &DescriptorPool, api: &Api) -> Vec<MethodDescriptor> {
+    let service = pool.get_service_by_name(&api.service_name()).expect("every served API has a descriptor");
+    service.methods().collect()
+}
+
+/// `method` of `api`, or an error listing the ones there are.
+pub fn method(pool: &DescriptorPool, api: &Api, method: &str) -> anyhow::Result<MethodDescriptor> {
+    let all = methods(pool, api);
+    all.iter().find(|m| m.name() == method).cloned().ok_or_else(|| {
+        let names: Vec<_> = all.iter().map(|m| m.name()).collect();
+        anyhow!(
+            "{} has no method {:?}; it has: {}",
+            api.service_name(),
+            method.chars().take(64).collect::<String>(),
+            names.join(", ")
+        )
+    })
+}
+
+/// Parses `json` as `method`'s request (field names as in the .proto or in lowerCamelCase).
+pub fn request(method: &MethodDescriptor, json: &str) -> anyhow::Result<DynamicMessage> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    let msg = DynamicMessage::deserialize(method.input(), &mut de)
+        .and_then(|m| de.end().map(|()| m))
+        .with_context(|| format!("the request is not a valid {} as JSON", method.input().full_name()))?;
+    Ok(msg)
+}
+
+/// The answer as JSON, every field shown (defaults too), with the .proto's field names.
+pub fn to_json(msg: &DynamicMessage) -> serde_json::Value {
+    let options = SerializeOptions::new().skip_default_fields(false).use_proto_field_name(true);
+    msg.serialize_with_options(serde_json::value::Serializer, &options).expect("a decoded message serializes to JSON")
+}
+
+/// Makes the call on `channel` and returns the answer.
+pub async fn call(channel: Channel, method: &MethodDescriptor, req: DynamicMessage) -> Result<DynamicMessage, Status> {
+    let path = format!("/{}/{}", method.parent_service().full_name(), method.name());
+    let path = tonic::codegen::http::uri::PathAndQuery::try_from(path).map_err(|e| Status::internal(e.to_string()))?;
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.map_err(|e| Status::unavailable(format!("connection not ready: {e}")))?;
+    let codec = DynamicCodec(method.output());
+    Ok(grpc.unary(tonic::Request::new(req), path, codec).await?.into_inner())
+}
+
+/// Encodes dynamic requests, decodes answers as `.0`.
+struct DynamicCodec(MessageDescriptor);
+
+impl Codec for DynamicCodec {
+    type Encode = DynamicMessage;
+    type Decode = DynamicMessage;
+    type Encoder = DynamicCodec;
+    type Decoder = DynamicCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        DynamicCodec(self.0.clone())
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        DynamicCodec(self.0.clone())
+    }
+}
+
+impl Encoder for DynamicCodec {
+    type Item = DynamicMessage;
+    type Error = Status;
+
+    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst).map_err(|e| Status::internal(format!("encoding the request: {e}")))
+    }
+}
+
+impl Decoder for DynamicCodec {
+    type Item = DynamicMessage;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Status> {
+        DynamicMessage::decode(self.0.clone(), src)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("decoding the answer as {}: {e}", self.0.full_name())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_api_is_described_and_methods_are_classified() {
+        let pool = pool();
+        for api in csi_proxy_client::APIS {
+            assert!(pool.get_service_by_name(&api.service_name()).is_some(), "{}", api.service_name());
+        }
+        let all: usize = csi_proxy_client::APIS.iter().map(|a| methods(&pool, a).len()).sum();
+        assert_eq!(all, 139, "upstream's 139 methods");
+        for m in ["ListDiskIDs", "GetDiskStats", "IsMountPoint", "PathExists", "DiscoverTargetPortal"] {
+            assert!(is_read_only(m), "{m}");
+        }
+        for m in ["Mkdir", "Rmdir", "FormatVolume", "PartitionDisk", "SetMutualChapSecret", "StopService", "Rescan"] {
+            assert!(!is_read_only(m), "{m}");
+        }
+    }
+
+    #[test]
+    fn json_requests_parse_with_either_field_spelling_and_bad_ones_are_named() {
+        let pool = pool();
+        let api = csi_proxy_client::find_api("disk", "v1").unwrap();
+        let m = method(&pool, &api, "GetDiskStats").unwrap();
+        for json in [r#"{"disk_number": 7}"#, r#"{"diskNumber": 7}"#] {
+            let msg = request(&m, json).unwrap();
+            assert_eq!(to_json(&msg), serde_json::json!({"disk_number": 7}));
+        }
+        let e = format!("{:#}", request(&m, r#"{"disk": 7}"#).unwrap_err());
+        assert!(e.contains("v1.GetDiskStatsRequest") && e.contains("disk"), "{e}");
+        let e = method(&pool, &api, "Nope").unwrap_err().to_string();
+        assert!(e.contains("ListDiskIDs"), "{e}");
+    }
+}
