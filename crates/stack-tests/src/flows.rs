@@ -414,6 +414,19 @@ async fn format_and_mount(p: &mut Proxy, disk: u32, online: bool, target: &str) 
     Ok(id)
 }
 
+/// NodeUnstageVolume of GCE PD and vSphere (the same calls in both): nothing there is done;
+/// else the staging folder's volume is unmounted, the folder removed and the disk taken offline.
+async fn unmount_and_offline(p: &mut Proxy, target: &str) -> Result<(), Status> {
+    if !p.path_exists(target).await? {
+        return Ok(());
+    }
+    let id = p.volume_at(target).await?;
+    p.unmount_volume(&id, target).await?;
+    p.rmdir(target, true).await?;
+    let disk = p.disk_of_volume(&id).await?;
+    p.set_disk_state(disk, false).await
+}
+
 /// 1 GiB.
 const GIB: i64 = 1 << 30;
 
@@ -581,18 +594,7 @@ pub mod gce_pd {
 
     /// UnmountDevice: unmount, remove the folder, take the disk offline.
     pub async fn unstage(p: &mut Proxy, node: &Node, v: &BlockVolume) -> Outcome {
-        let target = node.n(&v.staging);
-        let run = async {
-            if !p.path_exists(&target).await? {
-                return Ok(());
-            }
-            let id = p.volume_at(&target).await?;
-            p.unmount_volume(&id, &target).await?;
-            p.rmdir(&target, true).await?;
-            let disk = p.disk_of_volume(&id).await?;
-            p.set_disk_state(disk, false).await
-        };
-        run.await.map_err(|s| internal("NodeUnstageVolume failed", &s))
+        unmount_and_offline(p, &node.n(&v.staging)).await.map_err(|s| internal("NodeUnstageVolume failed", &s))
     }
 }
 
@@ -804,18 +806,7 @@ pub mod vsphere {
     }
 
     pub async fn unstage(p: &mut Proxy, node: &Node, v: &BlockVolume) -> Outcome {
-        let target = node.n(&v.staging);
-        let run = async {
-            if !p.path_exists(&target).await? {
-                return Ok(());
-            }
-            let id = p.volume_at(&target).await?;
-            p.unmount_volume(&id, &target).await?;
-            p.rmdir(&target, true).await?;
-            let disk = p.disk_of_volume(&id).await?;
-            p.set_disk_state(disk, false).await
-        };
-        run.await.map_err(|s| internal("error unmounting stagingTarget", &s))
+        unmount_and_offline(p, &node.n(&v.staging)).await.map_err(|s| internal("error unmounting stagingTarget", &s))
     }
 }
 
