@@ -144,7 +144,7 @@ impl Connector {
     /// `<socket dir>/csi-proxy-<group>-<version>.sock`
     #[cfg(unix)]
     pub fn socket_path(&self, api: &Api) -> std::path::PathBuf {
-        self.socket_dir.join(format!("{}.sock", api.endpoint_name()))
+        api.socket_path(&self.socket_dir)
     }
 
     /// A new connection to `api`'s endpoint. The channel reconnects by itself (with the same

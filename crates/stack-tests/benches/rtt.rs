@@ -134,7 +134,7 @@ mod transport {
 
     impl Server {
         pub fn target(&self) -> Target {
-            csi_proxy_transport::unix::socket_path(&self.dir, &disk_v1())
+            disk_v1().socket_path(&self.dir)
         }
 
         /// A listener for the raw echo, bound like the API sockets (in a subdirectory).

@@ -120,7 +120,7 @@ impl Drop for TestServer {
 
 /// The socket of `api` in the socket directory `dir`.
 fn socket(dir: &Path, api: &Api) -> PathBuf {
-    csi_proxy_transport::unix::socket_path(dir, api)
+    api.socket_path(dir)
 }
 
 /// A connection to the unix socket `path` (tonic reconnects to it when the server closed it).

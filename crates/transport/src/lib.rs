@@ -579,17 +579,18 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(120), server).await.expect("a non-reading client kept open").unwrap();
     }
 
-    /// `grpc.health.v1.Health` over a real socket: `""` and the endpoint's own API are
-    /// `SERVING` once `bound` has been called, another API's name is unknown there, the API's
-    /// own calls still reach its service, and at the stop a `Watch` gets `NOT_SERVING` and ends.
+    /// The first two APIs served on sockets in a fresh directory, until `true` is sent on the
+    /// returned sender; returns once every socket is bound and served.
     #[cfg(unix)]
-    #[tokio::test]
-    async fn every_endpoint_answers_the_health_service() {
-        use tonic_health::pb::health_check_response::ServingStatus as Wire;
-        use tonic_health::pb::health_client::HealthClient;
-        use tonic_health::pb::HealthCheckRequest;
-
-        let dir = std::env::temp_dir().join(format!("csi-proxy-health-{}", std::process::id()));
+    async fn serve_two_apis(
+        tag: &str,
+    ) -> (
+        std::path::PathBuf,
+        &'static [csi_proxy_wire::Api],
+        watch::Sender<bool>,
+        tokio::task::JoinHandle<Result<(), ServeError>>,
+    ) {
+        let dir = std::env::temp_dir().join(format!("csi-proxy-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let apis = &csi_proxy_wire::APIS[..2];
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -604,15 +605,33 @@ mod tests {
             .await
         });
         bound_rx.await.expect("bound is called");
+        (dir, apis, stop_tx, server)
+    }
 
-        let path = unix::socket_path(&dir, &apis[0]);
-        let channel = tonic::transport::Endpoint::from_static("http://localhost")
+    /// A tonic channel over the unix socket at `path`.
+    #[cfg(unix)]
+    async fn socket_channel(path: std::path::PathBuf) -> tonic::transport::Channel {
+        tonic::transport::Endpoint::from_static("http://localhost")
             .connect_with_connector(tower::service_fn(move |_| {
                 let path = path.clone();
                 async move { Ok::<_, io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
             }))
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// `grpc.health.v1.Health` over a real socket: `""` and the endpoint's own API are
+    /// `SERVING` once `bound` has been called, another API's name is unknown there, the API's
+    /// own calls still reach its service, and at the stop a `Watch` gets `NOT_SERVING` and ends.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn every_endpoint_answers_the_health_service() {
+        use tonic_health::pb::health_check_response::ServingStatus as Wire;
+        use tonic_health::pb::health_client::HealthClient;
+        use tonic_health::pb::HealthCheckRequest;
+
+        let (dir, apis, stop_tx, server) = serve_two_apis("health").await;
+        let channel = socket_channel(apis[0].socket_path(&dir)).await;
         let client = HealthClient::new(channel.clone());
         let check = |name: String| {
             let mut client = client.clone();
@@ -656,29 +675,8 @@ mod tests {
         use tonic_reflection::pb::v1::ServerReflectionRequest;
         use tonic_reflection::pb::v1alpha;
 
-        let dir = std::env::temp_dir().join(format!("csi-proxy-reflection-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let apis = &csi_proxy_wire::APIS[..2];
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let endpoints = Endpoints::UnixDir(dir.clone());
-        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
-        let server = tokio::spawn(async move {
-            let mut rx = stop_rx;
-            let bound = move || bound_tx.send(()).unwrap();
-            serve_apis_then(apis, &endpoints, |_| service(3), options(Duration::from_secs(300)), bound, async move {
-                let _ = rx.wait_for(|s| *s).await;
-            })
-            .await
-        });
-        bound_rx.await.expect("bound is called");
-        let path = unix::socket_path(&dir, &apis[1]);
-        let channel = tonic::transport::Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move { Ok::<_, io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-            }))
-            .await
-            .unwrap();
+        let (dir, apis, stop_tx, server) = serve_two_apis("reflection").await;
+        let channel = socket_channel(apis[1].socket_path(&dir)).await;
         let ask = |m: MessageRequest| {
             let mut client = ServerReflectionClient::new(channel.clone());
             async move {
@@ -754,7 +752,7 @@ mod tests {
             })
             .await
         });
-        let path = |i: usize| unix::socket_path(&dir, &apis[i]);
+        let path = |i: usize| apis[i].socket_path(&dir);
         while !path(1).exists() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

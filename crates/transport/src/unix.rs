@@ -75,11 +75,6 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> B
     move |source| BindError::Io { what, path: path.to_path_buf(), source }
 }
 
-/// The socket path of `api` inside `dir`.
-pub fn socket_path(dir: &Path, api: &Api) -> PathBuf {
-    dir.join(format!("{}.sock", api.endpoint_name()))
-}
-
 /// An exclusive lock on a socket directory, held for the daemon's lifetime. Dropping it removes
 /// the lock file (while still holding the lock), so a clean stop leaves nothing behind.
 #[derive(Debug)]
@@ -214,7 +209,7 @@ impl Listener for UnixSocketListener {
 
 /// Binds the socket of `api` in `dir` (which must exist). Must run inside a tokio runtime.
 pub fn bind(dir: &Path, api: &Api) -> Result<UnixSocketListener, BindError> {
-    let path = socket_path(dir, api);
+    let path = api.socket_path(dir);
     check_existing(&path)?;
 
     static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -355,12 +350,12 @@ mod tests {
     #[tokio::test]
     async fn stale_socket_is_replaced_and_regular_files_are_not() {
         let dir = tempdir("stale");
-        let path = socket_path(&dir, &APIS[1]);
+        let path = APIS[1].socket_path(&dir);
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
         let l = bind(&dir, &APIS[1]).unwrap();
         assert!(std::os::unix::net::UnixStream::connect(l.path()).is_ok());
 
-        let other = socket_path(&dir, &APIS[2]);
+        let other = APIS[2].socket_path(&dir);
         fs::write(&other, b"keep me").unwrap();
         assert!(matches!(bind(&dir, &APIS[2]), Err(BindError::NotASocket { .. })));
         assert_eq!(fs::read(&other).unwrap(), b"keep me");

@@ -85,6 +85,12 @@ impl Api {
         format!(r"\\.\pipe\{}", self.endpoint_name())
     }
 
+    /// `<dir>/csi-proxy-<group>-<version>.sock`: where the daemon listens and clients connect on
+    /// unix systems.
+    pub fn socket_path(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        dir.join(format!("{}.sock", self.endpoint_name()))
+    }
+
     /// `<version>.<Service>`, the fully qualified gRPC service name.
     pub fn service_name(&self) -> String {
         format!("{}.{}", self.version, self.group.service())
