@@ -574,9 +574,6 @@ fn is_mount_root(dir: impl AsFd, name: &str, dev: u64) -> rustix::io::Result<boo
     }
 }
 
-/// How long an unmount may wait for a mount that is only briefly busy (a scan by another tool).
-const UNMOUNT_BUSY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
-
 /// Unmounts the filesystem mounted at `name` in `dir` (Rmdir of a mount point). Refused for a
 /// filesystem whose data lives only in the mount (tmpfs, ramfs: the kubelet's secret and
 /// emptyDir-in-memory volumes), since there unmounting would be deleting.
@@ -597,23 +594,13 @@ fn unmount_at(path: &str, dir: &OwnedFd, name: &str) -> Result<()> {
     }
     // umount(2) takes a path: the checked parent's descriptor and the name, the name not followed.
     let at = format!("/proc/self/fd/{}/{name}", std::os::fd::AsRawFd::as_raw_fd(dir));
-    let deadline = std::time::Instant::now() + UNMOUNT_BUSY_WAIT;
     tracing::info!(path = %crate::error::clip(path), "unmounting the filesystem mounted at a folder being removed");
-    loop {
-        match rustix::mount::unmount(at.as_str(), rustix::mount::UnmountFlags::NOFOLLOW) {
-            // EINVAL: unmounted by someone else meanwhile.
-            Ok(()) | Err(Errno::INVAL) => return Ok(()),
-            Err(Errno::BUSY) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
-            }
-            Err(Errno::BUSY) => {
-                return Err(Error::precondition(format!(
-                    "{path} is a mount point in use (files open in it, or mounts below it); nothing was removed"
-                )))
-            }
-            Err(e) => return Err(io_err(path, "unmounting", e)),
-        }
-    }
+    super::unmount_waiting(std::path::Path::new(&at)).map_err(|e| match e {
+        Errno::BUSY => Error::precondition(format!(
+            "{path} is a mount point in use (files open in it, or mounts below it); nothing was removed"
+        )),
+        e => io_err(path, "unmounting", e),
+    })
 }
 
 /// Empties the directory `top`, never following a link and never descending into another

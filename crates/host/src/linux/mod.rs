@@ -10,7 +10,10 @@ pub mod system;
 pub mod systemd;
 
 use crate::{Config, Error, Hosts};
+use rustix::io::Errno;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Every group of the Linux host. The filesystem group and the volume group's mount targets
 /// share one containment model ([`fs::Filesystem`]).
@@ -23,6 +26,24 @@ pub fn hosts(config: Config) -> Hosts {
         smb: Arc::new(remote::Remote),
         iscsi: Arc::new(remote::Remote),
         system: Arc::new(system::System::real()),
+    }
+}
+
+/// How long an unmount retries a busy mount: a child process another thread is starting holds
+/// copies of our descriptors until it execs, which makes a mount busy for a moment.
+const UNMOUNT_BUSY_WAIT: Duration = Duration::from_millis(500);
+
+/// Unmounts what is mounted at `path` (its final name not followed), retrying for a moment
+/// while it is busy. `Ok` also when nothing is mounted there any more (EINVAL: unmounted by
+/// someone else meanwhile); `Err(BUSY)` when it stayed busy.
+pub(crate) fn unmount_waiting(path: &Path) -> rustix::io::Result<()> {
+    let deadline = Instant::now() + UNMOUNT_BUSY_WAIT;
+    loop {
+        match rustix::mount::unmount(path, rustix::mount::UnmountFlags::NOFOLLOW) {
+            Ok(()) | Err(Errno::INVAL) => return Ok(()),
+            Err(Errno::BUSY) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            other => return other,
+        }
     }
 }
 

@@ -104,9 +104,6 @@ const MAX_MOUNT_DEPTH: usize = 256;
 /// remainder (ext4 drops a last block group too small for its metadata, xfs a last allocation
 /// group under 64 blocks, NTFS its backup boot sector).
 const FILLED_SLACK: u64 = 16 << 20;
-/// How long UnmountVolume retries a busy mount: a child process another thread is starting
-/// holds copies of our descriptors until it execs, which makes a mount busy for a moment.
-const UNMOUNT_BUSY_WAIT: Duration = Duration::from_millis(500);
 /// How long a missing partition node is waited for: where udev runs, it re-reads a partition
 /// table after the disk was written, and the partitions' nodes disappear for a moment.
 pub(crate) const NODE_WAIT: Duration = Duration::from_secs(5);
@@ -499,22 +496,13 @@ impl Block {
         }
         let path = PathBuf::from(format!("/proc/self/fd/{}", parent.as_raw_fd())).join(&name);
         tracing::info!(volume = %v.id, target = %canonical, "unmounting");
-        let deadline = Instant::now() + UNMOUNT_BUSY_WAIT;
-        loop {
-            match rustix::mount::unmount(&path, rustix::mount::UnmountFlags::NOFOLLOW) {
-                Ok(()) => return Ok(()),
-                // Unmounted by someone else meanwhile.
-                Err(Errno::INVAL) => return Ok(()),
-                Err(Errno::BUSY) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-                Err(Errno::BUSY) => {
-                    return Err(Error::precondition(format!(
-                        "cannot unmount {} from {target_path}: it is busy (files open in it, or mounts below it)",
-                        label(v)
-                    )))
-                }
-                Err(e) => return Err(io_err(target_path, "unmounting", e)),
-            }
-        }
+        crate::linux::unmount_waiting(&path).map_err(|e| match e {
+            Errno::BUSY => Error::precondition(format!(
+                "cannot unmount {} from {target_path}: it is busy (files open in it, or mounts below it)",
+                label(v)
+            )),
+            e => io_err(target_path, "unmounting", e),
+        })
     }
 
     /// GetVolumeStats on a resolved volume.
