@@ -134,9 +134,9 @@ impl LoopDisk {
 
 /// What systemd-udevd does to a whole disk that a writer closed, made certain instead of rare:
 /// on every close-after-write of the disk's node (inotify `IN_CLOSE_WRITE`, udevd's "watch"),
-/// it re-reads the partition table (BLKRRPART, under its own `LOCK_EX|LOCK_NB`) whenever the
-/// disk is not locked, again and again for [`UdevSim::WINDOW`] after the event, the first time
-/// after a short delay (udevd handles events late under load). Each re-read drops every
+/// it re-reads the partition table (BLKRRPART, under its own `LOCK_EX|LOCK_NB`) once the disk is
+/// not locked (a locked disk's event is retried, as udevd requeues it), then again and again for
+/// [`UdevSim::WINDOW`], the first time after a short delay (udevd handles events late under load). Each re-read drops every
 /// partition and adds them again: their sysfs entries and nodes vanish meanwhile.
 pub struct UdevSim {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -169,7 +169,9 @@ impl UdevSim {
         let thread = std::thread::spawn(move || {
             let mut tally = UdevTally::default();
             let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1024];
-            // Until when re-reads go on; None: no event pending.
+            // An event not yet handled: tried until the disk is free, as udevd requeues an event
+            // whose disk is locked instead of dropping it. Then re-reads go on until `until`.
+            let mut owed = false;
             let mut until: Option<std::time::Instant> = None;
             let mut seed = std::process::id() as u64;
             while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
@@ -185,15 +187,28 @@ impl UdevSim {
                     seed ^= seed >> 7;
                     seed ^= seed << 17;
                     std::thread::sleep(std::time::Duration::from_millis(seed % 150));
-                    until = Some(std::time::Instant::now() + Self::WINDOW);
+                    owed = true;
                 }
-                match until {
-                    Some(t) if std::time::Instant::now() < t => match reread_unless_locked(&disk) {
-                        Reread::Done => tally.rereads += 1,
-                        Reread::Locked => tally.locked += 1,
-                        Reread::Busy => tally.busy += 1,
-                    },
-                    _ => until = None,
+                if owed || until.is_some_and(|t| std::time::Instant::now() < t) {
+                    let done = match reread_unless_locked(&disk) {
+                        Reread::Done => {
+                            tally.rereads += 1;
+                            true
+                        }
+                        Reread::Locked => {
+                            tally.locked += 1;
+                            false
+                        }
+                        // The kernel refused (a partition in use): udevd gives up on it too.
+                        Reread::Busy => {
+                            tally.busy += 1;
+                            true
+                        }
+                    };
+                    if owed && done {
+                        owed = false;
+                        until = Some(std::time::Instant::now() + Self::WINDOW);
+                    }
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
