@@ -32,6 +32,8 @@ pub const DEFAULT_KUBELET_PATH: &str = "/var/lib/kubelet";
 
 /// Default of `-socket-dir`.
 pub const DEFAULT_SOCKET_DIR: &str = "/run/csi-proxy";
+/// Default of `-linux-smb-dir`.
+pub const DEFAULT_LINUX_SMB_DIR: &str = "/var/lib/csi-proxy/smb";
 /// Default of `-connection-idle-timeout`.
 pub const DEFAULT_CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Default of `-handshake-timeout`.
@@ -80,6 +82,10 @@ pub struct Options {
     pub allowed_services: Option<Vec<String>>,
     /// `-linux-fs-type`: the filesystem FormatVolume creates on Linux.
     pub linux_fs_type: FsType,
+    /// `-linux-smb-dir`: where the Linux backend mounts SMB shares (one folder per share).
+    pub linux_smb_dir: PathBuf,
+    /// `-audit-log`: file that gets a JSON record of every privileged call; `None`: no audit.
+    pub audit_log: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -100,6 +106,8 @@ impl Default for Options {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             allowed_services: None,
             linux_fs_type: FsType::default(),
+            linux_smb_dir: PathBuf::from(DEFAULT_LINUX_SMB_DIR),
+            audit_log: None,
         }
     }
 }
@@ -190,6 +198,8 @@ enum Target {
     MaxConnections,
     AllowedService,
     LinuxFsType,
+    LinuxSmbDir,
+    AuditLog,
     LogFileMaxSize,
     LoggingFormat,
     /// `-version`: [`parse`] answers [`ParseOutcome::Version`].
@@ -429,6 +439,22 @@ const FLAGS: &[Spec] = &[
                ignored on Windows, which formats NTFS",
     },
     Spec {
+        name: "linux-smb-dir",
+        kind: Kind::String,
+        target: Target::LinuxSmbDir,
+        default: DEFAULT_LINUX_SMB_DIR,
+        help: "Folder under which the Linux backend mounts SMB shares, one folder per share (created \
+               owner-only); ignored on Windows",
+    },
+    Spec {
+        name: "audit-log",
+        kind: Kind::String,
+        target: Target::AuditLog,
+        default: "",
+        help: "Append a JSON record to this file when each privileged call starts and ends, with the \
+               caller's identity; a call whose record cannot be written fails (empty: no audit)",
+    },
+    Spec {
         name: "logging-format",
         kind: Kind::String,
         target: Target::LoggingFormat,
@@ -547,6 +573,13 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
         Target::LinuxFsType => {
             opts.linux_fs_type = value.parse().map_err(|_| invalid("one of ext4, xfs, btrfs, ntfs"))?;
         }
+        Target::LinuxSmbDir => {
+            if !value.starts_with('/') {
+                return Err(invalid("an absolute path"));
+            }
+            opts.linux_smb_dir = PathBuf::from(value);
+        }
+        Target::AuditLog => opts.audit_log = non_empty(value).map(PathBuf::from),
         Target::LogFileMaxSize => opts.log.log_file_max_size_mb = uint,
         Target::LoggingFormat => opts.log.format = value.parse().map_err(|_| invalid("one of text, json"))?,
         Target::Ignored | Target::Version => {}

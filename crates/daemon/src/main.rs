@@ -165,6 +165,7 @@ async fn serve(
     let hosts = csi_proxy_host::native(csi_proxy_host::Config {
         roots: csi_proxy_host::paths::Roots::new(opts.allowed_prefixes()),
         fs_type: opts.linux_fs_type,
+        smb_dir: opts.linux_smb_dir.clone(),
     });
     let config = Config { require_privacy: opts.require_privacy, allowed_services: opts.allowed_services.clone() };
 

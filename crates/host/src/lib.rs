@@ -127,6 +127,9 @@ pub struct Config {
     pub roots: paths::Roots,
     /// `-linux-fs-type`: the filesystem FormatVolume creates on Linux.
     pub fs_type: FsType,
+    /// `-linux-smb-dir`: where the Linux backend mounts SMB shares. Empty: not configured, and
+    /// NewSmbGlobalMapping fails (FailedPrecondition).
+    pub smb_dir: std::path::PathBuf,
 }
 
 /// Name of the OS the native backend serves, for error messages.

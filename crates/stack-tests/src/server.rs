@@ -45,7 +45,8 @@ impl TestServer {
     /// Every group on the native backend, with `roots` as the working directories and `fs_type`
     /// for FormatVolume (`host` is an unused memory host).
     pub async fn start_native(roots: Vec<String>, fs_type: FsType) -> Self {
-        let hosts = csi_proxy_host::native(csi_proxy_host::Config { roots: Roots::new(roots), fs_type });
+        let hosts =
+            csi_proxy_host::native(csi_proxy_host::Config { roots: Roots::new(roots), fs_type, ..Default::default() });
         Self::start_with(Arc::new(MemoryHost::new()), hosts, ConnPolicy::default()).await
     }
 

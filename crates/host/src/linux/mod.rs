@@ -5,7 +5,8 @@
 
 pub mod block;
 pub mod fs;
-pub mod remote;
+pub mod iscsi;
+pub mod smb;
 pub mod system;
 pub mod systemd;
 
@@ -23,8 +24,8 @@ pub fn hosts(config: Config) -> Hosts {
         disk: block.clone(),
         volume: block,
         filesystem: Arc::new(fs::Filesystem::new(config.roots)),
-        smb: Arc::new(remote::Remote),
-        iscsi: Arc::new(remote::Remote),
+        smb: Arc::new(smb::Smb),
+        iscsi: Arc::new(iscsi::Iscsi),
         system: Arc::new(system::System::real()),
     }
 }

@@ -1,22 +1,12 @@
-//! SMB and iSCSI on Linux: not implemented (mount.cifs and iscsiadm backends are future work);
-//! every call says so rather than pretending.
+//! iSCSI on Linux: not implemented yet (issue 14: an open-iscsi backend); every call says so.
 
 use super::unimplemented;
-use crate::types::{ConnectTarget, Secret, SmbMapping, TargetPortal};
-use crate::{IscsiHost, Result, SmbHost};
+use crate::types::{ConnectTarget, Secret, TargetPortal};
+use crate::{IscsiHost, Result};
 
-pub struct Remote;
+pub struct Iscsi;
 
-impl SmbHost for Remote {
-    fn new_global_mapping(&self, _mapping: &SmbMapping) -> Result<()> {
-        Err(unimplemented("Smb.NewSmbGlobalMapping"))
-    }
-    fn remove_global_mapping(&self, _remote_path: &str) -> Result<()> {
-        Err(unimplemented("Smb.RemoveSmbGlobalMapping"))
-    }
-}
-
-impl IscsiHost for Remote {
+impl IscsiHost for Iscsi {
     fn add_target_portal(&self, _portal: &TargetPortal) -> Result<()> {
         Err(unimplemented("Iscsi.AddTargetPortal"))
     }
