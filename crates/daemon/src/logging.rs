@@ -319,7 +319,7 @@ impl Drop for Guard {
 }
 
 /// `-log_file_max_size` in bytes.
-fn max_bytes(megabytes: u64) -> u64 {
+pub(crate) fn max_bytes(megabytes: u64) -> u64 {
     megabytes.saturating_mul(MEGABYTE)
 }
 

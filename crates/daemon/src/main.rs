@@ -1,5 +1,6 @@
 //! `csi-proxy`: serves the 23 upstream APIs on named pipes (Windows) or unix sockets (Linux).
 
+mod audit;
 mod flags;
 mod logging;
 #[cfg(target_os = "linux")]
@@ -191,6 +192,17 @@ async fn serve(
             Context::with_observer(hosts, config, Arc::new(MetricsObserver(metrics)))
         }
         None => Context::new(hosts, config),
+    };
+    let ctx = match &opts.audit_log {
+        // Read-only calls too at -v=4 and above, where calls are logged in detail anyway.
+        Some(path) => {
+            let max_bytes = logging::max_bytes(opts.log.log_file_max_size_mb);
+            let file = audit::AuditFile::open(path, max_bytes, opts.log.v >= 4)
+                .with_context(|| format!("-audit-log {}", path.display()))?;
+            tracing::info!(file = %path.display(), read_only_calls = opts.log.v >= 4, "audit trail on");
+            ctx.with_audit(Arc::new(file))
+        }
+        None => ctx,
     };
 
     #[cfg(unix)]

@@ -543,3 +543,98 @@ fn readyz_follows_the_endpoints() {
     let health = get("/healthz").unwrap();
     assert!(health.starts_with("HTTP/1.1 200 ") && health.ends_with("ok\n"), "{health}");
 }
+
+/// `-audit-log`: the real daemon records each changing call twice (start, end) with the calling
+/// process as the kernel reports it, lines never interleave under concurrent calls, read-only
+/// calls are left out at the default verbosity, and no secret from a request reaches the file.
+#[test]
+fn audit_log_records_who_called_what_and_no_secret() {
+    let dir = tempdir("audit");
+    let root = tempdir("audit-root");
+    std::fs::create_dir_all(&root).unwrap();
+    let audit = root.with_extension("audit.log");
+    let _ = std::fs::remove_file(&audit);
+    std::fs::write(&audit, "kept from before\n").unwrap();
+    let smb_dir = root.with_extension("smb");
+    let args = [
+        "-kubelet-path",
+        root.to_str().unwrap(),
+        "-audit-log",
+        audit.to_str().unwrap(),
+        "-linux-smb-dir",
+        smb_dir.to_str().unwrap(),
+    ];
+    let d = start(&dir, &args);
+    let (password, chap) = ("Tr0ub4dor&3-audit", "chap-secret-5d1c99");
+    const CALLS: usize = 48;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        use csi_proxy_wire::v1::filesystem_client::FilesystemClient;
+        use csi_proxy_wire::v1::{MkdirRequest, PathExistsRequest};
+        let mut calls = tokio::task::JoinSet::new();
+        for conn in 0..4 {
+            let ch = unix_channel(dir.join("csi-proxy-filesystem-v1.sock")).await;
+            for i in 0..CALLS / 4 {
+                let mut c = FilesystemClient::new(ch.clone());
+                let path = root.join(format!("c{conn}/d{i}")).to_str().unwrap().to_string();
+                calls.spawn(async move { c.mkdir(MkdirRequest { path }).await.map(drop) });
+            }
+        }
+        while let Some(r) = calls.join_next().await {
+            r.unwrap().unwrap();
+        }
+        let ch = unix_channel(dir.join("csi-proxy-filesystem-v1.sock")).await;
+        let path = root.to_str().unwrap().to_string();
+        FilesystemClient::new(ch).path_exists(PathExistsRequest { path }).await.unwrap();
+
+        let ch = unix_channel(dir.join("csi-proxy-smb-v1.sock")).await;
+        let req = csi_proxy_wire::v1::NewSmbGlobalMappingRequest {
+            remote_path: r"\\192.0.2.1\share".into(),
+            local_path: "/etc/csi-proxy-audit-test".into(),
+            username: "alice".into(),
+            password: password.into(),
+        };
+        let s = csi_proxy_wire::v1::smb_client::SmbClient::new(ch).new_smb_global_mapping(req).await.unwrap_err();
+        assert!(!s.message().contains(password), "{s:?}");
+        let ch = unix_channel(dir.join("csi-proxy-iscsi-v1alpha2.sock")).await;
+        use csi_proxy_wire::v1alpha2::{iscsi_client::IscsiClient, ConnectTargetRequest, TargetPortal};
+        let req = ConnectTargetRequest {
+            target_portal: Some(TargetPortal { target_address: "192.0.2.1".into(), target_port: 3260 }),
+            iqn: "not an iqn".into(),
+            auth_type: 1,
+            chap_username: "initiator".into(),
+            chap_secret: chap.into(),
+        };
+        let s = IscsiClient::new(ch).connect_target(req).await.unwrap_err();
+        assert!(!s.message().contains(chap), "{s:?}");
+    });
+    drop(d);
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_file(&audit);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("kept from before"), "appended, not truncated");
+    assert!(!text.contains(password) && !text.contains(chap), "a secret in the audit log:\n{text}");
+    let records: Vec<serde_json::Value> =
+        lines.map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}"))).collect();
+    let me = std::env::current_exe().unwrap();
+    let uid = String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout).unwrap();
+    let mut calls = std::collections::BTreeMap::<u64, Vec<&str>>::new();
+    for r in &records {
+        assert_eq!(r["caller"]["pid"], u64::from(std::process::id()), "{r}");
+        assert_eq!(r["caller"]["uid"].to_string(), uid.trim(), "{r}");
+        assert_eq!(r["caller"]["exe"], me.to_str().unwrap(), "{r}");
+        assert!(r["method"] != "PathExists", "a read-only call was recorded: {r}");
+        calls.entry(r["call"].as_u64().unwrap()).or_default().push(r["event"].as_str().unwrap());
+    }
+    // Every Mkdir, the SMB mapping and the iSCSI connection: a start, then an end.
+    assert_eq!(calls.len(), CALLS + 2, "{text}");
+    for (call, events) in &calls {
+        assert_eq!(events, &["start", "end"], "call {call}");
+    }
+    let mkdirs = records.iter().filter(|r| r["method"] == "Mkdir" && r["event"] == "end").count();
+    assert_eq!(mkdirs, CALLS);
+    assert!(records.iter().all(|r| r["event"] != "end" || r["duration_seconds"].is_f64()));
+    let smb = records.iter().find(|r| r["method"] == "NewSmbGlobalMapping" && r["event"] == "start").unwrap();
+    assert!(smb["request"].as_str().unwrap().contains("<redacted>"), "{smb}");
+}

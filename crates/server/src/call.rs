@@ -1,15 +1,18 @@
 //! The path of every unary call: wire request → internal operation → host → wire response.
 
+use crate::audit::{is_read_only, AuditSink, Event, Record};
 use crate::locks::{Key, Serial};
 use crate::pool::{Pool, Submitted, GROW_AFTER};
 use crate::status::{code_of, go_code_name, to_status};
 use crate::Context;
 use csi_proxy_host::error::{bound_message, clip};
 use csi_proxy_host::{Error, Result};
+use csi_proxy_wire::Caller;
 use std::fmt::Debug;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 use tonic::{Code, Request, Response, Status};
 
 /// One internal, version-less operation: validates itself, then does its host work.
@@ -97,13 +100,19 @@ impl Context {
         if let Some(o) = &self.0.observer {
             o.started(service, method);
         }
+        let audit = self.0.audit.as_deref().filter(|a| a.read_only_calls() || !is_read_only(method)).map(|sink| {
+            let caller = request.extensions().get::<Arc<Caller>>().cloned();
+            Audit { sink, call: NEXT_CALL.fetch_add(1, Ordering::Relaxed), caller, service, method }
+        });
         // Also returns the request as logged, rendered only when it will be written (one line
         // per call, together with the outcome, after the work).
-        let (result, shown) = match self.serve::<Req, Resp>(request.into_inner()).await {
-            (Err(Panicked(why)), shown) => {
-                (Err(Error::internal(format!("{service}/{method} failed: the handler panicked ({why})"))), shown)
-            }
-            (Ok(result), shown) => (result, shown),
+        let (result, shown, audited) = match self.serve::<Req, Resp>(request.into_inner(), audit.as_ref()).await {
+            (Err(Panicked(why)), shown, audited) => (
+                Err(Error::internal(format!("{service}/{method} failed: the handler panicked ({why})"))),
+                shown,
+                audited,
+            ),
+            (Ok(result), shown, audited) => (result, shown, audited),
         };
         let elapsed = start.elapsed();
         let code = match &result {
@@ -112,6 +121,11 @@ impl Context {
         };
         if let Some(o) = &self.0.observer {
             o.handled(service, method, go_code_name(code), elapsed);
+        }
+        if let Some(audit) = &audit {
+            let status = result.as_ref().err().map(to_status);
+            let message = status.as_ref().map(|s| s.message());
+            audit.ended(audited, go_code_name(code), message, elapsed);
         }
         // Requests and errors can quote values of any size: the log line is bounded like the
         // status (see `bound_message`).
@@ -137,7 +151,11 @@ impl Context {
 
     /// Conversion and validation here (cheap, no host), the lock awaited here, the host work on
     /// a pool thread, holding the lock until it ends.
-    async fn serve<Req, Resp>(&self, message: Req) -> (std::result::Result<Result<Resp>, Panicked>, Option<String>)
+    async fn serve<Req, Resp>(
+        &self,
+        message: Req,
+        audit: Option<&Audit<'_>>,
+    ) -> (std::result::Result<Result<Resp>, Panicked>, Option<String>, Audited)
     where
         Req: IntoOp,
         Resp: FromOutput<<Req::Op as Op>::Output> + Send + 'static,
@@ -149,10 +167,19 @@ impl Context {
         }));
         let (op, serial) = match prepared {
             Ok(Ok(prepared)) => prepared,
-            Ok(Err(e)) => return (Ok(Err(e)), None),
-            Err(p) => return (Err(Panicked(payload_message(p.as_ref()))), None),
+            Ok(Err(e)) => return (Ok(Err(e)), None, Audited::Refused),
+            Err(p) => return (Err(Panicked(payload_message(p.as_ref()))), None, Audited::Refused),
         };
-        let shown = tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG).then(|| format!("{op:?}"));
+        let logged = tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG);
+        let shown = (logged || audit.is_some()).then(|| format!("{op:?}"));
+        let audited = match audit {
+            None => Audited::Started,
+            Some(audit) => match audit.started(shown.as_deref().unwrap_or_default()) {
+                Ok(()) => Audited::Started,
+                Err(e) => return (Ok(Err(e)), logged.then_some(shown).flatten(), Audited::StartFailed),
+            },
+        };
+        let shown = logged.then_some(shown).flatten();
         let (pool, guard) = match serial {
             Serial::None => (quick_pool(), None),
             Serial::Disk(disk) => (&SERIAL_POOL, Some(self.locks().lock(Key::Disk(disk)).await)),
@@ -170,7 +197,7 @@ impl Context {
                 };
                 match self.locks().lock_volume(&volume, disk_of).await {
                     Ok(guard) => (&SERIAL_POOL, Some(guard)),
-                    Err(e) => return (Ok(Err(e)), shown),
+                    Err(e) => return (Ok(Err(e)), shown, audited),
                 }
             }
         };
@@ -180,7 +207,75 @@ impl Context {
             op.run(&ctx).and_then(Resp::from_output)
         })
         .await;
-        (done.map_err(Panicked), shown)
+        (done.map_err(Panicked), shown, audited)
+    }
+}
+
+/// Numbers the audited calls of this process, pairing start and end records.
+static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
+
+/// How far a call got with its audit records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Audited {
+    /// Refused before its work (invalid request): no start record.
+    Refused,
+    /// Its start record is written (or it is not audited).
+    Started,
+    /// Its start record could not be written: it did not run.
+    StartFailed,
+}
+
+/// One audited call: where its records go and what they all say.
+struct Audit<'a> {
+    sink: &'a dyn AuditSink,
+    call: u64,
+    caller: Option<Arc<Caller>>,
+    service: &'static str,
+    method: &'static str,
+}
+
+impl Audit<'_> {
+    fn record(&self, event: Event) -> Record<'_> {
+        Record {
+            event,
+            call: self.call,
+            time: SystemTime::now(),
+            caller: self.caller.as_deref(),
+            service: self.service,
+            method: self.method,
+            request: None,
+            code: None,
+            message: None,
+            duration: None,
+        }
+    }
+
+    /// Writes the start record; failing, the call must not run.
+    fn started(&self, request: &str) -> Result<()> {
+        let request = bound_message(request);
+        let record = Record { request: Some(&request), ..self.record(Event::Start) };
+        self.sink.write(&record).map_err(|e| {
+            tracing::error!(target: "csi_proxy::audit", service = self.service, method = self.method, error = %e,
+                "cannot write the audit record; the call is refused");
+            Error::unavailable(format!(
+                "{}/{} was not run: its audit record could not be written ({e})",
+                self.service, self.method
+            ))
+        })
+    }
+
+    /// Writes the end (or refused) record of a call that got as far as `audited`.
+    fn ended(&self, audited: Audited, code: &'static str, message: Option<&str>, elapsed: Duration) {
+        let event = match audited {
+            Audited::StartFailed => return,
+            Audited::Refused => Event::Refused,
+            Audited::Started => Event::End,
+        };
+        let record = Record { code: Some(code), message, duration: Some(elapsed), ..self.record(event) };
+        if let Err(e) = self.sink.write(&record) {
+            tracing::error!(target: "csi_proxy::audit", service = self.service, method = self.method,
+                call = self.call, error = %e, "cannot write the audit record of a finished call");
+        }
     }
 }
 

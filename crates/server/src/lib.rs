@@ -9,6 +9,7 @@
 //!   isolation, logging, metrics hooks).
 //! - [`status`]: the one mapping from host errors to gRPC status codes.
 
+pub mod audit;
 pub mod call;
 pub mod locks;
 pub mod ops;
@@ -59,6 +60,7 @@ struct Inner {
     locks: locks::Locks,
     config: Config,
     observer: Option<Arc<dyn CallObserver>>,
+    audit: Option<Arc<dyn audit::AuditSink>>,
 }
 
 /// Shared state of every service: the host backends, configuration and observers.
@@ -67,11 +69,25 @@ pub struct Context(Arc<Inner>);
 
 impl Context {
     pub fn new(hosts: Hosts, config: Config) -> Self {
-        Context(Arc::new(Inner { hosts, locks: Default::default(), config, observer: None }))
+        Context(Arc::new(Inner { hosts, locks: Default::default(), config, observer: None, audit: None }))
     }
 
     pub fn with_observer(hosts: Hosts, config: Config, observer: Arc<dyn CallObserver>) -> Self {
-        Context(Arc::new(Inner { hosts, locks: Default::default(), config, observer: Some(observer) }))
+        Context(Arc::new(Inner { hosts, locks: Default::default(), config, observer: Some(observer), audit: None }))
+    }
+
+    /// This context with an audit trail: every call that may change the host gets a start and
+    /// an end record in `sink` (see [`audit`]). Call before serving: the copy starts with fresh
+    /// disk locks.
+    pub fn with_audit(self, sink: Arc<dyn audit::AuditSink>) -> Self {
+        let inner = &self.0;
+        Context(Arc::new(Inner {
+            hosts: inner.hosts.clone(),
+            locks: Default::default(),
+            config: inner.config.clone(),
+            observer: inner.observer.clone(),
+            audit: Some(sink),
+        }))
     }
 
     pub fn hosts(&self) -> &Hosts {

@@ -15,6 +15,7 @@
 //! generated gRPC code.
 
 pub mod authority;
+pub mod caller;
 pub mod conn;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
@@ -31,6 +32,7 @@ pub use conn::ConnPolicy;
 
 use bytes::Bytes;
 use conn::{effective, InFlight, Watch, Watched};
+use csi_proxy_wire::Caller;
 use health::{EndpointHealth, WithHealth};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -51,6 +53,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub trait Listener: Send + 'static {
     type Io: AsyncRead + AsyncWrite + Send + Unpin + 'static;
     fn accept(&mut self) -> impl Future<Output = io::Result<Self::Io>> + Send;
+    /// The client of an accepted connection, as the OS reports it; asked once per connection.
+    fn caller(_io: &Self::Io) -> Caller {
+        Caller::default()
+    }
     /// Where this listener listens, for logs.
     fn describe(&self) -> String;
 }
@@ -179,7 +185,11 @@ async fn serve_limited<L, S, B>(
                             continue;
                         }
                     };
-                    conns.spawn(serve_connection(io, service.clone(), options, stop_rx.clone(), permits));
+                    let (service, stop_rx) = (service.clone(), stop_rx.clone());
+                    conns.spawn(async move {
+                        let caller = Arc::new(L::caller(&io));
+                        serve_connection(io, service, options, stop_rx, permits, caller).await
+                    });
                 }
                 Err(e) => {
                     // Accept errors (e.g. out of descriptors) are transient: log, pause, go on.
@@ -217,6 +227,7 @@ async fn serve_connection<IO, S, B>(
     options: ServeOptions,
     mut stop: watch::Receiver<bool>,
     permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    caller: Arc<Caller>,
 ) where
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
@@ -229,8 +240,9 @@ async fn serve_connection<IO, S, B>(
     let watch = Watch { handshake: options.conn.handshake_timeout, progress: options.progress_timeout };
     let io = authority::AuthorityFix::new(Watched::new(io, watch));
     let calls = in_flight.clone();
-    let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+    let svc = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
         let guard = calls.enter();
+        req.extensions_mut().insert(caller.clone());
         let call = service.clone().oneshot(req);
         async move {
             let resp = call.await;
@@ -460,7 +472,7 @@ mod tests {
         let (_stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(async move {
             let _keep = _stop_tx;
-            serve_connection(server, service(size), options, stop_rx, permits()).await
+            serve_connection(server, service(size), options, stop_rx, permits(), Default::default()).await
         });
         (client, task)
     }
@@ -565,7 +577,15 @@ mod tests {
         let (client_io, server) = tokio::io::duplex(1024);
         let (_stop_tx, stop_rx) = watch::channel(false);
         let server = tokio::spawn(async move {
-            serve_connection(server, service(4 << 20), options(Duration::from_secs(5)), stop_rx, permits()).await
+            serve_connection(
+                server,
+                service(4 << 20),
+                options(Duration::from_secs(5)),
+                stop_rx,
+                permits(),
+                Default::default(),
+            )
+            .await
         });
         let (_rx, mut tx) = tokio::io::split(client_io);
         tx.write_all(PREFACE).await.unwrap();

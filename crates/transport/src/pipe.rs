@@ -187,6 +187,10 @@ impl Listener for PipeListener {
     /// Cancel-safe: `serve` drops this future whenever a connection ends; the instance stays in
     /// `self.waiting` with its overlapped ConnectNamedPipe still pending, and the next call picks up
     /// its completion.
+    fn caller(io: &NamedPipeServer) -> csi_proxy_wire::Caller {
+        crate::caller::of_pipe(io)
+    }
+
     async fn accept(&mut self) -> io::Result<NamedPipeServer> {
         let mut failures = 0;
         loop {

@@ -202,6 +202,10 @@ impl Listener for UnixSocketListener {
         self.inner.accept().await.map(|(s, _)| s)
     }
 
+    fn caller(io: &Self::Io) -> csi_proxy_wire::Caller {
+        crate::caller::of_unix_stream(io)
+    }
+
     fn describe(&self) -> String {
         self.path.display().to_string()
     }

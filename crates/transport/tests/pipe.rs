@@ -339,3 +339,24 @@ async fn clients_that_come_and_go_do_not_break_accept() {
     assert_eq!(echo_once(&path, b"still here").await, b"still here");
     server.abort();
 }
+
+/// The caller of a pipe connection is the client process: its ID, its image and its user SID.
+#[tokio::test]
+async fn the_caller_of_a_pipe_is_the_client_process() {
+    let name = pipe_name("caller");
+    let mut listener = pipe::bind(&name, None).unwrap();
+    let accepted = tokio::spawn(async move {
+        let io = listener.accept().await.unwrap();
+        (pipe::PipeListener::caller(&io), listener)
+    });
+    let _client = dial(&name).await.unwrap();
+    let (caller, _listener) = accepted.await.unwrap();
+    assert_eq!(caller.pid, Some(std::process::id()), "{caller:?}");
+    let me = std::env::current_exe().unwrap();
+    let exe = caller.exe.clone().unwrap_or_default();
+    // Wine may report the image by its DOS path or its unix one; both end in the file name.
+    assert!(exe.ends_with(me.file_name().unwrap().to_str().unwrap()), "{exe:?} vs {me:?}");
+    let user = caller.user.clone().unwrap_or_default();
+    assert!(user.starts_with("S-1-"), "{caller:?}");
+    assert_eq!((caller.uid, caller.gid), (None, None));
+}

@@ -17,6 +17,9 @@ macro_rules! packages {
     };
 }
 
+pub mod caller;
+pub use caller::Caller;
+
 packages!(v1alpha1, v1alpha2, v1beta1, v1beta2, v1beta3, v1, v2alpha1);
 
 /// Encoded `FileDescriptorSet` of every compiled .proto file.

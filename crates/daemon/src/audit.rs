@@ -1,0 +1,197 @@
+//! `-audit-log FILE`: the server's audit records (see `csi_proxy_server::audit`) as JSON lines in
+//! an append-only file that rotates like the log file (`-log_file_max_size`, five old files
+//! kept). One record is one `write` of one whole line under a lock, so lines never interleave,
+//! and it is in the file (the OS's cache) when the call goes on: a daemon killed mid-call leaves
+//! the start record behind.
+//!
+//! A record, one line each, keys in alphabetical order (absent when they do not apply):
+//! `{"api":"v1.Disk","call":7,"caller":{"exe":"/usr/bin/driver","gid":0,"pid":4242,"uid":0},`
+//! `"event":"start","method":"PartitionDisk","request":"PartitionDisk { disk: 3 }",`
+//! `"time":"2026-11-25T02:13:24.123456Z"}` and later
+//! `{"api":"v1.Disk","call":7,…,"code":"OK","duration_seconds":0.0123,"event":"end",…}`.
+
+use crate::logging::{LogFile, KEEP_ROTATED};
+use csi_proxy_server::audit::{AuditSink, Record};
+use serde_json::{json, Map, Value};
+use std::io;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub struct AuditFile {
+    file: Mutex<LogFile>,
+    read_only_calls: bool,
+}
+
+impl AuditFile {
+    /// Opens (creating) `path` for appending; `max_bytes` 0 never rotates. `read_only_calls`:
+    /// record the read-only calls too.
+    pub fn open(path: &Path, max_bytes: u64, read_only_calls: bool) -> anyhow::Result<AuditFile> {
+        let file = LogFile::open(path, max_bytes, KEEP_ROTATED)?;
+        Ok(AuditFile { file: Mutex::new(file), read_only_calls })
+    }
+}
+
+impl AuditSink for AuditFile {
+    fn write(&self, record: &Record<'_>) -> io::Result<()> {
+        let line = json_line(record);
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        file.write_event(line.as_bytes())
+    }
+
+    fn read_only_calls(&self) -> bool {
+        self.read_only_calls
+    }
+}
+
+/// The record as one JSON object and a newline.
+pub fn json_line(r: &Record<'_>) -> String {
+    let mut o = Map::new();
+    o.insert("time".into(), Value::String(rfc3339(r.time)));
+    o.insert("event".into(), r.event.name().into());
+    o.insert("call".into(), r.call.into());
+    let caller = r.caller.filter(|c| !c.is_unknown()).map(|c| {
+        let mut m = Map::new();
+        let mut put = |k: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                m.insert(k.into(), v);
+            }
+        };
+        put("pid", c.pid.map(Value::from));
+        put("uid", c.uid.map(Value::from));
+        put("gid", c.gid.map(Value::from));
+        put("user", c.user.clone().map(Value::from));
+        put("exe", c.exe.clone().map(Value::from));
+        Value::Object(m)
+    });
+    o.insert("caller".into(), caller.unwrap_or(Value::Null));
+    o.insert("api".into(), r.service.into());
+    o.insert("method".into(), r.method.into());
+    if let Some(v) = r.request {
+        o.insert("request".into(), v.into());
+    }
+    if let Some(v) = r.code {
+        o.insert("code".into(), v.into());
+    }
+    if let Some(v) = r.message {
+        o.insert("message".into(), v.into());
+    }
+    if let Some(d) = r.duration {
+        o.insert("duration_seconds".into(), json!(d.as_secs_f64()));
+    }
+    let mut line = Value::Object(o).to_string();
+    line.push('\n');
+    line
+}
+
+/// `time` as RFC 3339 in UTC with microseconds (`2026-11-25T02:13:24.123456Z`).
+fn rfc3339(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar, in 400-year eras).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        since.subsec_micros()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use csi_proxy_server::audit::Event;
+    use csi_proxy_wire::Caller;
+    use std::time::Duration;
+
+    /// Past the size limit the file rotates as the log file does, whole lines on each side.
+    #[test]
+    fn the_file_rotates_by_size_keeping_whole_records() {
+        let dir = std::env::temp_dir().join(format!("csi-proxy-audit-rotate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("audit.log");
+        let sink = AuditFile::open(&path, 2_000, false).unwrap();
+        let request = "x".repeat(100);
+        for call in 0..24 {
+            let r = Record {
+                event: Event::Start,
+                call,
+                time: UNIX_EPOCH,
+                caller: None,
+                service: "v1.Filesystem",
+                method: "Mkdir",
+                request: Some(&request),
+                code: None,
+                message: None,
+                duration: None,
+            };
+            sink.write(&r).unwrap();
+        }
+        let mut calls = Vec::new();
+        let mut names: Vec<String> = (1..=KEEP_ROTATED).rev().map(|n| format!("audit.log.{n}")).collect();
+        names.push("audit.log".into());
+        assert!(dir.join("audit.log.2").exists(), "rotated at least twice");
+        for name in names.iter().filter(|n| dir.join(n).exists()) {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            assert!(text.len() <= 2_000, "{name}: {} bytes", text.len());
+            for line in text.lines() {
+                let v: Value = serde_json::from_str(line).unwrap();
+                calls.push(v["call"].as_u64().unwrap());
+            }
+        }
+        // Oldest file first: the calls in order, none lost.
+        assert_eq!(calls, (0..24).collect::<Vec<u64>>());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+        // 2000-02-29 (a leap day of a century leap year), 2100-03-01 (after a skipped one).
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000000Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(4_107_542_400)), "2100-03-01T00:00:00.000000Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_micros(1_795_575_204_123_456)), "2026-11-25T02:53:24.123456Z");
+    }
+
+    #[test]
+    fn a_record_is_one_json_line() {
+        let caller = Caller { pid: Some(9), uid: Some(0), gid: Some(0), user: None, exe: Some("/x\n\"y".into()) };
+        let r = Record {
+            event: Event::End,
+            call: 3,
+            time: UNIX_EPOCH,
+            caller: Some(&caller),
+            service: "v1.Disk",
+            method: "PartitionDisk",
+            request: None,
+            code: Some("NotFound"),
+            message: Some("disk 3 \"x\"\nnot found"),
+            duration: Some(Duration::from_millis(1500)),
+        };
+        let line = json_line(&r);
+        assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'), "{line}");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["event"], "end");
+        assert_eq!(v["call"], 3);
+        assert_eq!(v["caller"], json!({"pid": 9, "uid": 0, "gid": 0, "exe": "/x\n\"y"}));
+        assert_eq!(v["api"], "v1.Disk");
+        assert_eq!(v["code"], "NotFound");
+        assert_eq!(v["message"], "disk 3 \"x\"\nnot found");
+        assert_eq!(v["duration_seconds"], 1.5);
+        assert!(v.get("request").is_none());
+        let unknown = Caller::default();
+        let v: Value = serde_json::from_str(&json_line(&Record { caller: Some(&unknown), ..r })).unwrap();
+        assert_eq!(v["caller"], Value::Null);
+    }
+}

@@ -1,0 +1,289 @@
+//! The audit trail as the server writes it: which calls get records, what the records say, that
+//! secrets never reach them, and that a call whose record cannot be written is not run.
+
+use csi_proxy_host::memory::MemoryHost;
+use csi_proxy_host::{FilesystemHost, Hosts};
+use csi_proxy_server::audit::{AuditSink, Event, Record};
+use csi_proxy_server::{Config, Context};
+use csi_proxy_wire::{v1, v1alpha2, Caller};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tonic::{Code, Request};
+
+/// A record as it was handed to the sink.
+#[derive(Debug, Clone)]
+struct Kept {
+    event: Event,
+    call: u64,
+    caller: Option<Caller>,
+    service: String,
+    method: String,
+    request: Option<String>,
+    code: Option<&'static str>,
+    message: Option<String>,
+    duration: Option<Duration>,
+}
+
+#[derive(Default)]
+struct Sink {
+    records: Mutex<Vec<Kept>>,
+    read_only_calls: bool,
+    broken: bool,
+}
+
+impl AuditSink for Sink {
+    fn write(&self, r: &Record<'_>) -> std::io::Result<()> {
+        if self.broken {
+            return Err(std::io::Error::other("disk full"));
+        }
+        self.records.lock().unwrap().push(Kept {
+            event: r.event,
+            call: r.call,
+            caller: r.caller.cloned(),
+            service: r.service.to_string(),
+            method: r.method.to_string(),
+            request: r.request.map(str::to_string),
+            code: r.code,
+            message: r.message.map(str::to_string),
+            duration: r.duration,
+        });
+        Ok(())
+    }
+    fn read_only_calls(&self) -> bool {
+        self.read_only_calls
+    }
+}
+
+impl Sink {
+    fn records(&self) -> Vec<Kept> {
+        self.records.lock().unwrap().clone()
+    }
+}
+
+fn caller() -> Caller {
+    Caller { pid: Some(4242), uid: Some(1000), gid: Some(1000), user: None, exe: Some("/usr/bin/driver".into()) }
+}
+
+fn from_caller<T>(message: T) -> Request<T> {
+    let mut r = Request::new(message);
+    r.extensions_mut().insert(Arc::new(caller()));
+    r
+}
+
+fn setup(sink: Sink) -> (Context, Arc<MemoryHost>, Arc<Sink>) {
+    let host = Arc::new(MemoryHost::new());
+    let sink = Arc::new(sink);
+    let ctx = Context::new(Hosts::from_one(host.clone()), Config::default()).with_audit(sink.clone());
+    (ctx, host, sink)
+}
+
+async fn mkdir(ctx: &Context, path: &str) -> Result<(), tonic::Status> {
+    let req = from_caller(v1::MkdirRequest { path: path.into() });
+    ctx.unary::<_, v1::MkdirResponse>("v1.Filesystem", "Mkdir", req).await.map(drop)
+}
+
+#[tokio::test]
+async fn a_changing_call_gets_a_start_and_an_end_record_naming_its_caller() {
+    let (ctx, host, sink) = setup(Sink::default());
+    mkdir(&ctx, r"C:\var\lib\kubelet\pods\a").await.unwrap();
+    assert!(host.with(|s| !s.tree.is_empty()), "the call ran");
+    let r = sink.records();
+    assert_eq!(r.len(), 2, "{r:#?}");
+    let (start, end) = (&r[0], &r[1]);
+    assert_eq!((start.event, end.event), (Event::Start, Event::End));
+    assert_eq!(start.call, end.call);
+    for x in [start, end] {
+        assert_eq!(x.caller, Some(caller()));
+        assert_eq!((x.service.as_str(), x.method.as_str()), ("v1.Filesystem", "Mkdir"));
+    }
+    assert!(start.request.as_deref().unwrap().contains(r"C:\\var\\lib\\kubelet\\pods\\a"), "{start:?}");
+    assert_eq!((start.code, start.duration), (None, None));
+    assert_eq!((end.code, end.message.as_deref(), end.request.as_deref()), (Some("OK"), None, None));
+    assert!(end.duration.is_some());
+
+    // The next call has its own number.
+    mkdir(&ctx, r"C:\var\lib\kubelet\pods\b").await.unwrap();
+    let r = sink.records();
+    assert_eq!(r.len(), 4);
+    assert_ne!(r[2].call, r[0].call);
+    assert_eq!(r[2].call, r[3].call);
+}
+
+#[tokio::test]
+async fn read_only_calls_are_recorded_only_when_asked() {
+    for read_only_calls in [false, true] {
+        let (ctx, _host, sink) = setup(Sink { read_only_calls, ..Sink::default() });
+        let req = from_caller(v1::PathExistsRequest { path: r"C:\var\lib\kubelet\x".into() });
+        ctx.unary::<_, v1::PathExistsResponse>("v1.Filesystem", "PathExists", req).await.unwrap();
+        let events: Vec<Event> = sink.records().iter().map(|r| r.event).collect();
+        let expected = if read_only_calls { vec![Event::Start, Event::End] } else { vec![] };
+        assert_eq!(events, expected, "read_only_calls: {read_only_calls}");
+    }
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_be_read_is_recorded_as_refused_without_a_start() {
+    let (ctx, _host, sink) = setup(Sink::default());
+    let req = from_caller(csi_proxy_wire::v1beta2::PartitionDiskRequest { disk_id: "3; rm".into() });
+    let e = ctx
+        .unary::<_, csi_proxy_wire::v1beta2::PartitionDiskResponse>("v1beta2.Disk", "PartitionDisk", req)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let r = sink.records();
+    assert_eq!(r.len(), 1, "{r:#?}");
+    assert_eq!(r[0].event, Event::Refused);
+    assert_eq!(r[0].code, Some("InvalidArgument"));
+    assert_eq!(r[0].message.as_deref(), Some(e.message()));
+    assert_eq!(r[0].caller, Some(caller()));
+
+    // One the operation itself refuses is a call that started and ended with the refusal.
+    let e = mkdir(&ctx, "").await.unwrap_err();
+    let r = sink.records();
+    let tail: Vec<_> = r[1..].iter().map(|k| (k.event, k.code)).collect();
+    assert_eq!(tail, [(Event::Start, None), (Event::End, Some("InvalidArgument"))]);
+    assert_eq!(r[2].message.as_deref(), Some(e.message()));
+}
+
+#[tokio::test]
+async fn a_call_whose_start_record_fails_is_not_run() {
+    let (ctx, host, sink) = setup(Sink { broken: true, ..Sink::default() });
+    let e = mkdir(&ctx, r"C:\var\lib\kubelet\pods\a").await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("audit record could not be written (disk full)"), "{e:?}");
+    assert!(host.with(|s| s.tree.is_empty()), "the host was touched");
+    assert!(sink.records().is_empty());
+}
+
+#[tokio::test]
+async fn secrets_never_reach_the_records() {
+    let (ctx, _host, sink) = setup(Sink::default());
+    let smb_password = "Tr0ub4dor&3-smb";
+    let chap_secret = "chap-secret-9f2e41";
+    let mutual_secret = "mutual-secret-77aa0c";
+
+    let req = from_caller(v1::NewSmbGlobalMappingRequest {
+        remote_path: r"\\srv\share".into(),
+        local_path: r"C:\var\lib\kubelet\plugins\smb\mnt".into(),
+        username: r"DOMAIN\alice".into(),
+        password: smb_password.into(),
+    });
+    let _ = ctx.unary::<_, v1::NewSmbGlobalMappingResponse>("v1.Smb", "NewSmbGlobalMapping", req).await;
+    // Invalid (no host and share): the records of the refusal must not quote the password either.
+    let req = from_caller(v1::NewSmbGlobalMappingRequest {
+        remote_path: "nohost".into(),
+        local_path: String::new(),
+        username: "alice".into(),
+        password: smb_password.into(),
+    });
+    let refused = ctx.unary::<_, v1::NewSmbGlobalMappingResponse>("v1.Smb", "NewSmbGlobalMapping", req).await;
+    assert_eq!(refused.unwrap_err().code(), Code::InvalidArgument);
+    let req = from_caller(v1alpha2::SetMutualChapSecretRequest { mutual_chap_secret: mutual_secret.into() });
+    ctx.unary::<_, v1alpha2::SetMutualChapSecretResponse>("v1alpha2.Iscsi", "SetMutualChapSecret", req).await.unwrap();
+    let req = from_caller(v1alpha2::ConnectTargetRequest {
+        target_portal: Some(v1alpha2::TargetPortal { target_address: "10.0.0.5".into(), target_port: 3260 }),
+        iqn: "iqn.2024-01.com.example:t1".into(),
+        auth_type: v1alpha2::AuthenticationType::MutualChap as i32,
+        chap_username: "initiator".into(),
+        chap_secret: chap_secret.into(),
+    });
+    let _ = ctx.unary::<_, v1alpha2::ConnectTargetResponse>("v1alpha2.Iscsi", "ConnectTarget", req).await;
+
+    let r = sink.records();
+    let methods: Vec<(&str, Event)> = r.iter().map(|k| (k.method.as_str(), k.event)).collect();
+    assert_eq!(
+        methods,
+        [
+            ("NewSmbGlobalMapping", Event::Start),
+            ("NewSmbGlobalMapping", Event::End),
+            ("NewSmbGlobalMapping", Event::Start),
+            ("NewSmbGlobalMapping", Event::End),
+            ("SetMutualChapSecret", Event::Start),
+            ("SetMutualChapSecret", Event::End),
+            ("ConnectTarget", Event::Start),
+            ("ConnectTarget", Event::End),
+        ]
+    );
+    let everything = format!("{r:?}");
+    for secret in [smb_password, chap_secret, mutual_secret] {
+        assert!(!everything.contains(secret), "{secret} in {everything}");
+    }
+    // The start records show the rest of the request and mark each secret as withheld.
+    for start in r.iter().filter(|k| k.event == Event::Start) {
+        let request = start.request.as_deref().unwrap();
+        assert!(request.contains("<redacted>"), "{request}");
+    }
+    assert!(r[0].request.as_deref().unwrap().contains(r"DOMAIN\\alice"), "{:?}", r[0]);
+}
+
+/// A filesystem whose Mkdir of a path ending in `slow` waits until told to go on.
+struct SlowMkdir {
+    inner: Arc<MemoryHost>,
+    entered: Mutex<mpsc::Sender<()>>,
+    go: Mutex<mpsc::Receiver<()>>,
+}
+
+impl FilesystemHost for SlowMkdir {
+    fn path_exists(&self, path: &str) -> csi_proxy_host::Result<bool> {
+        self.inner.path_exists(path)
+    }
+    fn mkdir(&self, path: &str) -> csi_proxy_host::Result<()> {
+        if path.ends_with("slow") {
+            self.entered.lock().unwrap().send(()).unwrap();
+            self.go.lock().unwrap().recv().unwrap();
+        }
+        self.inner.mkdir(path)
+    }
+    fn rmdir(&self, path: &str, force: bool) -> csi_proxy_host::Result<()> {
+        self.inner.rmdir(path, force)
+    }
+    fn rmdir_contents(&self, path: &str) -> csi_proxy_host::Result<()> {
+        self.inner.rmdir_contents(path)
+    }
+    fn create_symlink(&self, destination: &str, link: &str) -> csi_proxy_host::Result<()> {
+        self.inner.create_symlink(destination, link)
+    }
+    fn is_symlink(&self, path: &str) -> csi_proxy_host::Result<bool> {
+        self.inner.is_symlink(path)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_call_keeps_its_start_and_end_paired_while_others_finish() {
+    let host = Arc::new(MemoryHost::new());
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let mut hosts = Hosts::from_one(host.clone());
+    hosts.filesystem = Arc::new(SlowMkdir { inner: host, entered: Mutex::new(entered_tx), go: Mutex::new(go_rx) });
+    let sink = Arc::new(Sink::default());
+    let ctx = Context::new(hosts, Config::default()).with_audit(sink.clone());
+
+    let slow = tokio::spawn({
+        let ctx = ctx.clone();
+        async move { mkdir(&ctx, r"C:\var\lib\kubelet\slow").await }
+    });
+    tokio::task::spawn_blocking(move || entered_rx.recv().unwrap()).await.unwrap();
+    for i in 0..3 {
+        mkdir(&ctx, &format!(r"C:\var\lib\kubelet\fast{i}")).await.unwrap();
+    }
+    // The slow call has started and not ended; the fast ones have both records.
+    let r = sink.records();
+    assert_eq!(r.len(), 1 + 3 * 2, "{r:#?}");
+    assert_eq!(r[0].event, Event::Start);
+    assert!(r[0].request.as_deref().unwrap().contains("slow"));
+    let slow_call = r[0].call;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    go_tx.send(()).unwrap();
+    slow.await.unwrap().unwrap();
+
+    let r = sink.records();
+    let last = r.last().unwrap();
+    assert_eq!((last.event, last.call), (Event::End, slow_call), "{r:#?}");
+    assert!(last.duration.unwrap() >= Duration::from_millis(50), "{last:?}");
+    // Every call has exactly one start and one end, the start first.
+    for k in &r {
+        let mine: Vec<Event> = r.iter().filter(|x| x.call == k.call).map(|x| x.event).collect();
+        assert_eq!(mine, [Event::Start, Event::End], "call {}", k.call);
+    }
+}
