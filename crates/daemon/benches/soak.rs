@@ -51,19 +51,12 @@ mod linux {
     }
 
     async fn channel(path: PathBuf) -> tonic::transport::Channel {
-        tonic::transport::Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-                }
-            }))
-            .await
-            .expect("connect")
+        csi_proxy_client::connect_socket(path, Duration::ZERO).await.expect("connect")
     }
 
     fn socket(dir: &Path, group: Group, version: &str) -> PathBuf {
-        dir.join(format!("csi-proxy-{}-{version}.sock", group.name()))
+        let api = csi_proxy_client::find_api(group.name(), version).expect("a served API");
+        api.socket_path(dir)
     }
 
     /// One client: its own connections, a fixed mix of read-only calls, until `stop`.

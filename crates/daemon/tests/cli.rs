@@ -138,15 +138,7 @@ fn metrics_count_real_calls_with_upstream_labels() {
 }
 
 async fn unix_channel(path: PathBuf) -> tonic::transport::Channel {
-    tonic::transport::Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
-        .await
-        .unwrap()
+    csi_proxy_client::connect_socket(path, Duration::ZERO).await.unwrap()
 }
 
 /// Runs the daemon until its sockets exist, stops it, and returns what it logged.
