@@ -31,8 +31,8 @@ Any call:
                           as JSON. Example:
                             csi-proxyctl call filesystem/v1 PathExists '{\"path\": \"C:\\\\var\"}'
                           A mutating method (anything but Get*, List*, Is*, PathExists,
-                          DiskStats, VolumeStats, DiscoverTargetPortal) asks for confirmation on
-                          the terminal; without a terminal it is refused unless --yes is given.
+                          DiskStats, VolumeStats) asks for confirmation on the terminal;
+                          without a terminal it is refused unless --yes is given.
 
 Options:
   -json                   Print JSON instead of tables.

@@ -8,13 +8,9 @@ use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor, SerializeOptions};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
-/// Methods that only read: every name starting with Get, List or Is, and these. Everything else
-/// changes the host and asks for confirmation.
-const READ_ONLY: &[&str] = &["PathExists", "DiskStats", "VolumeStats", "DiscoverTargetPortal"];
-
-pub fn is_read_only(method: &str) -> bool {
-    ["Get", "List", "Is"].iter().any(|p| method.starts_with(p)) || READ_ONLY.contains(&method)
-}
+/// Methods that only read (the wire crate's one list, which the daemon's audit uses too);
+/// everything else changes the host and asks for confirmation.
+pub use csi_proxy_client::wire::is_read_only;
 
 pub fn pool() -> DescriptorPool {
     DescriptorPool::decode(csi_proxy_client::wire::FILE_DESCRIPTOR_SET)
@@ -116,10 +112,19 @@ mod tests {
         }
         let all: usize = csi_proxy_client::APIS.iter().map(|a| methods(&pool, a).len()).sum();
         assert_eq!(all, 139, "upstream's 139 methods");
-        for m in ["ListDiskIDs", "GetDiskStats", "IsMountPoint", "PathExists", "DiscoverTargetPortal"] {
+        for m in ["ListDiskIDs", "GetDiskStats", "IsMountPoint", "PathExists"] {
             assert!(is_read_only(m), "{m}");
         }
-        for m in ["Mkdir", "Rmdir", "FormatVolume", "PartitionDisk", "SetMutualChapSecret", "StopService", "Rescan"] {
+        for m in [
+            "Mkdir",
+            "Rmdir",
+            "FormatVolume",
+            "PartitionDisk",
+            "SetMutualChapSecret",
+            "StopService",
+            "Rescan",
+            "DiscoverTargetPortal",
+        ] {
             assert!(!is_read_only(m), "{m}");
         }
     }

@@ -7,6 +7,7 @@
 //! not run (it fails with `Unavailable`). An end record that cannot be written is logged as an
 //! error; the call's own outcome is still returned, since its work is done either way.
 
+pub use csi_proxy_wire::is_read_only;
 use csi_proxy_wire::Caller;
 use std::time::{Duration, SystemTime};
 
@@ -66,92 +67,4 @@ pub struct Record<'a> {
     pub message: Option<&'a str>,
     /// From the start of the call (before waiting for a disk) to its end: end records.
     pub duration: Option<Duration>,
-}
-
-/// Whether `method` (a wire method name of any version) only reads: the listings, queries and
-/// statistics. Every other method may change the host and is always audited; naming the
-/// read-only ones (rather than the mutating ones) makes a method added later audited by default.
-pub fn is_read_only(method: &str) -> bool {
-    const PREFIXES: &[&str] = &["Get", "List", "Is"];
-    const OTHERS: &[&str] = &["PathExists", "DiskStats", "VolumeStats"];
-    PREFIXES.iter().any(|p| method.starts_with(p)) || OTHERS.contains(&method)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every method name the 23 APIs serve, each classified on purpose.
-    #[test]
-    fn every_method_is_classified_on_purpose() {
-        let read_only = [
-            "DiskStats",
-            "GetAttachState",
-            "GetBIOSSerialNumber",
-            "GetClosestVolumeIDFromTargetPath",
-            "GetDiskNumberByName",
-            "GetDiskNumberFromVolumeID",
-            "GetDiskState",
-            "GetDiskStats",
-            "GetService",
-            "GetTargetDisks",
-            "GetVolumeDiskNumber",
-            "GetVolumeIDFromMount",
-            "GetVolumeIDFromTargetPath",
-            "GetVolumeStats",
-            "IsMountPoint",
-            "IsSymlink",
-            "IsVolumeFormatted",
-            "ListDiskIDs",
-            "ListDiskLocations",
-            "ListTargetPortals",
-            "ListVolumesOnDisk",
-            "PathExists",
-            "VolumeStats",
-        ];
-        let changing = [
-            "AddTargetPortal",
-            "ConnectTarget",
-            "CreateSymlink",
-            "DisconnectTarget",
-            // Discovery writes the initiator's records of the portal's targets.
-            "DiscoverTargetPortal",
-            "DismountVolume",
-            "FormatVolume",
-            "LinkPath",
-            "Mkdir",
-            "MountVolume",
-            "NewSmbGlobalMapping",
-            "PartitionDisk",
-            "RemoveSmbGlobalMapping",
-            "RemoveTargetPortal",
-            "Rescan",
-            "ResizeVolume",
-            "Rmdir",
-            "RmdirContents",
-            "SetAttachState",
-            "SetDiskState",
-            "SetMutualChapSecret",
-            "StartService",
-            "StopService",
-            "UnmountVolume",
-            "WriteVolumeCache",
-        ];
-        for m in read_only {
-            assert!(is_read_only(m), "{m}");
-        }
-        for m in changing {
-            assert!(!is_read_only(m), "{m}");
-        }
-        // Both lists together are every method of every API, from the descriptors themselves.
-        use prost::Message;
-        let set = prost_types::FileDescriptorSet::decode(csi_proxy_wire::FILE_DESCRIPTOR_SET).unwrap();
-        let mut served: Vec<String> =
-            set.file.iter().flat_map(|f| &f.service).flat_map(|s| &s.method).filter_map(|m| m.name.clone()).collect();
-        served.sort_unstable();
-        served.dedup();
-        let mut listed: Vec<&str> = read_only.iter().chain(changing.iter()).copied().collect();
-        listed.sort_unstable();
-        assert_eq!(served, listed);
-    }
 }

@@ -116,6 +116,16 @@ apis! {
     System: ["v1alpha1"],
 }
 
+/// Whether `method` (a wire method name of any version) only reads: the listings, queries and
+/// statistics. Every other method may change the host: the daemon audits it, the CLI asks before
+/// calling it. Naming the read-only ones (rather than the others) makes a method added later
+/// count as changing.
+pub fn is_read_only(method: &str) -> bool {
+    const PREFIXES: &[&str] = &["Get", "List", "Is"];
+    const OTHERS: &[&str] = &["PathExists", "DiskStats", "VolumeStats"];
+    PREFIXES.iter().any(|p| method.starts_with(p)) || OTHERS.contains(&method)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +136,79 @@ mod tests {
         assert_eq!(names.len(), 23);
         assert!(names.contains("csi-proxy-volume-v2alpha1"));
         assert_eq!(APIS[0].pipe_path(), r"\\.\pipe\csi-proxy-disk-v1alpha1".to_string());
+    }
+
+    /// Every method name the 23 APIs serve, each classified on purpose.
+    #[test]
+    fn every_method_is_classified_on_purpose() {
+        let read_only = [
+            "DiskStats",
+            "GetAttachState",
+            "GetBIOSSerialNumber",
+            "GetClosestVolumeIDFromTargetPath",
+            "GetDiskNumberByName",
+            "GetDiskNumberFromVolumeID",
+            "GetDiskState",
+            "GetDiskStats",
+            "GetService",
+            "GetTargetDisks",
+            "GetVolumeDiskNumber",
+            "GetVolumeIDFromMount",
+            "GetVolumeIDFromTargetPath",
+            "GetVolumeStats",
+            "IsMountPoint",
+            "IsSymlink",
+            "IsVolumeFormatted",
+            "ListDiskIDs",
+            "ListDiskLocations",
+            "ListTargetPortals",
+            "ListVolumesOnDisk",
+            "PathExists",
+            "VolumeStats",
+        ];
+        let changing = [
+            "AddTargetPortal",
+            "ConnectTarget",
+            "CreateSymlink",
+            "DisconnectTarget",
+            // Discovery writes the initiator's records of the portal's targets.
+            "DiscoverTargetPortal",
+            "DismountVolume",
+            "FormatVolume",
+            "LinkPath",
+            "Mkdir",
+            "MountVolume",
+            "NewSmbGlobalMapping",
+            "PartitionDisk",
+            "RemoveSmbGlobalMapping",
+            "RemoveTargetPortal",
+            "Rescan",
+            "ResizeVolume",
+            "Rmdir",
+            "RmdirContents",
+            "SetAttachState",
+            "SetDiskState",
+            "SetMutualChapSecret",
+            "StartService",
+            "StopService",
+            "UnmountVolume",
+            "WriteVolumeCache",
+        ];
+        for m in read_only {
+            assert!(is_read_only(m), "{m}");
+        }
+        for m in changing {
+            assert!(!is_read_only(m), "{m}");
+        }
+        // Both lists together are every method of every API, from the descriptors themselves.
+        use prost::Message;
+        let set = prost_types::FileDescriptorSet::decode(FILE_DESCRIPTOR_SET).unwrap();
+        let mut served: Vec<String> =
+            set.file.iter().flat_map(|f| &f.service).flat_map(|s| &s.method).filter_map(|m| m.name.clone()).collect();
+        served.sort_unstable();
+        served.dedup();
+        let mut listed: Vec<&str> = read_only.iter().chain(changing.iter()).copied().collect();
+        listed.sort_unstable();
+        assert_eq!(served, listed);
     }
 }
