@@ -91,14 +91,12 @@ fn run(opts: Options) -> anyhow::Result<()> {
 /// provider, a dead SMB server) is abandoned so that Stop always completes.
 pub(crate) const STOP_BUDGET: Duration = Duration::from_secs(10);
 
-/// Threads the runtime may add for host work (a call's host work runs on a thread of its own
-/// while it blocks; tokio's default allows 512). Bounded, so that a burst of calls, or calls
-/// piling up behind a hung device, cannot grow the daemon's threads and memory without limit: the
-/// calls beyond it wait their turn.
+/// Blocking threads tokio may add for its own blocking work (tokio's default allows 512). Calls'
+/// host work does not run there but on the server's bounded pools (`csi_proxy_server::call`);
+/// this only keeps the runtime's own pool bounded too.
 const HOST_THREADS: usize = 64;
-/// How long an idle host thread is kept for the next call (tokio's default: 10 s). Threads that
-/// come and go at every burst cost a thread creation per call and leave memory behind in the
-/// allocator.
+/// How long an idle blocking thread of tokio's is kept (tokio's default: 10 s), so that threads
+/// do not come and go at every burst.
 const HOST_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(120);
 
 /// Serves until `shutdown` completes, on a runtime of its own; calls `ready` once every endpoint
