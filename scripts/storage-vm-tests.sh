@@ -12,6 +12,13 @@
 # crates/stack-tests/tests/linux_volumes.rs again on Debian's kernel, which has what this machine's
 # lacks (online ext4 growth with CAP_SYS_RESOURCE, the ntfs3 driver, partition-table parsers and
 # udev).
+#
+# Then, each in a VM of its own (they start their own peers through storage-vm-peers and run one
+# test at a time): crates/stack-tests/tests/smb_vm.rs (SMB mappings through the kernel's cifs
+# client against Samba on 127.0.0.1: map, write through the link, reuse, remove, wrong password,
+# seal) and crates/stack-tests/tests/iscsi_vm.rs (the iSCSI group on open-iscsi against tgtd:
+# portals, discovery, CHAP and mutual CHAP logins, the target's disk through the disk and volume
+# groups; secrets in no argv, log line or error text).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VM=$(readlink -f ../shared/tools/storage-vm)
@@ -24,7 +31,8 @@ echo "== storage VM: build the test binaries"
 # The executables, from cargo's JSON messages: "<target name> <path>" per test binary.
 bins=$({
   cargo test -p csi-proxy-host --lib --no-run --message-format=json
-  cargo test -p csi-proxy-stack-tests --test scsi_vm --test linux_volumes --no-run --message-format=json
+  cargo test -p csi-proxy-stack-tests --test scsi_vm --test linux_volumes --test smb_vm --test iscsi_vm \
+    --no-run --message-format=json
 } | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -34,7 +42,11 @@ for line in sys.stdin:
 scsi_vm=$(awk '$1 == "scsi_vm" {print $2}' <<<"$bins")
 lib=$(awk '$1 == "csi_proxy_host" {print $2}' <<<"$bins")
 volumes=$(awk '$1 == "linux_volumes" {print $2}' <<<"$bins")
-[ -x "$scsi_vm" ] && [ -x "$lib" ] && [ -x "$volumes" ] || { echo "test binaries not found in: $bins" >&2; exit 1; }
+smb_vm=$(awk '$1 == "smb_vm" {print $2}' <<<"$bins")
+iscsi_vm=$(awk '$1 == "iscsi_vm" {print $2}' <<<"$bins")
+for b in "$scsi_vm" "$lib" "$volumes" "$smb_vm" "$iscsi_vm"; do
+  [ -x "$b" ] || { echo "test binaries not found in: $bins" >&2; exit 1; }
+done
 
 echo "== storage VM: scsi_debug (2 hosts x 2 targets x 2 LUNs), run the tests"
 # shellcheck disable=SC2016 # expanded in the VM
@@ -48,4 +60,8 @@ echo "== storage VM: scsi_debug (2 hosts x 2 targets x 2 LUNs), run the tests"
   modprobe -a loop ext4 xfs btrfs ntfs3 fuse
   "$3" --test-threads=2
 ' sh "$scsi_vm" "$lib" "$volumes"
+echo "== storage VM: Samba on 127.0.0.1, SMB mappings through the kernel's cifs client"
+"$VM" run -- "$smb_vm" --test-threads=1
+echo "== storage VM: iSCSI (tgtd target, open-iscsi initiator)"
+"$VM" run -- "$iscsi_vm" --test-threads=1
 echo "== storage VM: passed in $(($(date +%s) - start)) s"

@@ -34,7 +34,7 @@ echo "== Linux: cargo test"
 cargo test --workspace --no-fail-fast
 
 if [ "${SKIP_STORAGE_VM:-0}" != 1 ]; then
-  echo "== Linux: SCSI identity in the storage VM"
+  echo "== Linux: the storage VM (SCSI identity, volumes on Debian's kernel, SMB, iSCSI)"
   scripts/storage-vm-tests.sh
 fi
 

@@ -50,6 +50,15 @@ impl TestServer {
         Self::start_with(Arc::new(MemoryHost::new()), hosts, ConnPolicy::default()).await
     }
 
+    /// Every group on the native backend, with `roots` as the working directories, SMB shares
+    /// mounted under `smb_dir` and `require_privacy` for new SMB mappings.
+    pub async fn start_native_smb(roots: Vec<String>, smb_dir: PathBuf, require_privacy: bool) -> Self {
+        let hosts =
+            csi_proxy_host::native(csi_proxy_host::Config { roots: Roots::new(roots), smb_dir, ..Default::default() });
+        let config = Config { require_privacy, ..Config::default() };
+        Self::start_apis(APIS, Arc::new(MemoryHost::new()), hosts, config, ConnPolicy::default()).await
+    }
+
     /// Every API over `hosts` (`host` being the memory host among them), with `policy`.
     pub async fn start_with(host: Arc<MemoryHost>, hosts: Hosts, policy: ConnPolicy) -> Self {
         Self::start_apis(APIS, host, hosts, Config::default(), policy).await

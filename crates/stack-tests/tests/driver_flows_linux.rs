@@ -3,7 +3,8 @@
 //! (root only; CI runs as root), through the real server on unix sockets: the same sequences,
 //! with the kubelet's paths below a scratch root spelled as Linux spells them. Disk discovery (by
 //! LUN, page 83 or serial number) is not part of the flows: the test knows its loop disk.
-//! The SMB drivers' flows have no Linux counterpart (the SMB group answers Unimplemented here).
+//! The SMB drivers' flows need a share, which this kernel (no cifs) cannot mount: the SMB group
+//! runs against Samba in the storage VM instead (tests/smb_vm.rs).
 //! Two things the loop disks can't do are left out and said so: SetDiskState (only SCSI disks
 //! have an online state on Linux; the call is recorded, not sent), and ext4's online growth
 //! (resize2fs needs CAP_SYS_RESOURCE, which containers often lack), so the volumes are XFS.

@@ -10,7 +10,7 @@ pub mod smb;
 pub mod system;
 pub mod systemd;
 
-use crate::{Config, Error, Hosts};
+use crate::{Config, Hosts};
 use rustix::io::Errno;
 use std::path::Path;
 use std::sync::Arc;
@@ -23,9 +23,9 @@ pub fn hosts(config: Config) -> Hosts {
     Hosts {
         disk: block.clone(),
         volume: block,
+        smb: Arc::new(smb::Smb::real(config.smb_dir, fs::Filesystem::new(config.roots.clone()))),
         filesystem: Arc::new(fs::Filesystem::new(config.roots)),
-        smb: Arc::new(smb::Smb),
-        iscsi: Arc::new(iscsi::Iscsi),
+        iscsi: Arc::new(iscsi::Iscsi::real()),
         system: Arc::new(system::System::real()),
     }
 }
@@ -46,11 +46,6 @@ pub(crate) fn unmount_waiting(path: &Path) -> rustix::io::Result<()> {
             other => return other,
         }
     }
-}
-
-/// SMB and iSCSI have no Linux backend yet: their calls say so.
-pub(crate) fn unimplemented(operation: &'static str) -> Error {
-    Error::Unimplemented { operation, os: crate::OS }
 }
 
 /// Makes `cmd`'s child die with the daemon: SIGKILL from the kernel when the thread that

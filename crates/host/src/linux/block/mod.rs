@@ -18,7 +18,7 @@ mod disklock;
 pub mod disks;
 mod loopdev;
 pub mod partitions;
-mod tools;
+pub(crate) mod tools;
 pub mod volumes;
 
 use super::fs::Filesystem;

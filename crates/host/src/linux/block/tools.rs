@@ -1,4 +1,4 @@
-//! The external tools the volume group runs: mkfs, filesystem growers, ntfs-3g.
+//! The external tools the Linux backend runs: mkfs, filesystem growers, ntfs-3g, iscsiadm.
 //!
 //! Every tool gets an argv vector (never a shell), stdin from /dev/null, a clean environment
 //! with `LC_ALL=C` (messages we match are English) and a fixed `PATH`; it is looked up in that
@@ -89,6 +89,7 @@ fn package_of(tool: &str) -> &'static str {
         "mkfs.ext4" | "resize2fs" | "e2fsck" => "e2fsprogs",
         "mkfs.xfs" | "xfs_growfs" => "xfsprogs",
         "mkfs.btrfs" | "btrfs" => "btrfs-progs",
+        "iscsiadm" => "open-iscsi",
         _ => "ntfs-3g",
     }
 }
