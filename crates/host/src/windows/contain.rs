@@ -19,10 +19,10 @@
 //! [`Located::canonical_path`]): it has no link left to follow, and nothing on it can be renamed,
 //! removed or swapped for a link while the handles are held.
 //!
-//! Roots are canonicalised the same way on every call, as they may be created or re-linked while
-//! the daemon runs. A root that does not exist (or is not a drive path) matches nothing; a path
-//! lexically inside missing roots only fails with FailedPrecondition naming them rather than with
-//! a misleading PermissionDenied.
+//! Roots are canonicalised the same way, and the result is reused for at most [`ROOT_RECHECK`]
+//! ([`RootCache`]), as they may be created or re-linked while the daemon runs. A root that does
+//! not exist (or is not a drive path) matches nothing; a path lexically inside missing roots only
+//! fails with FailedPrecondition naming them rather than with a misleading PermissionDenied.
 //!
 //! A path rooted without a drive (`\var\lib\kubelet\…`) is refused by [`wp::parse`]; callers
 //! whose upstream RPC accepts it (the volume group's target paths, IsSymlink) first put it on
@@ -43,7 +43,29 @@ use crate::paths::{within, Roots};
 use crate::{Error, Result};
 use std::borrow::Cow;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long the canonical form of the roots is reused before it is looked up again.
+///
+/// Why reusing it keeps containment: each call still opens and canonicalises its own deepest
+/// existing ancestor, so what a pod can change (names below the roots, links it makes in its
+/// own directories) is judged afresh on every call. The roots and the names above them (the
+/// kubelet directory, the -working-dir folders) are not the pods': only an administrator can
+/// re-link, rename or replace them. Such a change is noticed at once when it moves the root away
+/// from a checked path (the path is then outside the reused roots, which are looked up again
+/// before anything is refused, [`Containment::locate`]), and otherwise within this time: until
+/// then a path that reaches the directory that *was* the root, through a link that leads there,
+/// is still taken as inside. A root that did not exist is looked up again on every call, so a
+/// root created later is usable at once.
+pub const ROOT_RECHECK: Duration = Duration::from_secs(1);
+
+/// The canonical components of each root (in the order of [`Roots::as_slice`]; `None`: does
+/// not exist), and when they were looked up.
+struct RootCache {
+    at: Instant,
+    canonical: Vec<Option<Vec<String>>>,
+}
 
 /// How [`Nt`] opens something. Every open shares read and write, never delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,11 +240,21 @@ impl<H> Held<H> {
 pub struct Containment<N: Nt> {
     nt: N,
     roots: Roots,
+    cache: Mutex<Option<RootCache>>,
+    recheck: Duration,
 }
 
 impl<N: Nt> Containment<N> {
     pub fn new(nt: N, roots: Roots) -> Self {
-        Containment { nt, roots }
+        Containment { nt, roots, cache: Mutex::new(None), recheck: ROOT_RECHECK }
+    }
+
+    /// Reuses the canonical roots for `recheck` rather than [`ROOT_RECHECK`]; zero looks them up
+    /// on every call. For tests, which must not depend on timing.
+    #[cfg(test)]
+    pub fn with_recheck(mut self, recheck: Duration) -> Self {
+        self.recheck = recheck;
+        self
     }
 
     pub fn roots(&self) -> &Roots {
@@ -316,15 +348,20 @@ impl<N: Nt> Containment<N> {
     }
 
     fn locate_checked(&self, path: &str, lexical: Lexical) -> Result<Located<N::Handle>> {
-        let canonical_roots: Vec<(&String, Option<Vec<String>>)> =
-            self.roots.as_slice().iter().map(|r| (r, self.canonical_root(r))).collect();
-        if !canonical_roots.iter().any(|(r, c)| c.is_some() && lexical.roots.contains(r)) {
+        let exists = |canonical: &[Option<Vec<String>>]| {
+            (self.roots.as_slice().iter().zip(canonical)).any(|(r, c)| c.is_some() && lexical.roots.contains(r))
+        };
+        // Reused roots first; looked up afresh when none of the path's roots existed then.
+        let (mut canonical_roots, reused) = match self.reused_roots() {
+            Some(c) if exists(&c) => (c, true),
+            _ => (self.fresh_roots(), false),
+        };
+        if !exists(&canonical_roots) {
             return Err(Error::precondition(format!(
                 "path {path} is in the working directory {}, which does not exist",
                 lexical.roots.join(", ")
             )));
         }
-        let roots: Vec<Vec<String>> = canonical_roots.into_iter().filter_map(|(_, c)| c).collect();
         let parsed = lexical.parsed;
         let parts = parsed.parts();
         for n in (0..parsed.names.len()).rev() {
@@ -338,15 +375,35 @@ impl<N: Nt> Containment<N> {
             let attrs = (self.nt.attributes(&held))
                 .map_err(|e| failure(format!("reading the attributes of {held_path}"), e))?;
             let rest = parsed.names[n..].to_vec();
-            let loc =
-                Located { parsed, held, held_path, held_is_dir: attrs & attr::DIRECTORY != 0, canonical, rest, roots };
-            let full = loc.canonical_path();
-            if !loc.inside(&full) {
+            let full: Vec<String> = canonical.iter().chain(&rest).cloned().collect();
+            let inside = |c: &[Option<Vec<String>>]| c.iter().flatten().any(|r| within(&full, r, true));
+            // Outside the reused roots: a root may have been re-linked since; refuse only what
+            // is outside the roots as they are now.
+            if reused && !inside(&canonical_roots) {
+                canonical_roots = self.fresh_roots();
+            }
+            if !inside(&canonical_roots) {
                 return Err(self.roots.outside(path, Some(&wp::display(&full))));
             }
-            return Ok(loc);
+            let roots = canonical_roots.into_iter().flatten().collect();
+            let held_is_dir = attrs & attr::DIRECTORY != 0;
+            return Ok(Located { parsed, held, held_path, held_is_dir, canonical, rest, roots });
         }
         unreachable!("the drive root either opens or fails");
+    }
+
+    /// The canonical roots looked up less than `recheck` ago, if any.
+    fn reused_roots(&self) -> Option<Vec<Option<Vec<String>>>> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.as_ref().filter(|c| c.at.elapsed() < self.recheck).map(|c| c.canonical.clone())
+    }
+
+    /// The canonical roots looked up now, and kept for the next calls.
+    fn fresh_roots(&self) -> Vec<Option<Vec<String>>> {
+        let at = Instant::now();
+        let canonical: Vec<_> = self.roots.as_slice().iter().map(|r| self.canonical_root(r)).collect();
+        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(RootCache { at, canonical: canonical.clone() });
+        canonical
     }
 
     /// A root's canonical components; `None` when it does not exist (or can't be resolved), so

@@ -5,6 +5,7 @@
 use super::*;
 use crate::windows::code::*;
 use crate::windows::script::{Answer, Script};
+use std::time::Duration;
 
 const ROOT: &str = r"C:\root";
 
@@ -137,4 +138,64 @@ fn hold_opens_the_entry_through_the_held_parent_without_following_it() {
     let (s, c) = setup();
     s.held_dir(r"C:\root\pv").on(r"open_at \\?\C:\root\pv mnt entry", Answer::Win32Error(ERROR_ACCESS_DENIED));
     assert!(matches!(c.hold(r"C:\root\pv\mnt"), Err(Error::PermissionDenied(m)) if m.contains(r"C:\root\pv\mnt")));
+}
+
+#[test]
+fn the_roots_are_looked_up_again_only_when_stale_or_when_a_path_leaves_them() {
+    const LOOK: &str = r"open \\?\C:\root look";
+    let s = Arc::new(Script::new());
+    let c = Containment::new(s.clone(), Roots::new(vec![ROOT.into()])).with_recheck(Duration::from_secs(3600));
+    // The root is C:\root, until an administrator re-links it to D:\moved (second look).
+    s.on(LOOK, Answer::Done)
+        .on(r"final_path \\?\C:\root", Answer::Str(r"\\?\C:\root".into()))
+        .on(r"final_path \\?\C:\root", Answer::Str(r"\\?\D:\moved".into()));
+    s.held_dir(r"C:\root\a")
+        .on(r"final_path \\?\C:\root\a", Answer::Str(r"\\?\C:\root\a".into()))
+        .on(r"final_path \\?\C:\root\a", Answer::Str(r"\\?\D:\moved\a".into()));
+    for _ in 0..2 {
+        assert_eq!(c.locate(r"C:\root\a\x").unwrap().canonical_path(), ["C:", "root", "a", "x"]);
+    }
+    assert_eq!(s.calls(LOOK).len(), 1, "the second call reuses the root: {:#?}", s.log());
+    assert_eq!(s.calls(r"open \\?\C:\root\a hold").len(), 2, "each call holds its own ancestor");
+    // The root moved: the path is outside the reused root, so the root is looked up again and
+    // the path judged by where the root is now.
+    assert_eq!(c.locate(r"C:\root\a\x").unwrap().canonical_path(), ["D:", "moved", "a", "x"]);
+    assert_eq!(s.calls(LOOK).len(), 2);
+    // A link out of the root is refused after a fresh look, as before.
+    s.resolved_dir(r"C:\root\j", r"E:\elsewhere");
+    assert!(matches!(c.locate(r"C:\root\j\x"), Err(Error::PermissionDenied(m)) if !m.contains("elsewhere")));
+    assert_eq!(s.calls(LOOK).len(), 3);
+    s.assert_all_scripted();
+
+    // Once stale, the roots are looked up on the next call.
+    let (s, c) = setup();
+    let c = Containment::new(s.clone(), c.roots().clone()).with_recheck(Duration::ZERO);
+    s.held_dir(r"C:\root\a");
+    for _ in 0..3 {
+        c.locate(r"C:\root\a\x").unwrap();
+    }
+    assert_eq!(s.calls(LOOK).len(), 3);
+}
+
+#[test]
+fn a_root_that_did_not_exist_is_looked_up_again_at_once() {
+    const GONE: &str = r"open \\?\C:\gone look";
+    let s = Arc::new(Script::new());
+    s.root(ROOT).held_dir(ROOT).held_dir(r"C:\gone");
+    s.on(GONE, Answer::Win32Error(ERROR_FILE_NOT_FOUND))
+        .on(GONE, Answer::Win32Error(ERROR_FILE_NOT_FOUND))
+        .on(GONE, Answer::Done)
+        .on(r"final_path \\?\C:\gone", Answer::Str(r"\\?\C:\gone".into()));
+    let c = Containment::new(s.clone(), Roots::new(vec![r"C:\gone".into(), ROOT.into()]))
+        .with_recheck(Duration::from_secs(3600));
+    c.locate(r"C:\root\x").unwrap();
+    assert!(matches!(c.locate(r"C:\gone\x"), Err(Error::FailedPrecondition(_))));
+    // Created since: usable at once.
+    assert_eq!(c.locate(r"C:\gone\x").unwrap().canonical_path(), ["C:", "gone", "x"]);
+    assert_eq!(s.calls(GONE).len(), 3);
+    // And reused from then on.
+    c.locate(r"C:\gone\y").unwrap();
+    c.locate(r"C:\root\y").unwrap();
+    assert_eq!((s.calls(GONE).len(), s.calls(r"open \\?\C:\root look").len()), (3, 3));
+    s.assert_all_scripted();
 }

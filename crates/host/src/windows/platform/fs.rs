@@ -5,10 +5,10 @@
 //! group's mount targets and the SMB group's share links; see [`crate::windows::contain`]):
 //! lexically inside a root (upstream's check, minus its string-prefix flaw), then by the held
 //! ancestor's canonical path. Only then does the operation act, relative to the held handle, on
-//! the final name, opened with FILE_OPEN_REPARSE_POINT: a link there is acted on as a link, never
-//! followed. Where upstream does follow a final link (RmdirContents, Mkdir over an existing
-//! link), the followed handle's canonical path is checked again before anything is done through
-//! it.
+//! the final name, opened with FILE_OPEN_REPARSE_POINT (PathExists: looked up, not opened, by
+//! the held parent's canonical path): a link there is acted on as a link, never followed. Where
+//! upstream does follow a final link (RmdirContents, Mkdir over an existing link), the followed
+//! handle's canonical path is checked again before anything is done through it.
 //!
 //! Consequence worth knowing: paths *below* a link that leads outside the roots are refused,
 //! including paths below an SMB mapping link (canonically `\\?\UNC\…`). The link itself is inside
@@ -40,15 +40,17 @@ pub struct Filesystem {
 type Located = contain::Located<Handle>;
 
 impl FilesystemHost for Filesystem {
-    /// Upstream's `Lstat`: a link counts as existing whether or not its target does.
+    /// Upstream's `Lstat`: a link counts as existing whether or not its target does. The entry is
+    /// looked up without being opened ([`nt::exists`]), by the canonical path of the held parent
+    /// and the final name, as CreateSymbolicLinkW is given it: while the parent is held, nothing
+    /// on that path can be renamed, removed or swapped for a link, so the name looked up is the
+    /// one inside the held parent, and a link there is not followed.
     fn path_exists(&self, path: &str) -> Result<bool> {
         let loc = self.locate(path)?;
-        let Some(parent) = loc.parent() else { return Ok(false) };
-        match nt::open_at(parent, loc.name(), PEEK, FILE_OPEN, FILE_OPEN_REPARSE_POINT) {
-            Ok(_) => Ok(true),
-            Err(e) if nt::is_not_found(&e) => Ok(false),
-            Err(e) => Err(Error::io(format!("checking {path}"), e)),
+        if loc.parent().is_none() {
+            return Ok(false);
         }
+        nt::exists(&wp::verbatim(&loc.canonical_path())).map_err(|e| Error::io(format!("checking {path}"), e))
     }
 
     /// `MkdirAll`: each missing name is created relative to the previous directory's handle.
