@@ -27,6 +27,7 @@ pub mod linux;
 pub mod memory;
 pub mod paths;
 pub mod services;
+pub mod turns;
 pub mod types;
 pub mod windows;
 

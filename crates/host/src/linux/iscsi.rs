@@ -31,15 +31,14 @@
 
 use super::block::{disk_number, tools};
 use crate::error::clip;
+use crate::turns::Turns;
 use crate::types::{AuthType, ConnectTarget, Secret, TargetPortal};
 use crate::{Error, IscsiHost, Result};
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -108,32 +107,12 @@ impl Paths {
     }
 }
 
-/// One lock per key, created on demand and dropped with its last user.
-#[derive(Default)]
-struct Locks(Mutex<HashMap<String, Weak<Mutex<()>>>>);
-
-impl Locks {
-    fn get(&self, key: String) -> Arc<Mutex<()>> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(lock) = map.get(&key).and_then(Weak::upgrade) {
-            return lock;
-        }
-        map.retain(|_, w| w.strong_count() > 0);
-        let lock = Arc::new(Mutex::new(()));
-        map.insert(key, Arc::downgrade(&lock));
-        lock
-    }
-}
-
-fn hold(lock: &Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
-    lock.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 pub struct Iscsi {
     tool: Box<dyn Iscsiadm>,
     paths: Paths,
     scan_wait: Duration,
-    locks: Locks,
+    /// Calls take turns per portal and per target.
+    turns: Turns,
 }
 
 impl Iscsi {
@@ -142,7 +121,7 @@ impl Iscsi {
     }
 
     pub fn new(tool: Box<dyn Iscsiadm>, paths: Paths, scan_wait: Duration) -> Self {
-        Iscsi { tool, paths, scan_wait, locks: Locks::default() }
+        Iscsi { tool, paths, scan_wait, turns: Turns::default() }
     }
 
     fn run(&self, args: &[&str]) -> Result<Output> {
@@ -423,8 +402,7 @@ impl Iscsi {
 impl IscsiHost for Iscsi {
     fn add_target_portal(&self, portal: &TargetPortal) -> Result<()> {
         let portal = Portal::new(portal)?;
-        let lock = self.locks.get(portal.key());
-        let _held = hold(&lock);
+        let _turn = self.turns.take(&portal.key());
         if self.portal_exists(&portal)? {
             info!(%portal, "the iSCSI target portal exists already");
             return Ok(());
@@ -446,16 +424,14 @@ impl IscsiHost for Iscsi {
 
     fn discover_target_portal(&self, portal: &TargetPortal) -> Result<Vec<String>> {
         let portal = Portal::new(portal)?;
-        let lock = self.locks.get(portal.key());
-        let _held = hold(&lock);
+        let _turn = self.turns.take(&portal.key());
         self.require_portal(&portal)?;
         self.discover(&portal)
     }
 
     fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
         let portal = Portal::new(portal)?;
-        let lock = self.locks.get(portal.key());
-        let _held = hold(&lock);
+        let _turn = self.turns.take(&portal.key());
         self.require_portal(&portal)?;
         let p = portal.arg();
         let out = self.run(&["-m", "discoverydb", "-t", "sendtargets", "-p", &p, "-o", "delete"])?;
@@ -480,8 +456,7 @@ impl IscsiHost for Iscsi {
             check_record_value("the CHAP user name", &req.chap_username, false)?;
             check_record_value("the CHAP secret", req.chap_secret.expose(), true)?;
         }
-        let lock = self.locks.get(target_key(iqn));
-        let _held = hold(&lock);
+        let _turn = self.turns.take(&target_key(iqn));
         if !self.sessions(&portal, iqn)?.is_empty() {
             info!(iqn, %portal, "the iSCSI target is connected already");
             return Ok(());
@@ -495,8 +470,7 @@ impl IscsiHost for Iscsi {
     fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()> {
         let portal = Portal::new(portal)?;
         check_name(iqn)?;
-        let lock = self.locks.get(target_key(iqn));
-        let _held = hold(&lock);
+        let _turn = self.turns.take(&target_key(iqn));
         let ended = self.logout_all(&portal, iqn)?;
         let nodes = self.nodes(&portal, iqn)?;
         if ended == 0 && nodes.is_empty() {

@@ -48,13 +48,14 @@
 
 use super::fs::Filesystem;
 use crate::error::clip;
+use crate::turns::Turns;
 use crate::types::{Secret, SmbMapping};
 use crate::windows::smb::{map_message, remote_components, scrub};
 use crate::{Error, Result, SmbHost};
 use rustix::fs::Mode;
 use rustix::io::Errno;
 use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
@@ -273,36 +274,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Share roots with a call in progress (only those, so it stays as small as the calls).
-#[derive(Default)]
-struct Serial {
-    busy: Mutex<HashSet<String>>,
-    freed: Condvar,
-}
-
-struct Busy<'a> {
-    serial: &'a Serial,
-    root: String,
-}
-
-impl Serial {
-    fn lock(&self, root: &str) -> Busy<'_> {
-        let mut busy = lock(&self.busy);
-        while busy.contains(root) {
-            busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
-        }
-        busy.insert(root.to_owned());
-        Busy { serial: self, root: root.to_owned() }
-    }
-}
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        lock(&self.serial.busy).remove(&self.root);
-        self.serial.freed.notify_all();
-    }
-}
-
 /// One probe of a mount, on its own thread; its outcome shared by every call waiting for it.
 #[derive(Default)]
 struct Probe {
@@ -324,7 +295,8 @@ pub struct Smb {
     dir: PathBuf,
     fs: Filesystem,
     kernel: Arc<dyn Kernel>,
-    serial: Serial,
+    /// Calls take turns per share root.
+    serial: Turns,
     probes: Arc<Mutex<HashMap<PathBuf, Arc<Probe>>>>,
     probe_timeout: Duration,
     /// Keyed digest of each mounted share's password, by root.
@@ -339,7 +311,7 @@ impl Smb {
             dir,
             fs,
             kernel,
-            serial: Serial::default(),
+            serial: Turns::default(),
             probes: Arc::default(),
             probe_timeout: PROBE_TIMEOUT,
             digests: Mutex::default(),
@@ -708,7 +680,7 @@ impl SmbHost for Smb {
             password: mapping.password.clone(),
             seal: mapping.require_privacy,
         };
-        let _serial = self.serial.lock(&root);
+        let _serial = self.serial.take(&root);
         let mounted = self.ensure(&root, &mount, &request)?;
         let Some(spot) = spot else { return Ok(()) };
         let Err(e) = self.link(&root, &mount, &spot, &target) else { return Ok(()) };
@@ -732,7 +704,7 @@ impl SmbHost for Smb {
             return Ok(());
         }
         let mount = self.base().join(folder_name(&remote));
-        let _serial = self.serial.lock(&root);
+        let _serial = self.serial.take(&root);
         let live = Self::live_links(&mount)?;
         if !live.is_empty() {
             Self::write_records(&mount, &live)?;

@@ -33,9 +33,10 @@
 
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::Win32;
+use crate::turns::Turns;
 use crate::types::{Secret, SmbMapping};
 use crate::{Error, Result, SmbHost};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
@@ -175,8 +176,8 @@ pub struct Smb {
     win32: Arc<dyn Win32>,
     wmi: Arc<dyn Wmi>,
     links: Arc<dyn ShareLinks>,
-    /// Serialises mapping changes per share root (see the module doc).
-    serial: Serial,
+    /// Mapping changes take turns per share root (see the module doc).
+    serial: Turns,
     /// The probes still running, one per share root at most.
     probes: Arc<Mutex<HashMap<String, Arc<Probe>>>>,
     probe_timeout: Duration,
@@ -185,38 +186,6 @@ pub struct Smb {
 /// The guarded state is the host's, not ours: a panic elsewhere leaves nothing to repair.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The share roots with a call in progress; a call on a busy root waits for it to finish. Holds
-/// only the roots in use, so it stays as small as the number of concurrent calls.
-#[derive(Default)]
-struct Serial {
-    busy: Mutex<HashSet<String>>,
-    freed: Condvar,
-}
-
-impl Serial {
-    fn lock(&self, root: &str) -> Busy<'_> {
-        let mut busy = lock(&self.busy);
-        while busy.contains(root) {
-            busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
-        }
-        busy.insert(root.to_owned());
-        Busy { serial: self, root: root.to_owned() }
-    }
-}
-
-/// A share root held by one call; released on drop.
-struct Busy<'a> {
-    serial: &'a Serial,
-    root: String,
-}
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        lock(&self.serial.busy).remove(&self.root);
-        self.serial.freed.notify_all();
-    }
 }
 
 /// What the share's root answered.
@@ -238,7 +207,7 @@ struct Probe {
 
 impl Smb {
     pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>, links: Arc<dyn ShareLinks>) -> Self {
-        Smb { win32, wmi, links, serial: Serial::default(), probes: Arc::default(), probe_timeout: PROBE_TIMEOUT }
+        Smb { win32, wmi, links, serial: Turns::default(), probes: Arc::default(), probe_timeout: PROBE_TIMEOUT }
     }
 
     /// The same with another limit on the reachability probe.
@@ -376,7 +345,7 @@ impl SmbHost for Smb {
         let local = mapping.local_path.as_str();
         // A retried call finds its own link already there: the mapping is still made sure of.
         let linked = !local.is_empty() && self.links.check(local, &target)?;
-        let _serial = self.serial.lock(&root);
+        let _serial = self.serial.take(&root);
         let created = self.ensure(&root, mapping)?;
         if local.is_empty() || linked {
             return Ok(());
@@ -407,7 +376,7 @@ impl SmbHost for Smb {
 
     fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
         let root = share_root(remote_path)?;
-        let _serial = self.serial.lock(&root);
+        let _serial = self.serial.take(&root);
         match self.find(&root)? {
             Some(row) => self.remove(&row, &root),
             None => {

@@ -5,6 +5,7 @@
 use super::*;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 const IQN: &str = "iqn.2024-01.org.example:disk1";
 const SECRET: &str = "s3cret-Value#=x";

@@ -438,7 +438,7 @@ fn mount_folders_are_safe_and_distinct() {
     let name = |r: &str| folder_name(&parse_remote(r).unwrap());
     assert_eq!(name(r"\\SRV\Share"), name(r"\\srv\share\sub"));
     let names = [name(r"\\srv\a b"), name(r"\\srv\a_b"), name(r"\\srv\a$"), name(r"\\srv\a%"), name(r"\\srv-a\b")];
-    let distinct: HashSet<_> = names.iter().collect();
+    let distinct: std::collections::HashSet<_> = names.iter().collect();
     assert_eq!(distinct.len(), names.len(), "{names:?}");
     for n in &names {
         assert!(!n.starts_with('.') && !n.contains('/') && n.len() < 255, "{n}");
