@@ -26,6 +26,7 @@ pub mod fuzzing;
 pub mod linux;
 pub mod memory;
 pub mod paths;
+pub mod probes;
 pub mod services;
 pub mod turns;
 pub mod types;

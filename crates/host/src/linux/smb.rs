@@ -48,6 +48,7 @@
 
 use super::fs::Filesystem;
 use crate::error::clip;
+use crate::probes::{Probed, Probes};
 use crate::turns::Turns;
 use crate::types::{Secret, SmbMapping};
 use crate::windows::smb::{map_message, remote_components, scrub};
@@ -61,8 +62,8 @@ use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 use tracing::{debug, info, warn};
 
 mod kernel;
@@ -274,13 +275,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One probe of a mount, on its own thread; its outcome shared by every call waiting for it.
-#[derive(Default)]
-struct Probe {
-    outcome: Mutex<Option<std::result::Result<(), Errno>>>,
-    done: Condvar,
-}
-
 /// Where a link is to be made: its parent directory, checked, and its name there.
 struct Spot {
     parent: OwnedFd,
@@ -297,8 +291,8 @@ pub struct Smb {
     kernel: Arc<dyn Kernel>,
     /// Calls take turns per share root.
     serial: Turns,
-    probes: Arc<Mutex<HashMap<PathBuf, Arc<Probe>>>>,
-    probe_timeout: Duration,
+    /// Health probes of mounts, one running per mount at most.
+    probes: Probes<PathBuf, std::result::Result<(), Errno>>,
     /// Keyed digest of each mounted share's password, by root.
     digests: Mutex<HashMap<String, u64>>,
     keys: RandomState,
@@ -312,8 +306,7 @@ impl Smb {
             fs,
             kernel,
             serial: Turns::default(),
-            probes: Arc::default(),
-            probe_timeout: PROBE_TIMEOUT,
+            probes: Probes::new("smb-probe", PROBE_TIMEOUT),
             digests: Mutex::default(),
             keys: RandomState::new(),
         }
@@ -326,7 +319,7 @@ impl Smb {
 
     /// The same with another limit on the health probe.
     pub fn with_probe_timeout(mut self, limit: Duration) -> Self {
-        self.probe_timeout = limit;
+        self.probes.set_limit(limit);
         self
     }
 
@@ -440,46 +433,9 @@ impl Smb {
 
     /// Whether the mount at `mount` answers, waiting at most the probe's time limit; a probe
     /// still running from an earlier call is waited for rather than doubled.
-    fn probe(&self, mount: &Path) -> std::result::Result<(), Option<Errno>> {
-        let probe = {
-            let mut running = lock(&self.probes);
-            match running.get(mount) {
-                Some(p) => p.clone(),
-                None => {
-                    let p = Arc::new(Probe::default());
-                    let (kernel, mine, probes, at) =
-                        (self.kernel.clone(), p.clone(), self.probes.clone(), mount.to_owned());
-                    let spawned = std::thread::Builder::new().name("smb-probe".into()).spawn(move || {
-                        let outcome = kernel.probe(&at);
-                        let mut running = lock(&probes);
-                        if running.get(&at).is_some_and(|p| Arc::ptr_eq(p, &mine)) {
-                            running.remove(&at);
-                        }
-                        drop(running);
-                        *lock(&mine.outcome) = Some(outcome);
-                        mine.done.notify_all();
-                    });
-                    if spawned.is_err() {
-                        return Err(None);
-                    }
-                    // Listed under the lock the probe needs to unlist itself.
-                    running.insert(mount.to_owned(), p.clone());
-                    p
-                }
-            }
-        };
-        let deadline = Instant::now() + self.probe_timeout;
-        let mut outcome = lock(&probe.outcome);
-        loop {
-            if let Some(o) = *outcome {
-                return o.map_err(Some);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(None);
-            }
-            outcome = probe.done.wait_timeout(outcome, left).unwrap_or_else(|p| p.into_inner()).0;
-        }
+    fn probe(&self, mount: &Path) -> Probed<std::result::Result<(), Errno>> {
+        let (kernel, at) = (self.kernel.clone(), mount.to_owned());
+        self.probes.probe(&mount.to_owned(), move || kernel.probe(&at))
     }
 
     /// An existing mount of the share is refused unless it was made as this request asks.
@@ -530,16 +486,16 @@ impl Smb {
             Found::Cifs(found) => {
                 self.check_same(root, &found, request)?;
                 match self.probe(mount) {
-                    Ok(()) => {
+                    Probed::Answered(Ok(())) => {
                         debug!(root, mount = %mount.display(), "the share is mounted and answers; kept");
                         return Ok(false);
                     }
-                    Err(Some(errno)) => {
+                    Probed::Answered(Err(errno)) => {
                         warn!(root, error = %errno, "the share's mount does not answer; mounting it again")
                     }
-                    Err(None) => warn!(
+                    Probed::Silent | Probed::NotStarted(_) => warn!(
                         root,
-                        limit_s = self.probe_timeout.as_secs_f32(),
+                        limit_s = self.probes.limit().as_secs_f32(),
                         "the share's mount did not answer in time; mounting it again"
                     ),
                 }

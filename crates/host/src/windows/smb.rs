@@ -33,12 +33,12 @@
 
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::Win32;
+use crate::probes::{Probed, Probes};
 use crate::turns::Turns;
 use crate::types::{Secret, SmbMapping};
 use crate::{Error, Result, SmbHost};
-use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 use tracing::{debug, info, warn};
 
 /// How long a share's reachability probe may take before the share counts as unreachable.
@@ -178,14 +178,8 @@ pub struct Smb {
     links: Arc<dyn ShareLinks>,
     /// Mapping changes take turns per share root (see the module doc).
     serial: Turns,
-    /// The probes still running, one per share root at most.
-    probes: Arc<Mutex<HashMap<String, Arc<Probe>>>>,
-    probe_timeout: Duration,
-}
-
-/// The guarded state is the host's, not ours: a panic elsewhere leaves nothing to repair.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    /// Reachability probes of share roots, one running per root at most.
+    probes: Probes<String, Reach>,
 }
 
 /// What the share's root answered.
@@ -198,21 +192,14 @@ enum Reach {
     Silent,
 }
 
-/// One probe of a share's root, run on its own thread, its outcome shared by every call waiting.
-#[derive(Default)]
-struct Probe {
-    outcome: Mutex<Option<Reach>>,
-    done: Condvar,
-}
-
 impl Smb {
     pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>, links: Arc<dyn ShareLinks>) -> Self {
-        Smb { win32, wmi, links, serial: Turns::default(), probes: Arc::default(), probe_timeout: PROBE_TIMEOUT }
+        Smb { win32, wmi, links, serial: Turns::default(), probes: Probes::new("smb-probe", PROBE_TIMEOUT) }
     }
 
     /// The same with another limit on the reachability probe.
     pub fn with_probe_timeout(mut self, limit: Duration) -> Self {
-        self.probe_timeout = limit;
+        self.probes.set_limit(limit);
         self
     }
 
@@ -220,51 +207,18 @@ impl Smb {
     /// same root still running (from an earlier call that gave up on it) is waited for rather
     /// than doubled.
     fn probe(&self, root: &str) -> Reach {
-        let probe = {
-            let mut running = lock(&self.probes);
-            match running.get(root) {
-                Some(p) => p.clone(),
-                None => {
-                    let p = Arc::new(Probe::default());
-                    let (win32, mine, probes, at) =
-                        (self.win32.clone(), p.clone(), self.probes.clone(), root.to_owned());
-                    let spawned = std::thread::Builder::new().name("smb-probe".into()).spawn(move || {
-                        // The share's root directory; a bare `\\host\share` isn't a path every
-                        // Windows version resolves.
-                        let reach = match win32.attributes(&format!("{at}\\")) {
-                            Ok(Some(_)) => Reach::Reachable,
-                            Ok(None) => Reach::Missing,
-                            Err(e) => Reach::Failed(e.to_string()),
-                        };
-                        let mut running = lock(&probes);
-                        if running.get(&at).is_some_and(|p| Arc::ptr_eq(p, &mine)) {
-                            running.remove(&at);
-                        }
-                        drop(running);
-                        *lock(&mine.outcome) = Some(reach);
-                        mine.done.notify_all();
-                    });
-                    if let Err(e) = spawned {
-                        return Reach::Failed(format!("cannot start the probe: {e}"));
-                    }
-                    // Still under the lock the probe needs to remove itself, so it can't finish
-                    // before it is listed (and stay listed, finished, for ever).
-                    running.insert(root.to_owned(), p.clone());
-                    p
-                }
-            }
+        let (win32, at) = (self.win32.clone(), root.to_owned());
+        // The share's root directory; a bare `\\host\share` isn't a path every Windows version
+        // resolves.
+        let work = move || match win32.attributes(&format!("{at}\\")) {
+            Ok(Some(_)) => Reach::Reachable,
+            Ok(None) => Reach::Missing,
+            Err(e) => Reach::Failed(e.to_string()),
         };
-        let deadline = Instant::now() + self.probe_timeout;
-        let mut outcome = lock(&probe.outcome);
-        loop {
-            if let Some(reach) = outcome.as_ref() {
-                return reach.clone();
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Reach::Silent;
-            }
-            outcome = probe.done.wait_timeout(outcome, left).unwrap_or_else(|p| p.into_inner()).0;
+        match self.probes.probe(&root.to_owned(), work) {
+            Probed::Answered(reach) => reach,
+            Probed::Silent => Reach::Silent,
+            Probed::NotStarted(e) => Reach::Failed(format!("cannot start the probe: {e}")),
         }
     }
 
@@ -324,7 +278,7 @@ impl Smb {
                     }
                     Reach::Silent => warn!(
                         root,
-                        limit_s = self.probe_timeout.as_secs_f32(),
+                        limit_s = self.probes.limit().as_secs_f32(),
                         "the SMB global mapping is OK but its share did not answer in time; recreating it"
                     ),
                 }

@@ -4,6 +4,8 @@ use crate::paths::Roots;
 use crate::windows::smb::tests::traced;
 use std::collections::VecDeque;
 use std::os::unix::fs::PermissionsExt as _;
+use std::sync::Condvar;
+use std::time::Instant;
 
 const PASSWORD: &str = "Zebra,Quartz=7781";
 
@@ -368,7 +370,7 @@ fn a_dead_mount_is_detached_and_mounted_again() {
     *k.probe.lock().unwrap() = Some(Ok(()));
     k.release();
     // The hung probe, once it answers, is done with (a call meanwhile would wait for it).
-    while !lock(&smb.probes).is_empty() {
+    while smb.probes.running() > 0 {
         std::thread::sleep(Duration::from_millis(5));
     }
     smb.new_global_mapping(&mapping(r"\\srv\share\y", &s.local("c"))).unwrap();

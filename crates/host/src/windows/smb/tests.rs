@@ -2,6 +2,7 @@ use super::*;
 use crate::windows::attr::DIRECTORY;
 use crate::windows::script::{returned, Answer, Gate, Script};
 use std::fmt::Write as _;
+use std::sync::Mutex;
 
 const SRV: &str = r"\\srv\share";
 const MAP: &str = r#"\\H\ROOT\Microsoft\Windows\SMB:MSFT_SmbGlobalMapping.RemotePath="\\\\srv\\share""#;
@@ -535,12 +536,12 @@ fn a_share_that_does_not_answer_the_probe_is_given_up_on_once() {
     assert_eq!(script.calls(&remove_line()).len(), 2);
     // Once the probe answers, the next call probes afresh and keeps the healthy mapping.
     let deadline = std::time::Instant::now() + WATCHDOG;
-    while !lock(&smb.probes).is_empty() {
+    while smb.probes.running() > 0 {
         assert!(std::time::Instant::now() < deadline, "the probe never finished");
         std::thread::yield_now();
     }
     // (A limit no answering probe can miss, however loaded the machine.)
-    smb.probe_timeout = WATCHDOG;
+    smb.probes.set_limit(WATCHDOG);
     smb.new_global_mapping(&request(SRV, "", "")).unwrap();
     assert_eq!(script.calls(&probe).len(), 2);
     assert_eq!(script.calls(&remove_line()).len(), 2, "kept: {:#?}", script.log());
