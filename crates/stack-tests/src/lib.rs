@@ -23,6 +23,8 @@ pub mod disks;
 pub mod mounts;
 #[cfg(windows)]
 pub mod pipes;
+#[cfg(target_os = "linux")]
+pub mod procs;
 #[cfg(unix)]
 pub mod server;
 

@@ -8,12 +8,12 @@
 //! The tests share one target (127.0.0.1:3260, CHAP user `alice`) and run one at a time.
 
 use csi_proxy_host::types::FsType;
+use csi_proxy_stack_tests::procs::Scanner;
 use csi_proxy_stack_tests::{assert_status, logs, Scratch, TestServer};
 use csi_proxy_wire::{v1, v1alpha2, Group};
 use std::collections::HashMap;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use tonic::Code;
 
 const USER: &str = "alice";
@@ -118,39 +118,15 @@ fn records() -> Vec<(String, String, u32)> {
         .collect()
 }
 
-/// Scans every process's argv for the secrets until dropped; panics then if one was seen.
-struct ArgvWatch {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<(usize, Vec<String>)>>,
+/// Watches every process's argv and environment for the secrets while the calls run.
+fn watch() -> Scanner {
+    Scanner::start(&[SECRET, WRONG, MUTUAL])
 }
 
-impl ArgvWatch {
-    fn start() -> ArgvWatch {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let (mut scans, mut leaks) = (0, Vec::new());
-            while !s.load(Ordering::Relaxed) {
-                for e in std::fs::read_dir("/proc").unwrap().flatten() {
-                    let Ok(argv) = std::fs::read(e.path().join("cmdline")) else { continue };
-                    let argv = String::from_utf8_lossy(&argv).replace('\0', " ");
-                    if [SECRET, WRONG, MUTUAL].iter().any(|x| argv.contains(x)) {
-                        leaks.push(argv);
-                    }
-                }
-                scans += 1;
-            }
-            (scans, leaks)
-        });
-        ArgvWatch { stop, thread: Some(thread) }
-    }
-
-    fn finish(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let (scans, leaks) = self.thread.take().unwrap().join().unwrap();
-        assert!(leaks.is_empty(), "a secret in argv: {leaks:?}");
-        assert!(scans > 0);
-    }
+#[track_caller]
+fn finish(watch: Scanner) {
+    let leaks = watch.finish();
+    assert!(leaks.is_empty(), "a secret in a process's argv or environment: {leaks:?}");
 }
 
 #[track_caller]
@@ -185,10 +161,10 @@ async fn portals_chap_login_and_the_disk_through_the_volume_group() {
     // Connect with CHAP (twice: the second is a no-op); the disk is there.
     let before = attached_disks();
     assert!(before.is_empty(), "{before:?}");
-    let watch = ArgvWatch::start();
+    let watch = watch();
     c.connect_target(connect(&iqn, v1alpha2::AuthenticationType::OneWayChap, SECRET)).await.unwrap();
     c.connect_target(connect(&iqn, v1alpha2::AuthenticationType::OneWayChap, SECRET)).await.unwrap();
-    watch.finish();
+    finish(watch);
     let numbers = disks(&mut c, &iqn).await;
     assert_eq!(numbers.len(), 1, "{numbers:?}");
     assert_eq!(numbers, attached_disks());
@@ -250,9 +226,9 @@ async fn a_wrong_chap_secret_is_permission_denied_and_never_shown() {
     let mut c = Client::new(s.channel(Group::Iscsi, "v1alpha2").await);
     c.add_target_portal(v1alpha2::AddTargetPortalRequest { target_portal: tp() }).await.unwrap();
 
-    let watch = ArgvWatch::start();
+    let watch = watch();
     let e = c.connect_target(connect(&iqn, v1alpha2::AuthenticationType::OneWayChap, WRONG)).await.unwrap_err();
-    watch.finish();
+    finish(watch);
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains(&iqn), "{e:?}");
     assert_no_secret(&format!("{e:?}"));
@@ -282,7 +258,7 @@ async fn mutual_chap_proves_the_target_knows_the_initiator_secret() {
     let mutual = v1alpha2::AuthenticationType::MutualChap;
 
     // A secret the target does not know: the target cannot prove itself.
-    let watch = ArgvWatch::start();
+    let watch = watch();
     c.set_mutual_chap_secret(set("notTheTargets-1234")).await.unwrap();
     let e = c.connect_target(connect(&iqn, mutual, SECRET)).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
@@ -292,7 +268,7 @@ async fn mutual_chap_proves_the_target_knows_the_initiator_secret() {
     // The right one.
     c.set_mutual_chap_secret(set(MUTUAL)).await.unwrap();
     c.connect_target(connect(&iqn, mutual, SECRET)).await.unwrap();
-    watch.finish();
+    finish(watch);
     assert_eq!(disks(&mut c, &iqn).await, attached_disks());
     assert_eq!(attached_disks().len(), 1);
     for (path, text, mode) in records() {

@@ -6,6 +6,7 @@
 //! Run with `--test-threads=1`: the tests share the Samba server and look at this process's
 //! mount table.
 
+use csi_proxy_stack_tests::procs::Scanner;
 use csi_proxy_stack_tests::{logs, TestServer};
 use csi_proxy_wire::{v1, Group};
 use std::path::{Path, PathBuf};
@@ -145,51 +146,6 @@ async fn map_write_reuse_and_remove() {
     // Nothing to remove: success.
     c.remove_smb_global_mapping(remove("//127.0.0.1/data")).await.unwrap();
     s.stop().await;
-}
-
-/// Every process's argv and environment, scanned over and over until stopped; the hits.
-struct Scanner {
-    stop: Arc<AtomicBool>,
-    hits: Arc<Mutex<Vec<String>>>,
-    scans: Arc<std::sync::atomic::AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Scanner {
-    fn start(needles: &[&str]) -> Self {
-        let needles: Vec<Vec<u8>> = needles.iter().map(|n| n.as_bytes().to_vec()).collect();
-        let (stop, hits, scans) = (Arc::new(AtomicBool::new(false)), Arc::default(), Arc::default());
-        let (stop2, hits2, scans2): (_, Arc<Mutex<Vec<String>>>, Arc<std::sync::atomic::AtomicU64>) =
-            (stop.clone(), Arc::clone(&hits), Arc::clone(&scans));
-        let thread = std::thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-                    for file in ["cmdline", "environ"] {
-                        let Ok(bytes) = std::fs::read(entry.path().join(file)) else { continue };
-                        for n in &needles {
-                            if bytes.windows(n.len()).any(|w| w == n.as_slice()) {
-                                let what = String::from_utf8_lossy(&bytes).replace('\0', " ");
-                                hits2.lock().unwrap().push(format!("{}/{file}: {what}", entry.path().display()));
-                            }
-                        }
-                    }
-                }
-                scans2.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-        Scanner { stop, hits, scans, thread: Some(thread) }
-    }
-
-    /// Stops; the hits, after at least one whole scan.
-    fn finish(mut self) -> Vec<String> {
-        let first = self.scans.load(Ordering::Relaxed);
-        while self.scans.load(Ordering::Relaxed) < first + 1 {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().unwrap().join().unwrap();
-        self.hits.lock().unwrap().clone()
-    }
 }
 
 #[tokio::test]
