@@ -364,11 +364,17 @@ impl Block {
             let number = u32::try_from(read_num("partition", &number)?)
                 .map_err(|_| Error::internal(format!("{} is out of range", path.join("partition").display())))?;
             // Ok(None): the partition went away while it was being read (a table re-read by
-            // someone who does not lock the disk): it is not there.
+            // someone who does not lock the disk): it is not there. Its directory gone, the read
+            // fails with ENOENT; its attributes already being torn down, with ENODEV.
             let attr = |file: &str| -> Result<Option<u64>> {
                 let text = match std::fs::read_to_string(path.join(file)) {
                     Ok(text) => text,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::NotFound
+                            || e.raw_os_error() == Some(rustix::io::Errno::NODEV.raw_os_error()) =>
+                    {
+                        return Ok(None)
+                    }
                     Err(e) => return Err(Error::io(format!("reading {}", path.join(file).display()), e)),
                 };
                 read_num(file, &text)?
