@@ -25,7 +25,7 @@ fi
 
 cd fuzz
 # Its own target dir (fuzz/target): instrumented builds share nothing with the others, and
-# test.sh's Windows step exports CARGO_TARGET_DIR.
+# a caller may export CARGO_TARGET_DIR for its own builds.
 unset CARGO_TARGET_DIR
 echo "== fuzz: build (release, debug assertions, no sanitizer)"
 start=$(date +%s)
