@@ -58,12 +58,53 @@ use types::*;
 pub trait DiskHost: Send + Sync {
     fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>>;
     fn partition_disk(&self, disk: u32) -> Result<()>;
+    /// The host-wide part of a rescan: new disks and new sizes found (SCSI scans, the OS's
+    /// storage cache). It runs holding no disk, so it must not change a disk's partition table:
+    /// that is [`DiskHost::refresh_disk`], called afterwards for each of
+    /// [`DiskHost::disks_to_refresh`] under that disk's own lock ([`rescan_and_refresh`] does
+    /// the three in order, without the locks).
     fn rescan(&self) -> Result<()>;
+    /// The disks whose partition tables a rescan re-reads (none where the OS does it itself).
+    fn disks_to_refresh(&self) -> Result<Vec<u32>> {
+        Ok(Vec::new())
+    }
+    /// Re-reads one disk's partition table after a rescan; nothing is written to the disk. A disk
+    /// that is gone since it was listed, or that this process may not open, is skipped.
+    fn refresh_disk(&self, disk: u32) -> Result<()> {
+        let _ = disk;
+        Ok(())
+    }
     fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>>;
     /// Size of the disk in bytes.
     fn disk_size(&self, disk: u32) -> Result<u64>;
     fn set_disk_online(&self, disk: u32, online: bool) -> Result<()>;
     fn disk_online(&self, disk: u32) -> Result<bool>;
+}
+
+/// A whole rescan without the server's disk locks (for tests and tools that have the host to
+/// themselves): [`DiskHost::rescan`], then [`DiskHost::refresh_disk`] for every disk. A failing
+/// step does not stop the others; the error names every failure.
+pub fn rescan_and_refresh(host: &dyn DiskHost) -> Result<()> {
+    let mut failed = Vec::new();
+    failed.extend(host.rescan().err());
+    match host.disks_to_refresh() {
+        Ok(disks) => failed.extend(disks.into_iter().filter_map(|disk| host.refresh_disk(disk).err())),
+        Err(e) => failed.push(e),
+    }
+    rescan_outcome(failed)
+}
+
+/// The outcome of a rescan from the failures of its steps: the one error as it is, or one that
+/// names them all.
+pub fn rescan_outcome(mut failed: Vec<Error>) -> Result<()> {
+    match failed.len() {
+        0 => Ok(()),
+        1 => Err(failed.remove(0)),
+        n => Err(Error::internal(format!(
+            "rescan failed ({n} errors): {}",
+            failed.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")
+        ))),
+    }
 }
 
 /// Volume operations. A volume ID is whatever the backend hands out in `list_volumes_on_disk`.

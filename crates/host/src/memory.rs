@@ -64,6 +64,8 @@ pub struct State {
     pub services: BTreeMap<String, SimService>,
     pub bios_serial: String,
     pub rescans: u32,
+    /// Per disk: how often a rescan re-read its table.
+    pub refreshes: BTreeMap<u32, u32>,
 }
 
 #[derive(Debug, Default)]
@@ -202,6 +204,17 @@ impl DiskHost for MemoryHost {
     fn rescan(&self) -> Result<()> {
         self.with(|s| s.rescans += 1);
         Ok(())
+    }
+    fn disks_to_refresh(&self) -> Result<Vec<u32>> {
+        self.with(|s| Ok(s.disks.keys().copied().collect()))
+    }
+    fn refresh_disk(&self, disk: u32) -> Result<()> {
+        self.with(|s| {
+            if s.disks.contains_key(&disk) {
+                *s.refreshes.entry(disk).or_default() += 1;
+            }
+            Ok(())
+        })
     }
     fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
         self.with(|s| Ok(s.disks.iter().map(|(n, d)| (*n, d.ids.clone())).collect()))

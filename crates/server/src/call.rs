@@ -183,7 +183,7 @@ impl Context {
         let (pool, guard) = match serial {
             Serial::None => (quick_pool(), None),
             Serial::Disk(disk) => (&SERIAL_POOL, Some(self.locks().lock(Key::Disk(disk)).await)),
-            Serial::All => (&SERIAL_POOL, Some(self.locks().lock_all().await)),
+            Serial::EachDisk => return (self.run_then_refresh(op).await, shown, audited),
             Serial::Volume(volume) => {
                 let disk_of = || {
                     let (ctx, volume) = (self.clone(), volume.clone());
@@ -208,6 +208,45 @@ impl Context {
         })
         .await;
         (done.map_err(Panicked), shown, audited)
+    }
+}
+
+impl Context {
+    /// A rescan: `op`'s host-wide work holding no disk, then each disk's refresh in turn, under
+    /// that disk's lock only, so a rescan queued behind a hung disk holds up no other disk. A
+    /// failing step does not stop the others.
+    async fn run_then_refresh<O, Resp>(&self, op: O) -> std::result::Result<Result<Resp>, Panicked>
+    where
+        O: Op,
+        Resp: FromOutput<O::Output> + Send + 'static,
+    {
+        let ctx = self.clone();
+        let mut failed = Vec::new();
+        let output = match run_on(&SERIAL_POOL, move || op.run(&ctx)).await.map_err(Panicked)? {
+            Ok(output) => Some(output),
+            Err(e) => {
+                failed.push(e);
+                None
+            }
+        };
+        let ctx = self.clone();
+        match run_on(quick_pool(), move || ctx.hosts().disk.disks_to_refresh()).await.map_err(Panicked)? {
+            Ok(disks) => {
+                for disk in disks {
+                    let held = self.locks().lock(Key::Disk(disk)).await;
+                    let ctx = self.clone();
+                    let refreshed = run_on(&SERIAL_POOL, move || {
+                        let _held = held;
+                        ctx.hosts().disk.refresh_disk(disk)
+                    });
+                    failed.extend(refreshed.await.map_err(Panicked)?.err());
+                }
+            }
+            Err(e) => failed.push(e),
+        }
+        // `output` is None only when `failed` holds its error, so the outcome is that error.
+        let outcome = csi_proxy_host::rescan_outcome(failed);
+        Ok(outcome.and_then(|()| output.map_or_else(|| Err(Error::internal("rescan failed")), Resp::from_output)))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Serialisation of mutating calls, shared by every backend: calls that change one disk (or a
-//! volume on it) run one at a time; different disks run in parallel; a rescan, which touches
-//! every disk, waits for all of them and holds them off while it runs.
+//! volume on it) run one at a time; different disks run in parallel. A rescan takes each disk in
+//! turn, like any other call on that disk, never all of them at once: a whole-host lock would
+//! make a rescan queued behind one hung disk hold off every other disk.
 //!
 //! Kubernetes retries, and several pods may stage volumes on one node at once; without this, two
 //! FormatVolume calls, or a PartitionDisk racing a MountVolume on the same disk, would interleave
@@ -14,7 +15,7 @@ use csi_proxy_host::{Error, Result};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, Semaphore};
+use tokio::sync::Semaphore;
 
 /// What a mutating call is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -33,8 +34,9 @@ pub enum Serial {
     /// The disk the volume is on (looked up by the caller), or the volume alone where volumes
     /// have no disk.
     Volume(String),
-    /// Every disk: a rescan.
-    All,
+    /// A rescan: nothing while its host-wide part runs, then every disk the host names
+    /// (`DiskHost::disks_to_refresh`) in turn, each under its own key, for its refresh.
+    EachDisk,
 }
 
 #[derive(Default)]
@@ -42,8 +44,6 @@ pub struct Locks(Arc<State>);
 
 #[derive(Default)]
 struct State {
-    /// Read side: one disk's work; write side: a rescan.
-    all: Arc<RwLock<()>>,
     /// One queue per key that is held or waited for; a key nobody holds or waits for has no
     /// entry, so the map is as large as the calls in flight, whatever keys clients send.
     keys: Mutex<HashMap<Key, Arc<Semaphore>>>,
@@ -77,18 +77,11 @@ impl Drop for Ticket {
 /// Held for the duration of one call's host work; owns what it holds, so it can move to the
 /// thread that does the work.
 pub struct Guard {
-    _ticket: Option<Ticket>,
-    _all: AllGuard,
-}
-
-enum AllGuard {
-    Shared(#[allow(dead_code)] OwnedRwLockReadGuard<()>),
-    Exclusive(#[allow(dead_code)] OwnedRwLockWriteGuard<()>),
+    _ticket: Ticket,
 }
 
 impl Locks {
-    /// Exclusive access to `key` (and shared access to the whole host). The key is waited for
-    /// first: calls queued on a busy disk hold nothing that a rescan or other disks wait for.
+    /// Exclusive access to `key`, FIFO among its waiters.
     pub async fn lock(&self, key: Key) -> Guard {
         let queue = {
             let mut keys = self.0.keys.lock().unwrap_or_else(PoisonError::into_inner);
@@ -102,13 +95,7 @@ impl Locks {
             ticket.holds = true;
         }
         drop(queue);
-        let all = AllGuard::Shared(self.0.all.clone().read_owned().await);
-        Guard { _ticket: Some(ticket), _all: all }
-    }
-
-    /// Exclusive access to every disk, for calls that touch them all (Rescan).
-    pub async fn lock_all(&self) -> Guard {
-        Guard { _ticket: None, _all: AllGuard::Exclusive(self.0.all.clone().write_owned().await) }
+        Guard { _ticket: ticket }
     }
 
     /// The lock for work on a volume: its disk's (`disk_of` looks it up), so that volume calls
@@ -195,22 +182,6 @@ mod tests {
         assert_eq!(max_inside(6, |i| Key::Disk(i as u32)), 6);
     }
 
-    #[test]
-    fn lock_all_excludes_every_disk() {
-        rt().block_on(async {
-            let locks = Arc::new(Locks::default());
-            let all = locks.lock_all().await;
-            let l = locks.clone();
-            let t = tokio::spawn(async move {
-                let _g = l.lock(Key::Disk(1)).await;
-            });
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            assert!(!t.is_finished(), "a disk lock waits for the rescan");
-            drop(all);
-            t.await.unwrap();
-        });
-    }
-
     /// A waiter that is dropped leaves the queue at once: the next one gets the key when the
     /// holder lets go, and an abandoned key leaves nothing behind.
     #[test]
@@ -252,30 +223,6 @@ mod tests {
             first.abort();
             tokio::time::timeout(Duration::from_secs(5), second).await.expect("second got the disk").unwrap();
             assert!(locks.held().is_empty());
-        });
-    }
-
-    /// A rescan queued behind a disk does not stop the queue of that disk from being cancelled,
-    /// and waiters on a busy disk do not hold off a rescan.
-    #[test]
-    fn waiters_on_a_busy_disk_do_not_hold_off_a_rescan() {
-        rt().block_on(async {
-            let locks = Arc::new(Locks::default());
-            let held = locks.lock(Key::Disk(1)).await;
-            let l = locks.clone();
-            let waiter = tokio::spawn(async move {
-                let _g = l.lock(Key::Disk(1)).await;
-            });
-            tokio::task::yield_now().await;
-            let l = locks.clone();
-            let rescan = tokio::spawn(async move {
-                let _g = l.lock_all().await;
-            });
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            assert!(!rescan.is_finished(), "the rescan waits for the disk being worked on");
-            drop(held);
-            tokio::time::timeout(Duration::from_secs(5), rescan).await.expect("rescan ran").unwrap();
-            tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("waiter ran").unwrap();
         });
     }
 

@@ -5,7 +5,7 @@
 //! server over its unix sockets:
 //!
 //! - calls of other APIs, on fresh connections, keep answering, and so does PartitionDisk on another
-//!   disk;
+//!   disk, even with a Rescan waiting for the hung disk;
 //! - the queued calls hold no thread (the process's thread count stays small);
 //! - cancelled calls leave the queue at once: after the clients give up, the next call on the
 //!   thawed disk runs right after the hung one, not after every cancelled one.
@@ -176,7 +176,13 @@ async fn check(s: &TestServer, scratch: &Scratch, mut hung: FrozenDisk, other: &
     for _ in 0..3 {
         assert_eq!(path_exists(s, scratch.path()).await, Ok(true), "PathExists while a disk hangs");
     }
-    // Calls on another disk neither wait behind the hung one nor fail.
+    // A rescan waits its turn on the hung disk, holding up no other disk meanwhile.
+    let rescan_conn = disk_channel(s).await;
+    let mut d = v1::disk_client::DiskClient::new(rescan_conn.clone());
+    let rescan = tokio::spawn(async move { d.rescan(v1::RescanRequest {}).await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!rescan.is_finished(), "the rescan waits for the hung disk");
+    // Calls on another disk neither wait behind the hung one (nor behind the rescan) nor fail.
     let c = disk_channel(s).await;
     let done = tokio::time::timeout(Duration::from_secs(20), partition(&c, other.number())).await;
     assert!(matches!(done, Ok(Ok(()))), "PartitionDisk on another disk while one hangs: {done:?}");
@@ -205,6 +211,9 @@ async fn check(s: &TestServer, scratch: &Scratch, mut hung: FrozenDisk, other: &
     hung.thaw();
     let held = tokio::time::timeout(Duration::from_secs(30), holder).await;
     assert!(matches!(held, Ok(Ok(Ok(())))), "the hung call completes once thawed: {held:?}");
+    // The rescan's outcome depends on every disk of this machine; that it ends is what counts.
+    let rescanned = tokio::time::timeout(Duration::from_secs(30), rescan).await;
+    assert!(matches!(rescanned, Ok(Ok(_))), "the rescan ends once the disk is thawed: {rescanned:?}");
     let c = disk_channel(s).await;
     let next = tokio::time::timeout(Duration::from_secs(5), partition(&c, hung.number)).await;
     assert!(matches!(next, Ok(Ok(()))), "the next call on the thawed disk: {next:?}");

@@ -625,7 +625,7 @@ fn rescan_shows_a_grown_loop_disk() {
     // Drop the kernel's partition behind our back: Rescan brings it back from the table.
     run(&["partx", "-d", "--nr", "1", l.dev.to_str().unwrap()]);
     assert!(kernel_partitions(&l).is_empty());
-    let (_, after) = grow_disk_and_partition(&b, &l, 96 * MIB, || b.rescan().unwrap());
+    let (_, after) = grow_disk_and_partition(&b, &l, 96 * MIB, || csi_proxy_host::rescan_and_refresh(&b).unwrap());
     assert_eq!(after.size, 94 * MIB);
 }
 

@@ -1,8 +1,9 @@
 #![cfg(unix)]
 //! Mutating calls on one disk are serialised by the server, whatever the backend: concurrent
 //! FormatVolume / MountVolume / PartitionDisk on volumes of one disk never overlap in the host,
-//! while calls on different disks do; Rescan runs alone. Checked through the socket against a
-//! memory host whose calls take time and record how many run at once per disk.
+//! while calls on different disks do; a Rescan refreshes each disk alone, and one waiting for a
+//! hung disk holds up no other. Checked through the socket against a memory host whose calls take
+//! time and record how many run at once per disk.
 
 use csi_proxy_host::memory::{MemoryHost, SimVolume};
 use csi_proxy_host::types::*;
@@ -11,7 +12,7 @@ use csi_proxy_stack_tests::{assert_status, TestServer};
 use csi_proxy_transport::ConnPolicy;
 use csi_proxy_wire::{v1, Group};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// Delegates to the memory host; the mutating calls sleep and count overlap per disk.
@@ -19,8 +20,9 @@ struct Slow {
     mem: Arc<MemoryHost>,
     /// (running now, most ever) per disk; key ALL counts every disk together.
     load: Mutex<HashMap<u32, (u32, u32)>>,
-    /// Times a rescan and other work were in the host at once.
-    rescan_overlaps: Mutex<u32>,
+    /// A disk whose work hangs until it is cleared.
+    hung: Mutex<Option<u32>>,
+    thawed: Condvar,
 }
 
 const ALL: u32 = u32::MAX;
@@ -35,11 +37,8 @@ impl Slow {
                 e.0 += 1;
                 e.1 = e.1.max(e.0);
             }
-            let rescans = l.get(&RESCAN).map_or(0, |e| e.0);
-            if rescans > 0 && l[&ALL].0 > 1 {
-                *self.rescan_overlaps.lock().unwrap() += 1;
-            }
         }
+        drop(self.thawed.wait_while(self.hung.lock().unwrap(), |h| *h == Some(disk)).unwrap());
         std::thread::sleep(Duration::from_millis(40));
         let out = f();
         let mut l = self.load.lock().unwrap();
@@ -55,6 +54,13 @@ impl Slow {
     fn most(&self, key: u32) -> u32 {
         self.load.lock().unwrap().get(&key).map_or(0, |e| e.1)
     }
+    fn running(&self, key: u32) -> u32 {
+        self.load.lock().unwrap().get(&key).map_or(0, |e| e.0)
+    }
+    fn hang(&self, disk: Option<u32>) {
+        *self.hung.lock().unwrap() = disk;
+        self.thawed.notify_all();
+    }
 }
 
 impl DiskHost for Slow {
@@ -66,6 +72,12 @@ impl DiskHost for Slow {
     }
     fn rescan(&self) -> Result<()> {
         self.busy(RESCAN, || self.mem.rescan())
+    }
+    fn disks_to_refresh(&self) -> Result<Vec<u32>> {
+        self.mem.disks_to_refresh()
+    }
+    fn refresh_disk(&self, disk: u32) -> Result<()> {
+        self.busy(disk, || self.mem.refresh_disk(disk))
     }
     fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
         self.mem.list_disk_ids()
@@ -140,7 +152,8 @@ async fn start() -> (TestServer, Arc<Slow>) {
             }
         }
     });
-    let slow = Arc::new(Slow { mem: mem.clone(), load: Mutex::new(HashMap::new()), rescan_overlaps: Mutex::new(0) });
+    let slow =
+        Arc::new(Slow { mem: mem.clone(), load: Mutex::default(), hung: Mutex::default(), thawed: Condvar::new() });
     let mut hosts = Hosts::from_one(mem.clone());
     hosts.disk = slow.clone();
     hosts.volume = slow.clone();
@@ -181,7 +194,7 @@ async fn one_disk_at_a_time_different_disks_together() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rescan_runs_alone() {
+async fn a_rescan_refreshes_each_disk_alone() {
     let (s, slow) = start().await;
     let disk_ch = s.channel(Group::Disk, "v1").await;
     let vol_ch = s.channel(Group::Volume, "v1").await;
@@ -199,9 +212,47 @@ async fn rescan_runs_alone() {
     for c in calls {
         c.await.unwrap();
     }
-    assert_eq!(slow.most(RESCAN), 1, "rescans overlapped each other");
-    assert_eq!(*slow.rescan_overlaps.lock().unwrap(), 0, "a rescan overlapped other work");
-    assert!(slow.most(ALL) >= 1);
+    assert_eq!(slow.most(0), 1, "a refresh overlapped other work on disk 0");
+    assert_eq!(slow.most(1), 1, "a refresh overlapped other work on disk 1");
+    assert_eq!(s.host.with(|st| (st.rescans, st.refreshes.clone())), (3, BTreeMap::from([(0, 3), (1, 3)])));
+}
+
+/// The rescan waits its turn on the hung disk, having refreshed the disk before it; meanwhile the
+/// other disk takes new work. (With one lock over every disk, the waiting rescan held it off.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rescan_waiting_for_a_hung_disk_holds_up_no_other_disk() {
+    let (s, slow) = start().await;
+    let disk_ch = s.channel(Group::Disk, "v1").await;
+    slow.hang(Some(1));
+    let mut d = v1::disk_client::DiskClient::new(disk_ch.clone());
+    let hung = tokio::spawn(async move { d.partition_disk(v1::PartitionDiskRequest { disk_number: 1 }).await });
+    let refreshed = |disk| s.host.with(|st| st.refreshes.get(&disk).copied().unwrap_or(0));
+    for _ in 0..500 {
+        if slow.running(1) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(slow.running(1), 1, "PartitionDisk hangs on disk 1");
+    let mut d = v1::disk_client::DiskClient::new(disk_ch.clone());
+    let rescan = tokio::spawn(async move { d.rescan(v1::RescanRequest {}).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut c = v1::volume_client::VolumeClient::new(s.channel(Group::Volume, "v1").await);
+    let other = tokio::time::timeout(
+        Duration::from_secs(5),
+        c.format_volume(v1::FormatVolumeRequest { volume_id: "vol-0-2".into() }),
+    )
+    .await;
+    assert!(matches!(other, Ok(Ok(_))), "FormatVolume on disk 0 while a rescan waits for hung disk 1: {other:?}");
+    assert!(!rescan.is_finished() && !hung.is_finished());
+    assert_eq!((refreshed(0), refreshed(1)), (1, 0), "the rescan got past disk 0 and waits for disk 1");
+
+    slow.hang(None);
+    hung.await.unwrap().unwrap();
+    rescan.await.unwrap().unwrap();
+    assert_eq!((refreshed(0), refreshed(1)), (1, 1));
+    assert_eq!(slow.most(1), 1);
 }
 
 #[tokio::test]

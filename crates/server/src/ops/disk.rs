@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 op!(ListDiskLocations {} -> BTreeMap<u32, DiskLocation>, |_s, ctx| ctx.hosts().disk.list_disk_locations());
 op!(PartitionDisk { disk: u32 } -> (), serial |s| Ok(Serial::Disk(s.disk)),
     |s, ctx| ctx.hosts().disk.partition_disk(s.disk));
-op!(Rescan {} -> (), serial |_s| Ok(Serial::All), |_s, ctx| ctx.hosts().disk.rescan());
+op!(
+    /// The host-wide part; the server then refreshes each disk under its own lock.
+    Rescan {} -> (), serial |_s| Ok(Serial::EachDisk), |_s, ctx| ctx.hosts().disk.rescan()
+);
 op!(ListDiskIds {} -> BTreeMap<u32, DiskIds>, |_s, ctx| ctx.hosts().disk.list_disk_ids());
 op!(GetDiskStats { disk: u32 } -> u64, |s, ctx| ctx.hosts().disk.disk_size(s.disk));
 op!(SetDiskState { disk: u32, online: bool } -> (), serial |s| Ok(Serial::Disk(s.disk)),

@@ -187,39 +187,38 @@ impl DiskHost for Block {
         self.partition(&self.disk(disk)?)
     }
 
-    /// SCSI host scans and capacity re-reads, then every disk refreshed. A failing step does not
-    /// stop the others (SCSI scans failing, say in a container with a read-only /sys, still leave
-    /// the loop and GPT refresh to do); the error names every failure. A disk this process may not
-    /// open at all (EPERM/EACCES: a device cgroup, a sandbox) is skipped and logged: it is not
-    /// ours to serve, and it must not make every Rescan fail.
+    /// SCSI host scans and capacity re-reads (`rescan_scsi`); each disk's table is re-read
+    /// afterwards by `refresh_disk`, under that disk's lock.
     fn rescan(&self) -> Result<()> {
-        let mut failed = Vec::new();
-        if let Err(e) = self.rescan_scsi() {
-            tracing::warn!("rescan: {e}");
-            failed.push(e);
-        }
-        match self.disks() {
-            Ok(disks) => {
-                for disk in disks {
-                    match self.refresh(&disk) {
-                        Ok(()) => {}
-                        Err(Error::PermissionDenied(e)) => tracing::debug!("rescan: skipping {}: {e}", disk.name),
-                        Err(e) => {
-                            tracing::warn!("rescan: {e}");
-                            failed.push(e);
-                        }
-                    }
-                }
+        self.rescan_scsi().inspect_err(|e| tracing::warn!("rescan: {e}"))
+    }
+
+    fn disks_to_refresh(&self) -> Result<Vec<u32>> {
+        Ok(self.disks()?.iter().map(|d| d.number).collect())
+    }
+
+    /// A disk gone since it was listed is skipped; so is one this process may not open at all
+    /// (EPERM/EACCES: a device cgroup, a sandbox): it is not ours to serve, and it must not make
+    /// every Rescan fail.
+    fn refresh_disk(&self, disk: u32) -> Result<()> {
+        let found = match self.disk(disk) {
+            Ok(found) => found,
+            Err(Error::NotFound(e)) => {
+                tracing::debug!("rescan: skipping disk {disk}: {e}");
+                return Ok(());
             }
-            Err(e) => failed.push(e),
-        }
-        match failed.len() {
-            0 => Ok(()),
-            1 => Err(failed.pop().unwrap()),
-            n => Err(Error::internal(format!(
-                "rescan failed ({n} errors): {}",
-                failed.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")
-            ))),
+            Err(e) => return Err(e),
+        };
+        match self.refresh(&found) {
+            Err(Error::PermissionDenied(e)) => {
+                tracing::debug!("rescan: skipping {}: {e}", found.name);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!("rescan: {e}");
+                Err(e)
+            }
+            Ok(()) => Ok(()),
         }
     }
 }

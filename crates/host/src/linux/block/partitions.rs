@@ -833,7 +833,6 @@ impl Block {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DiskHost;
 
     #[test]
     fn volume_ids_round_trip() {
@@ -998,9 +997,11 @@ mod tests {
         std::fs::create_dir_all(root.join("sys/class/block/vda")).unwrap();
         std::fs::write(root.join("sys/class/block/vda/dev"), "252:0\n").unwrap();
         std::fs::write(root.join("sys/class/block/vda/size"), "2048\n").unwrap();
+        std::fs::create_dir_all(root.join("sys/dev/block")).unwrap();
+        std::os::unix::fs::symlink("../../class/block/vda", root.join("sys/dev/block/252:0")).unwrap();
         std::fs::create_dir_all(root.join("dev")).unwrap();
         let b = Block::with_roots(&root.join("sys"), &root.join("dev"), Roots::default(), FsType::Ext4);
-        let err = b.rescan().unwrap_err().to_string();
+        let err = crate::rescan_and_refresh(&b).unwrap_err().to_string();
         let node = root.join("dev/vda").display().to_string();
         std::fs::remove_dir_all(&root).unwrap();
         assert!(err.contains("SCSI rescan failed") && err.contains("host0/scan"), "{err}");
