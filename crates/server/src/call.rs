@@ -10,7 +10,7 @@ use csi_proxy_host::{Error, Result};
 use csi_proxy_wire::Caller;
 use std::fmt::Debug;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tonic::{Code, Request, Response, Status};
@@ -22,6 +22,11 @@ pub trait Op: Debug + Send + 'static {
     /// invalid request is refused before it waits for anything).
     fn serial(&self) -> Result<Serial> {
         Ok(Serial::None)
+    }
+    /// Host work of a few metadata syscalls (a stat, a mkdir, a sysfs read): such a call may run
+    /// on the async worker that serves it (see [`InlineSlot`]) instead of a pool thread.
+    fn quick(&self) -> bool {
+        false
     }
     fn run(self, ctx: &Context) -> Result<Self::Output>;
 }
@@ -97,6 +102,7 @@ impl Context {
         Resp: FromOutput<<Req::Op as Op>::Output> + Send + 'static,
     {
         let start = Instant::now();
+        let _flying = Flying::start();
         if let Some(o) = &self.0.observer {
             o.started(service, method);
         }
@@ -201,6 +207,12 @@ impl Context {
                 }
             }
         };
+        if op.quick() && guard.is_none() {
+            if let Some(_slot) = InlineSlot::take() {
+                let done = catch_unwind(AssertUnwindSafe(|| op.run(self).and_then(Resp::from_output)));
+                return (done.map_err(|p| Panicked(payload_message(p.as_ref()))), shown, audited);
+            }
+        }
         let ctx = self.clone();
         let done = run_on(pool, move || {
             let _held = guard;
@@ -247,6 +259,70 @@ impl Context {
         // `output` is None only when `failed` holds its error, so the outcome is that error.
         let outcome = csi_proxy_host::rescan_outcome(failed);
         Ok(outcome.and_then(|()| output.map_or_else(|| Err(Error::internal("rescan failed")), Resp::from_output)))
+    }
+}
+
+/// The one call at a time whose host work runs on the async worker that serves it, saving the two
+/// thread hand-offs of the pool (to a pool thread and back), which cost more than a stat. Only
+/// quick calls that hold no lock, and only on a runtime of two workers or more: host work that
+/// hangs here holds one worker (the others, and the pool, serve on), and only one, since every
+/// other call meanwhile uses the pool.
+///
+/// While other calls are in flight, a worker busy with host work is not reading, writing or
+/// handing out theirs: then only host work that has lately been cheaper than a hand-off
+/// ([`QUICK_ENOUGH`], a running average of what the inline calls took) runs here. Under Wine,
+/// where a stat is several round trips to the wineserver, that keeps busy servers on the pool.
+struct InlineSlot {
+    started: Instant,
+}
+
+static INLINE_BUSY: AtomicBool = AtomicBool::new(false);
+/// Running average of the inline calls' host work, in ns (written only by the slot's holder).
+static INLINE_COST_NS: AtomicU64 = AtomicU64::new(0);
+/// Calls of this process between their request and their answer.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Host work at most this long (on average) runs inline even while other calls are in flight.
+const QUICK_ENOUGH: Duration = Duration::from_micros(20);
+
+impl InlineSlot {
+    fn take() -> Option<InlineSlot> {
+        let workers = tokio::runtime::Handle::try_current().map_or(0, |h| h.metrics().num_workers());
+        if workers < 2 {
+            return None;
+        }
+        let alone = IN_FLIGHT.load(Ordering::Relaxed) <= 1;
+        if !alone && INLINE_COST_NS.load(Ordering::Relaxed) > QUICK_ENOUGH.as_nanos() as u64 {
+            return None;
+        }
+        INLINE_BUSY.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).ok()?;
+        Some(InlineSlot { started: Instant::now() })
+    }
+}
+
+impl Drop for InlineSlot {
+    fn drop(&mut self) {
+        let took = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let average = INLINE_COST_NS.load(Ordering::Relaxed);
+        // An eighth of each new sample: a few slow calls move it, one outlier does not.
+        let average = average - average / 8 + took / 8;
+        INLINE_COST_NS.store(average, Ordering::Relaxed);
+        INLINE_BUSY.store(false, Ordering::Release);
+    }
+}
+
+/// Counts a call in flight until dropped (also when the call is cancelled).
+struct Flying;
+
+impl Flying {
+    fn start() -> Flying {
+        IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+        Flying
+    }
+}
+
+impl Drop for Flying {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -12,7 +12,7 @@ op!(
     Rescan {} -> (), serial |_s| Ok(Serial::EachDisk), |_s, ctx| ctx.hosts().disk.rescan()
 );
 op!(ListDiskIds {} -> BTreeMap<u32, DiskIds>, |_s, ctx| ctx.hosts().disk.list_disk_ids());
-op!(GetDiskStats { disk: u32 } -> u64, |s, ctx| ctx.hosts().disk.disk_size(s.disk));
+op!(GetDiskStats { disk: u32 } -> u64, quick |s, ctx| ctx.hosts().disk.disk_size(s.disk));
 op!(SetDiskState { disk: u32, online: bool } -> (), serial |s| Ok(Serial::Disk(s.disk)),
     |s, ctx| ctx.hosts().disk.set_disk_online(s.disk, s.online));
 op!(GetDiskState { disk: u32 } -> bool, |s, ctx| ctx.hosts().disk.disk_online(s.disk));
