@@ -303,7 +303,7 @@ impl Drop for InlineSlot {
     fn drop(&mut self) {
         let took = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let average = INLINE_COST_NS.load(Ordering::Relaxed);
-        // An eighth of each new sample: a few slow calls move it, one outlier does not.
+        // Each new sample counts for an eighth: the average follows the last few dozen calls.
         let average = average - average / 8 + took / 8;
         INLINE_COST_NS.store(average, Ordering::Relaxed);
         INLINE_BUSY.store(false, Ordering::Release);
