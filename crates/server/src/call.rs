@@ -11,7 +11,7 @@ use csi_proxy_wire::Caller;
 use std::fmt::Debug;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tonic::{Code, Request, Response, Status};
 
@@ -64,17 +64,28 @@ pub fn host_threads() -> (usize, usize) {
 
 /// Runs `work` on `pool`; a panic in it is returned as its message. Dropping the future before
 /// the work started cancels it (the work, and what it owns, such as a lock guard, is dropped
-/// unrun); work already running finishes on its thread.
-async fn run_on<T: Send + 'static>(
+/// unrun); work already running finishes on its thread. With `pending`, the audited call's end
+/// record is settled with the job: the job does not start once the call is cancelled, and a job
+/// that ends after its caller has gone writes the end record itself (see [`Pending`]).
+async fn run_on<R: Send + 'static>(
     pool: &'static Pool,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> std::result::Result<T, String> {
+    pending: Option<Arc<Pending>>,
+    work: impl FnOnce() -> Result<R> + Send + 'static,
+) -> std::result::Result<Result<R>, String> {
     let (tx, mut rx) = tokio::sync::oneshot::channel();
     let job = Box::new(move || {
-        if tx.is_closed() {
+        let go = match &pending {
+            Some(pending) => pending.begin(),
+            None => !tx.is_closed(),
+        };
+        if !go {
             return;
         }
-        let _ = tx.send(catch_unwind(AssertUnwindSafe(work)).map_err(|p| payload_message(p.as_ref())));
+        let done = catch_unwind(AssertUnwindSafe(work)).map_err(|p| payload_message(p.as_ref()));
+        if let Some(pending) = &pending {
+            pending.worked(&done);
+        }
+        let _ = tx.send(done);
     });
     if pool.submit(job) == Submitted::Queued {
         loop {
@@ -106,20 +117,14 @@ impl Context {
         if let Some(o) = &self.0.observer {
             o.started(service, method);
         }
-        let audit = self.0.audit.as_deref().filter(|a| a.read_only_calls() || !is_read_only(method)).map(|sink| {
+        let audit = self.0.audit.as_ref().filter(|a| a.read_only_calls() || !is_read_only(method)).map(|sink| {
             let caller = request.extensions().get::<Arc<Caller>>().cloned();
-            Audit { sink, call: NEXT_CALL.fetch_add(1, Ordering::Relaxed), caller, service, method }
+            let call = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
+            Audit { sink: sink.clone(), call, caller, service, method, start }
         });
         // Also returns the request as logged, rendered only when it will be written (one line
         // per call, together with the outcome, after the work).
-        let (result, shown, audited) = match self.serve::<Req, Resp>(request.into_inner(), audit.as_ref()).await {
-            (Err(Panicked(why)), shown, audited) => (
-                Err(Error::internal(format!("{service}/{method} failed: the handler panicked ({why})"))),
-                shown,
-                audited,
-            ),
-            (Ok(result), shown, audited) => (result, shown, audited),
-        };
+        let (result, shown) = self.serve::<Req, Resp>((service, method), request.into_inner(), audit).await;
         let elapsed = start.elapsed();
         let code = match &result {
             Ok(_) => Code::Ok,
@@ -127,11 +132,6 @@ impl Context {
         };
         if let Some(o) = &self.0.observer {
             o.handled(service, method, go_code_name(code), elapsed);
-        }
-        if let Some(audit) = &audit {
-            let status = result.as_ref().err().map(to_status);
-            let message = status.as_ref().map(|s| s.message());
-            audit.ended(audited, go_code_name(code), message, elapsed);
         }
         // Requests and errors can quote values of any size: the log line is bounded like the
         // status (see `bound_message`).
@@ -155,13 +155,10 @@ impl Context {
         }
     }
 
-    /// Conversion and validation here (cheap, no host), the lock awaited here, the host work on
-    /// a pool thread, holding the lock until it ends.
-    async fn serve<Req, Resp>(
-        &self,
-        message: Req,
-        audit: Option<&Audit<'_>>,
-    ) -> (std::result::Result<Result<Resp>, Panicked>, Option<String>, Audited)
+    /// Conversion and validation here (cheap, no host), then the audit's start record, the lock
+    /// awaited here, the host work on a pool thread holding the lock until it ends, and the end
+    /// record. A panic is turned into the `Internal` error the client gets.
+    async fn serve<Req, Resp>(&self, name: Name, message: Req, audit: Option<Audit>) -> (Result<Resp>, Option<String>)
     where
         Req: IntoOp,
         Resp: FromOutput<<Req::Op as Op>::Output> + Send + 'static,
@@ -171,55 +168,76 @@ impl Context {
             let serial = op.serial()?;
             Ok((op, serial))
         }));
-        let (op, serial) = match prepared {
-            Ok(Ok(prepared)) => prepared,
-            Ok(Err(e)) => return (Ok(Err(e)), None, Audited::Refused),
-            Err(p) => return (Err(Panicked(payload_message(p.as_ref()))), None, Audited::Refused),
+        let (op, serial) = match prepared.unwrap_or_else(|p| Err(panicked(name, &payload_message(p.as_ref())))) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                if let Some(audit) = &audit {
+                    audit.refused(&e);
+                }
+                return (Err(e), None);
+            }
         };
         let logged = tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG);
         let shown = (logged || audit.is_some()).then(|| format!("{op:?}"));
-        let audited = match audit {
-            None => Audited::Started,
+        let end = match audit {
+            None => None,
             Some(audit) => match audit.started(shown.as_deref().unwrap_or_default()) {
-                Ok(()) => Audited::Started,
-                Err(e) => return (Ok(Err(e)), logged.then_some(shown).flatten(), Audited::StartFailed),
+                Ok(()) => Some(EndRecord(Arc::new(Pending { audit, stage: Mutex::new(Stage::Waiting) }))),
+                Err(e) => return (Err(e), logged.then_some(shown).flatten()),
             },
         };
         let shown = logged.then_some(shown).flatten();
+        let pending = end.as_ref().map(|e| e.0.clone());
+        let result = self.work::<Req::Op, Resp>(name, op, serial, pending).await;
+        if let Some(end) = end {
+            end.finish(&result);
+        }
+        (result, shown)
+    }
+
+    /// The operation's host work, under the lock its `serial` names.
+    async fn work<O, Resp>(&self, name: Name, op: O, serial: Serial, pending: Option<Arc<Pending>>) -> Result<Resp>
+    where
+        O: Op,
+        Resp: FromOutput<O::Output> + Send + 'static,
+    {
         let (pool, guard) = match serial {
             Serial::None => (quick_pool(), None),
             Serial::Disk(disk) => (&SERIAL_POOL, Some(self.locks().lock(Key::Disk(disk)).await)),
-            Serial::EachDisk => return (self.run_then_refresh(op).await, shown, audited),
+            Serial::EachDisk => {
+                if let Some(pending) = &pending {
+                    pending.stepping();
+                }
+                return self.run_then_refresh(op).await.unwrap_or_else(|Panicked(why)| Err(panicked(name, &why)));
+            }
             Serial::Volume(volume) => {
                 let disk_of = || {
                     let (ctx, volume) = (self.clone(), volume.clone());
                     async move {
-                        run_on(quick_pool(), move || ctx.hosts().volume.disk_number_of_volume(&volume))
+                        run_on(quick_pool(), None, move || ctx.hosts().volume.disk_number_of_volume(&volume))
                             .await
                             .unwrap_or_else(|why| {
                                 Err(Error::internal(format!("looking up the disk of a volume panicked ({why})")))
                             })
                     }
                 };
-                match self.locks().lock_volume(&volume, disk_of).await {
-                    Ok(guard) => (&SERIAL_POOL, Some(guard)),
-                    Err(e) => return (Ok(Err(e)), shown, audited),
-                }
+                (&SERIAL_POOL, Some(self.locks().lock_volume(&volume, disk_of).await?))
             }
         };
         if op.quick() && guard.is_none() {
             if let Some(_slot) = InlineSlot::take() {
+                // Runs to its end within this poll: a cancellation cannot land in the middle.
                 let done = catch_unwind(AssertUnwindSafe(|| op.run(self).and_then(Resp::from_output)));
-                return (done.map_err(|p| Panicked(payload_message(p.as_ref()))), shown, audited);
+                return done.unwrap_or_else(|p| Err(panicked(name, &payload_message(p.as_ref()))));
             }
         }
         let ctx = self.clone();
-        let done = run_on(pool, move || {
+        let done = run_on(pool, pending.clone(), move || {
             let _held = guard;
             op.run(&ctx).and_then(Resp::from_output)
         })
         .await;
-        (done.map_err(Panicked), shown, audited)
+        done.unwrap_or_else(|why| Err(panicked(name, &why)))
     }
 }
 
@@ -234,7 +252,7 @@ impl Context {
     {
         let ctx = self.clone();
         let mut failed = Vec::new();
-        let output = match run_on(&SERIAL_POOL, move || op.run(&ctx)).await.map_err(Panicked)? {
+        let output = match run_on(&SERIAL_POOL, None, move || op.run(&ctx)).await.map_err(Panicked)? {
             Ok(output) => Some(output),
             Err(e) => {
                 failed.push(e);
@@ -242,12 +260,12 @@ impl Context {
             }
         };
         let ctx = self.clone();
-        match run_on(quick_pool(), move || ctx.hosts().disk.disks_to_refresh()).await.map_err(Panicked)? {
+        match run_on(quick_pool(), None, move || ctx.hosts().disk.disks_to_refresh()).await.map_err(Panicked)? {
             Ok(disks) => {
                 for disk in disks {
                     let held = self.locks().lock(Key::Disk(disk)).await;
                     let ctx = self.clone();
-                    let refreshed = run_on(&SERIAL_POOL, move || {
+                    let refreshed = run_on(&SERIAL_POOL, None, move || {
                         let _held = held;
                         ctx.hosts().disk.refresh_disk(disk)
                     });
@@ -329,27 +347,37 @@ impl Drop for Flying {
 /// Numbers the audited calls of this process, pairing start and end records.
 static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
-/// How far a call got with its audit records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Audited {
-    /// Refused before its work (invalid request): no start record.
-    Refused,
-    /// Its start record is written (or it is not audited).
-    Started,
-    /// Its start record could not be written: it did not run.
-    StartFailed,
+/// A call's service and method (`v1.Disk`, `PartitionDisk`).
+type Name = (&'static str, &'static str);
+
+/// The `Internal` error of a call whose conversion or host work panicked.
+fn panicked((service, method): Name, why: &str) -> Error {
+    Error::internal(format!("{service}/{method} failed: the handler panicked ({why})"))
+}
+
+/// The code (as Go names it) and message a client gets for `result`.
+fn outcome_of<T>(result: &Result<T>) -> (&'static str, Option<String>) {
+    match result {
+        Ok(_) => (go_code_name(Code::Ok), None),
+        Err(e) => error_outcome(e),
+    }
+}
+
+fn error_outcome(e: &Error) -> (&'static str, Option<String>) {
+    (go_code_name(code_of(e)), Some(to_status(e).message().to_string()))
 }
 
 /// One audited call: where its records go and what they all say.
-struct Audit<'a> {
-    sink: &'a dyn AuditSink,
+struct Audit {
+    sink: Arc<dyn AuditSink>,
     call: u64,
     caller: Option<Arc<Caller>>,
     service: &'static str,
     method: &'static str,
+    start: Instant,
 }
 
-impl Audit<'_> {
+impl Audit {
     fn record(&self, event: Event) -> Record<'_> {
         Record {
             event,
@@ -379,18 +407,134 @@ impl Audit<'_> {
         })
     }
 
-    /// Writes the end (or refused) record of a call that got as far as `audited`.
-    fn ended(&self, audited: Audited, code: &'static str, message: Option<&str>, elapsed: Duration) {
-        let event = match audited {
-            Audited::StartFailed => return,
-            Audited::Refused => Event::Refused,
-            Audited::Started => Event::End,
-        };
-        let record = Record { code: Some(code), message, duration: Some(elapsed), ..self.record(event) };
+    /// The record of a request that could not be read as an operation (no start record).
+    fn refused(&self, e: &Error) {
+        let (code, message) = error_outcome(e);
+        self.write_last(Event::Refused, code, message.as_deref());
+    }
+
+    /// Writes the end (or refused) record.
+    fn write_last(&self, event: Event, code: &'static str, message: Option<&str>) {
+        let duration = Some(self.start.elapsed());
+        let record = Record { code: Some(code), message, duration, ..self.record(event) };
         if let Err(e) = self.sink.write(&record) {
             tracing::error!(target: "csi_proxy::audit", service = self.service, method = self.method,
                 call = self.call, error = %e, "cannot write the audit record of a finished call");
         }
+    }
+}
+
+/// Where an audited call is, for whoever writes its end record: the call when it ends, or, when
+/// its client cancels it (the handler is dropped), the handler's drop if no host work is running,
+/// else the host work's thread once that work ends. Exactly one of them writes it.
+enum Stage {
+    /// Before its host work (or waiting for its disk): cancelling it means nothing was done.
+    Waiting,
+    /// Its host work runs on a pool thread.
+    Running,
+    /// Its host work ended with this outcome, not yet taken by the handler.
+    Finished(&'static str, Option<String>),
+    /// Cancelled while its host work ran: that work's thread writes the end record.
+    Abandoned,
+    /// A rescan, stepping through its host-wide work and the disks one by one.
+    Stepping,
+    /// The end record is written.
+    Ended,
+}
+
+/// The end record of an audited call whose start record is written.
+struct Pending {
+    audit: Audit,
+    stage: Mutex<Stage>,
+}
+
+/// What an end record adds when the client did not wait for the outcome it records.
+const CLIENT_GONE: &str = "the client cancelled the call while its host work ran; the work ran to its end";
+
+impl Pending {
+    fn stage(&self) -> std::sync::MutexGuard<'_, Stage> {
+        self.stage.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The host work's thread, about to start it: false if the call was cancelled meanwhile
+    /// (its end record says nothing was done, so nothing may be).
+    fn begin(&self) -> bool {
+        let mut stage = self.stage();
+        match *stage {
+            Stage::Waiting => {
+                *stage = Stage::Running;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The host work's thread, its work done: keeps the outcome for the handler, or writes it
+    /// when the handler is gone.
+    fn worked<R>(&self, done: &std::result::Result<Result<R>, String>) {
+        let (code, message) = match done {
+            Ok(result) => outcome_of(result),
+            Err(why) => error_outcome(&panicked((self.audit.service, self.audit.method), why)),
+        };
+        let mut stage = self.stage();
+        if matches!(*stage, Stage::Abandoned) {
+            *stage = Stage::Ended;
+            drop(stage);
+            let message = match message {
+                Some(m) => format!("{m} ({CLIENT_GONE})"),
+                None => CLIENT_GONE.to_string(),
+            };
+            self.audit.write_last(Event::End, code, Some(&message));
+        } else {
+            *stage = Stage::Finished(code, message);
+        }
+    }
+
+    /// A rescan's handler, about to start its steps.
+    fn stepping(&self) {
+        *self.stage() = Stage::Stepping;
+    }
+}
+
+/// The handler's hold on a pending end record: [`EndRecord::finish`] writes it with the call's
+/// outcome; dropped unfinished (the client cancelled), it settles the record by the call's stage.
+struct EndRecord(Arc<Pending>);
+
+impl EndRecord {
+    fn finish<T>(self, result: &Result<T>) {
+        *self.0.stage() = Stage::Ended;
+        let (code, message) = outcome_of(result);
+        self.0.audit.write_last(Event::End, code, message.as_deref());
+    }
+}
+
+impl Drop for EndRecord {
+    fn drop(&mut self) {
+        let mut stage = self.0.stage();
+        let (code, message) = match std::mem::replace(&mut *stage, Stage::Ended) {
+            // Only this drop abandons a call, so Abandoned is not seen here; either way the
+            // record is someone else's to write.
+            Stage::Ended | Stage::Abandoned => return,
+            Stage::Running => {
+                *stage = Stage::Abandoned;
+                return;
+            }
+            Stage::Waiting => (
+                go_code_name(Code::Cancelled),
+                "the client cancelled the call before its host work began; nothing was done".to_string(),
+            ),
+            Stage::Stepping => (
+                go_code_name(Code::Cancelled),
+                "the client cancelled the rescan part-way: the step under way ran to its end, later ones were not done"
+                    .to_string(),
+            ),
+            Stage::Finished(code, message) => match message {
+                Some(m) => (code, format!("{m} ({CLIENT_GONE})")),
+                None => (code, CLIENT_GONE.to_string()),
+            },
+        };
+        drop(stage);
+        self.0.audit.write_last(Event::End, code, Some(&message));
     }
 }
 

@@ -217,7 +217,7 @@ async fn secrets_never_reach_the_records() {
     assert!(r[0].request.as_deref().unwrap().contains(r"DOMAIN\\alice"), "{:?}", r[0]);
 }
 
-/// A filesystem whose Mkdir of a path ending in `slow` waits until told to go on.
+/// A filesystem whose Mkdir or Rmdir of a path ending in `slow` waits until told to go on.
 struct SlowMkdir {
     inner: Arc<MemoryHost>,
     entered: Mutex<mpsc::Sender<()>>,
@@ -236,6 +236,10 @@ impl FilesystemHost for SlowMkdir {
         self.inner.mkdir(path)
     }
     fn rmdir(&self, path: &str, force: bool) -> csi_proxy_host::Result<()> {
+        if path.ends_with("slow") {
+            self.entered.lock().unwrap().send(()).unwrap();
+            self.go.lock().unwrap().recv().unwrap();
+        }
         self.inner.rmdir(path, force)
     }
     fn rmdir_contents(&self, path: &str) -> csi_proxy_host::Result<()> {
@@ -286,4 +290,139 @@ async fn a_slow_call_keeps_its_start_and_end_paired_while_others_finish() {
         let mine: Vec<Event> = r.iter().filter(|x| x.call == k.call).map(|x| x.event).collect();
         assert_eq!(mine, [Event::Start, Event::End], "call {}", k.call);
     }
+}
+
+/// Waits (a bounded time) until the sink holds `n` records.
+async fn wait_for_records(sink: &Sink, n: usize) -> Vec<Kept> {
+    for _ in 0..500 {
+        let r = sink.records();
+        if r.len() >= n {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never {n} records: {:#?}", sink.records());
+}
+
+/// A client that gives up on a call whose host work has begun does not stop that work; the
+/// call's end record is written when the work ends, with its real outcome, saying the client left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_while_its_host_work_runs_is_recorded_when_the_work_ends() {
+    let host = Arc::new(MemoryHost::new());
+    host.mkdir(r"C:\var\lib\kubelet\slow").unwrap();
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let mut hosts = Hosts::from_one(host.clone());
+    hosts.filesystem =
+        Arc::new(SlowMkdir { inner: host.clone(), entered: Mutex::new(entered_tx), go: Mutex::new(go_rx) });
+    let sink = Arc::new(Sink::default());
+    let ctx = Context::new(hosts, Config::default()).with_audit(sink.clone());
+
+    let call = tokio::spawn({
+        let ctx = ctx.clone();
+        async move {
+            let req = from_caller(v1::RmdirRequest { path: r"C:\var\lib\kubelet\slow".into(), force: false });
+            ctx.unary::<_, v1::RmdirResponse>("v1.Filesystem", "Rmdir", req).await
+        }
+    });
+    tokio::task::spawn_blocking(move || entered_rx.recv().unwrap()).await.unwrap();
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    let r = sink.records();
+    assert_eq!(r.iter().map(|k| k.event).collect::<Vec<_>>(), [Event::Start], "{r:#?}");
+
+    go_tx.send(()).unwrap();
+    let r = wait_for_records(&sink, 2).await;
+    let end = &r[1];
+    assert_eq!((end.event, end.call, end.code), (Event::End, r[0].call, Some("OK")), "{r:#?}");
+    assert!(
+        end.message.as_deref().unwrap().contains("the client cancelled the call while its host work ran"),
+        "{end:?}"
+    );
+    assert!(!host.path_exists(r"C:\var\lib\kubelet\slow").unwrap(), "the work ran to its end");
+}
+
+/// Delegates to the memory host; PartitionDisk waits until told to go on and counts its runs.
+struct HeldDisk {
+    inner: Arc<MemoryHost>,
+    entered: Mutex<mpsc::Sender<()>>,
+    go: Mutex<mpsc::Receiver<()>>,
+    partitioned: std::sync::atomic::AtomicU32,
+}
+
+impl csi_proxy_host::DiskHost for HeldDisk {
+    fn list_disk_locations(
+        &self,
+    ) -> csi_proxy_host::Result<std::collections::BTreeMap<u32, csi_proxy_host::types::DiskLocation>> {
+        self.inner.list_disk_locations()
+    }
+    fn partition_disk(&self, disk: u32) -> csi_proxy_host::Result<()> {
+        self.partitioned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.entered.lock().unwrap().send(()).unwrap();
+        self.go.lock().unwrap().recv().unwrap();
+        self.inner.partition_disk(disk)
+    }
+    fn rescan(&self) -> csi_proxy_host::Result<()> {
+        self.inner.rescan()
+    }
+    fn list_disk_ids(&self) -> csi_proxy_host::Result<std::collections::BTreeMap<u32, csi_proxy_host::types::DiskIds>> {
+        self.inner.list_disk_ids()
+    }
+    fn disk_size(&self, disk: u32) -> csi_proxy_host::Result<u64> {
+        self.inner.disk_size(disk)
+    }
+    fn set_disk_online(&self, disk: u32, online: bool) -> csi_proxy_host::Result<()> {
+        self.inner.set_disk_online(disk, online)
+    }
+    fn disk_online(&self, disk: u32) -> csi_proxy_host::Result<bool> {
+        self.inner.disk_online(disk)
+    }
+}
+
+/// A call cancelled while it waits for its disk did nothing, and its end record says so at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_while_waiting_for_its_disk_is_recorded_as_not_done() {
+    let host = Arc::new(MemoryHost::sample());
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let disk = Arc::new(HeldDisk {
+        inner: host.clone(),
+        entered: Mutex::new(entered_tx),
+        go: Mutex::new(go_rx),
+        partitioned: Default::default(),
+    });
+    let mut hosts = Hosts::from_one(host);
+    hosts.disk = disk.clone();
+    let sink = Arc::new(Sink::default());
+    let ctx = Context::new(hosts, Config::default()).with_audit(sink.clone());
+    let partition = |ctx: Context| async move {
+        let req = from_caller(v1::PartitionDiskRequest { disk_number: 0 });
+        ctx.unary::<_, v1::PartitionDiskResponse>("v1.Disk", "PartitionDisk", req).await
+    };
+
+    let first = tokio::spawn(partition(ctx.clone()));
+    let entered_rx = tokio::task::spawn_blocking(move || {
+        entered_rx.recv().unwrap();
+        entered_rx
+    })
+    .await
+    .unwrap();
+    // The second call on the same disk writes its start record, then waits for the first.
+    let second = tokio::spawn(partition(ctx.clone()));
+    let r = wait_for_records(&sink, 2).await;
+    let second_call = r[1].call;
+    second.abort();
+    assert!(second.await.unwrap_err().is_cancelled());
+    let r = wait_for_records(&sink, 3).await;
+    let end = &r[2];
+    assert_eq!((end.event, end.call, end.code), (Event::End, second_call, Some("Canceled")), "{r:#?}");
+    assert!(end.message.as_deref().unwrap().contains("before its host work began; nothing was done"), "{end:?}");
+
+    go_tx.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    drop(entered_rx);
+    let r = sink.records();
+    assert_eq!(r.len(), 4, "{r:#?}");
+    assert_eq!((r[3].event, r[3].call, r[3].code), (Event::End, r[0].call, Some("OK")));
+    assert_eq!(disk.partitioned.load(std::sync::atomic::Ordering::SeqCst), 1, "the cancelled call did not run");
 }
