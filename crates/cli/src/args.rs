@@ -30,14 +30,20 @@ Any call:
                           in the .proto or in lowerCamelCase; default {}), and prints the answer
                           as JSON. Example:
                             csi-proxyctl call filesystem/v1 PathExists '{\"path\": \"C:\\\\var\"}'
+                          The request may also be '-' (read from standard input) or '@FILE'
+                          (read from FILE): use one of these for a request with a password or
+                          CHAP secret, which on the command line anyone could read with ps.
                           A mutating method (anything but Get*, List*, Is*, PathExists,
-                          DiskStats, VolumeStats) asks for confirmation on the terminal;
-                          without a terminal it is refused unless --yes is given.
+                          DiskStats, VolumeStats) asks for confirmation on the terminal,
+                          showing the request with its secrets withheld; without a terminal
+                          (or with the request on standard input) it is refused unless --yes
+                          is given. The -timeout starts after the confirmation.
 
 Options:
   -json                   Print JSON instead of tables.
   -yes, -y                Run mutating calls without asking.
-  -timeout <duration>     Limit on the whole command (default 60s): 500ms, 30s, 2m, or seconds.
+  -timeout <duration>     Limit on connecting and the answers (default 60s): 500ms, 30s, 2m, or
+                          seconds.
   -socket-dir <dir>       Directory of the daemon's sockets on Linux (its -socket-dir; default
                           /run/csi-proxy). On Windows the named pipes \\\\.\\pipe\\csi-proxy-<group>-<version>
                           are used.

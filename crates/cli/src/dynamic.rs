@@ -52,6 +52,29 @@ pub fn to_json(msg: &DynamicMessage) -> serde_json::Value {
     msg.serialize_with_options(serde_json::value::Serializer, &options).expect("a decoded message serializes to JSON")
 }
 
+/// `json` with the value of every secret field (passwords, CHAP secrets: any name containing
+/// `password` or `secret`) shown as `<redacted>`, for showing a request on the screen.
+pub fn redacted(json: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match json {
+        Value::Object(fields) => Value::Object(
+            fields
+                .into_iter()
+                .map(|(name, value)| {
+                    let lower = name.to_ascii_lowercase();
+                    if lower.contains("password") || lower.contains("secret") {
+                        (name, Value::String("<redacted>".into()))
+                    } else {
+                        (name, redacted(value))
+                    }
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(redacted).collect()),
+        other => other,
+    }
+}
+
 /// Makes the call on `channel` and returns the answer.
 pub async fn call(channel: Channel, method: &MethodDescriptor, req: DynamicMessage) -> Result<DynamicMessage, Status> {
     let path = format!("/{}/{}", method.parent_service().full_name(), method.name());
@@ -127,6 +150,39 @@ mod tests {
         ] {
             assert!(!is_read_only(m), "{m}");
         }
+    }
+
+    /// Every string field of every request, set to a marker; the secret ones must not show.
+    #[test]
+    fn the_shown_request_withholds_every_secret_of_every_api() {
+        let pool = pool();
+        let mut secrets = 0;
+        for api in csi_proxy_client::APIS {
+            for m in methods(&pool, api) {
+                let mut req = DynamicMessage::new(m.input());
+                let mut plain = false;
+                for f in m.input().fields() {
+                    if f.kind() == prost_reflect::Kind::String && !f.is_list() && !f.is_map() {
+                        let name = f.name().to_ascii_lowercase();
+                        let marker = if name.contains("password") || name.contains("secret") {
+                            secrets += 1;
+                            "TOP-SECRET-VALUE"
+                        } else {
+                            plain = true;
+                            "plain-value"
+                        };
+                        req.set_field(&f, prost_reflect::Value::String(marker.into()));
+                    }
+                }
+                let shown = redacted(to_json(&req)).to_string();
+                assert!(!shown.contains("TOP-SECRET-VALUE"), "{}/{}: {shown}", api.service_name(), m.name());
+                // The rest of the request is still shown.
+                assert_eq!(shown.contains("plain-value"), plain, "{}/{}: {shown}", api.service_name(), m.name());
+            }
+        }
+        // SMB passwords (4 versions), ConnectTarget's CHAP secret (2 versions), SetMutualChapSecret
+        // (v1alpha2).
+        assert_eq!(secrets, 7, "the secret fields of the wire contract");
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod table;
 use anyhow::Context as _;
 use args::{Command, Parsed};
 use csi_proxy_client::{Connector, Status};
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -127,6 +127,12 @@ async fn run(o: args::Options) -> Result<(), Failure> {
         connector = connector.socket_dir(dir);
     }
     let ctx = Ctx { connector, json: o.json, timeout: o.timeout };
+    // A call's request is read and confirmed before the time limit starts: it bounds the
+    // daemon's answer, not the person at the prompt.
+    let prepared = match &o.command {
+        Command::Call { api, method, request } => Some(prepare_call(*api, method, request, o.yes)?),
+        _ => None,
+    };
     let work = async {
         match o.command {
             Command::Apis => list::apis(&ctx).await,
@@ -136,7 +142,10 @@ async fn run(o: args::Options) -> Result<(), Failure> {
             Command::BiosSerial => list::bios_serial(&ctx).await,
             Command::Service(name) => list::service(&ctx, &name).await,
             Command::Methods(api) => methods(&ctx, api),
-            Command::Call { api, method, request } => call(&ctx, api, &method, &request, o.yes).await,
+            Command::Call { api, .. } => match prepared {
+                Some(prepared) => call(&ctx, api, prepared).await,
+                None => Err(Failure::Other(anyhow::anyhow!("the call was not prepared"))),
+            },
         }
     };
     match tokio::time::timeout(o.timeout, work).await {
@@ -165,16 +174,59 @@ fn methods(ctx: &Ctx, only: Option<csi_proxy_client::Api>) -> Result<(), Failure
     Ok(())
 }
 
-async fn call(ctx: &Ctx, api: csi_proxy_client::Api, method: &str, request: &str, yes: bool) -> Result<(), Failure> {
+/// A call ready to send: its method, its request and how it is named in messages.
+struct Prepared {
+    method: prost_reflect::MethodDescriptor,
+    request: prost_reflect::DynamicMessage,
+    what: String,
+}
+
+/// Most a request read from standard input or a file may hold.
+const MAX_REQUEST: u64 = 1 << 20;
+
+/// Reads the request (`-` standard input, `@FILE` a file, else the argument itself: the first
+/// two keep passwords and CHAP secrets out of the command line, where `ps` shows them) and, for
+/// a mutating method, asks for confirmation.
+fn prepare_call(api: csi_proxy_client::Api, method: &str, request: &str, yes: bool) -> Result<Prepared, Failure> {
     let pool = dynamic::pool();
     let m = dynamic::method(&pool, &api, method)?;
-    let req = dynamic::request(&m, request)?;
+    let (text, from_stdin) = match request {
+        "-" => (read_bounded(std::io::stdin().lock(), "standard input")?, true),
+        _ => match request.strip_prefix('@') {
+            Some(file) => {
+                let f = std::fs::File::open(file).with_context(|| format!("opening the request file {file:?}"))?;
+                (read_bounded(f, file)?, false)
+            }
+            None => (request.to_string(), false),
+        },
+    };
+    let req = dynamic::request(&m, &text)?;
     let what = format!("{}/{}", api.service_name(), m.name());
     if !dynamic::is_read_only(m.name()) && !yes {
-        confirm(&what, &dynamic::to_json(&req))?;
+        if from_stdin {
+            return Err(Failure::Refused(format!(
+                "{what} changes the host and its request came from standard input, so there is no terminal \
+                 to confirm it on; add --yes to run it"
+            )));
+        }
+        confirm(&what, &dynamic::redacted(dynamic::to_json(&req)))?;
     }
+    Ok(Prepared { method: m, request: req, what })
+}
+
+/// All of `from`, as UTF-8, refusing more than [`MAX_REQUEST`] bytes.
+fn read_bounded(from: impl std::io::Read, name: &str) -> Result<String, Failure> {
+    let mut text = String::new();
+    from.take(MAX_REQUEST + 1).read_to_string(&mut text).with_context(|| format!("reading the request from {name}"))?;
+    if text.len() as u64 > MAX_REQUEST {
+        return Err(Failure::Other(anyhow::anyhow!("the request in {name} is larger than {MAX_REQUEST} bytes")));
+    }
+    Ok(text)
+}
+
+async fn call(ctx: &Ctx, api: csi_proxy_client::Api, p: Prepared) -> Result<(), Failure> {
     let channel = ctx.connect(api).await?;
-    let answer = dynamic::call(channel, &m, req).await.map_err(rpc(what))?;
+    let answer = dynamic::call(channel, &p.method, p.request).await.map_err(rpc(p.what))?;
     let text = serde_json::to_string_pretty(&dynamic::to_json(&answer)).context("printing the answer")?;
     println!("{text}");
     Ok(())

@@ -1,7 +1,8 @@
 #![cfg(target_os = "linux")]
 //! The real `csi-proxyctl` binary against the real `csi-proxy` daemon on a socket directory of
 //! its own: discovery, a JSON call's round trip, an error's code and message, a mutating call
-//! refused without a terminal and run with --yes.
+//! refused without a terminal and run with --yes, requests from standard input or a file, every
+//! listing, and reflection on every endpoint.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -149,6 +150,112 @@ fn a_mutating_call_without_a_terminal_needs_yes() {
     let out = d.ctl(&["--yes", "call", "filesystem/v1", "Mkdir", &req]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(Path::new(&target).is_dir());
+}
+
+/// A request read from standard input or a file: the way to keep a password off the command line.
+/// Mutating, it needs --yes (standard input is taken, so there is nothing to confirm on).
+#[test]
+fn a_request_comes_from_standard_input_or_a_file() {
+    let d = Daemon::start("stdin");
+    let ctl_with_stdin = |args: &[&str], input: &str| {
+        use std::io::Write;
+        let mut child = Command::new(CTL)
+            .arg("-socket-dir")
+            .arg(d.dir.join("sock"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The tool stops reading past its limit: the rest of an oversized input is refused.
+        let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+        child.wait_with_output().unwrap()
+    };
+    let target = d.kubelet("from-stdin");
+    let req = serde_json::json!({"path": target}).to_string();
+    let out = ctl_with_stdin(&["call", "filesystem/v1", "Mkdir", "-"], &req);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("came from standard input") && text(&out.stderr).contains("--yes"));
+    assert!(!Path::new(&target).exists(), "refused, not run");
+    let out = ctl_with_stdin(&["--yes", "call", "filesystem/v1", "Mkdir", "-"], &req);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(Path::new(&target).is_dir());
+
+    // A read-only call needs no --yes; the request file is read the same way.
+    let file = d.dir.join("request.json");
+    std::fs::write(&file, &req).unwrap();
+    let out = d.ctl(&["call", "filesystem/v1", "PathExists", &format!("@{}", file.display())]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), serde_json::json!({"exists": true}));
+
+    // More than a request can be is refused before anything is sent.
+    let huge = format!("{{\"path\": \"{}\"}}", "x".repeat(2 << 20));
+    let out = ctl_with_stdin(&["call", "filesystem/v1", "PathExists", "-"], &huge);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("larger than 1048576 bytes"), "{}", text(&out.stderr));
+}
+
+/// Every read-only listing reaches the daemon: a table with its header, or (where this host
+/// lacks what it lists: no systemd, no open-iscsi, no firmware serial) the daemon's own error
+/// with its gRPC code; never a usage error or a crash.
+#[test]
+fn every_listing_runs_against_the_daemon() {
+    let d = Daemon::start("listings");
+    for (args, header) in [
+        (&["disks"][..], "DISK"),
+        (&["volumes"][..], "VOLUME"),
+        (&["iscsi-portals"][..], "ADDRESS"),
+        (&["bios-serial"][..], "BIOS SERIAL"),
+        (&["service", "csi-proxy-no-such-service"][..], "NAME"),
+        (&["methods", "disk/v1"][..], "API"),
+    ] {
+        let out = d.ctl(args);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        match out.status.code() {
+            Some(0) => assert!(stdout.starts_with(header), "{args:?}: {stdout}"),
+            Some(1) => assert!(stderr.contains(": code "), "{args:?}: {stderr}"),
+            other => panic!("{args:?}: exit {other:?}: {stdout}{stderr}"),
+        }
+    }
+    let out = d.ctl(&["methods", "disk/v1"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).lines().any(|l| l.contains("PartitionDisk") && l.ends_with("mutating")));
+}
+
+/// Every endpoint of the real daemon answers server reflection (as grpcurl asks it) with its own
+/// API's service beside health and reflection.
+#[test]
+fn every_endpoint_of_the_daemon_answers_reflection() {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let d = Daemon::start("reflection");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let connector = csi_proxy_client::Connector::new().socket_dir(d.dir.join("sock"));
+        for api in csi_proxy_client::APIS {
+            let mut client = ServerReflectionClient::new(connector.connect(*api).await.unwrap());
+            let req = ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(MessageRequest::ListServices(String::new())),
+            };
+            let mut answers = client.server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner();
+            let Some(MessageResponse::ListServicesResponse(list)) =
+                answers.message().await.unwrap().unwrap().message_response
+            else {
+                panic!("{}: not a service list", api.service_name())
+            };
+            let mut names: Vec<_> = list.service.into_iter().map(|s| s.name).collect();
+            names.sort();
+            let mut want =
+                [api.service_name(), "grpc.health.v1.Health".into(), "grpc.reflection.v1.ServerReflection".into()];
+            want.sort();
+            assert_eq!(names, want);
+        }
+    });
 }
 
 #[test]
