@@ -456,6 +456,9 @@ impl IscsiHost for Iscsi {
             check_record_value("the CHAP user name", &req.chap_username, false)?;
             check_record_value("the CHAP secret", req.chap_secret.expose(), true)?;
         }
+        // The portal's turn, then the target's (always in that order): removing or rediscovering
+        // the portal rewrites the node records this login reads and fills with credentials.
+        let _portal_turn = self.turns.take(&portal.key());
         let _turn = self.turns.take(&target_key(iqn));
         if !self.sessions(&portal, iqn)?.is_empty() {
             info!(iqn, %portal, "the iSCSI target is connected already");
@@ -470,6 +473,7 @@ impl IscsiHost for Iscsi {
     fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()> {
         let portal = Portal::new(portal)?;
         check_name(iqn)?;
+        let _portal_turn = self.turns.take(&portal.key());
         let _turn = self.turns.take(&target_key(iqn));
         let ended = self.logout_all(&portal, iqn)?;
         let nodes = self.nodes(&portal, iqn)?;

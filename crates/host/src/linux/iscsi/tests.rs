@@ -435,3 +435,41 @@ fn names_and_portals() {
         ]
     );
 }
+
+/// Removing a portal waits for a login through it: the removal deletes the node records the login
+/// reads and fills with credentials.
+#[test]
+fn a_portal_is_not_removed_while_a_login_through_it_runs() {
+    let s = Scratch::new();
+    s.put("nodes/iqn.2024-01.org.example:disk1/10.0.0.5,3260,1/default", RECORD);
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (entered_tx, go_rx) = (Mutex::new(entered_tx), Mutex::new(go_rx));
+    let login = standard(move |_| {
+        entered_tx.lock().unwrap().send(()).unwrap();
+        go_rx.lock().unwrap().recv().unwrap();
+        ok("")
+    });
+    let respond: Respond =
+        Box::new(move |a: &[String]| if a.last().is_some_and(|x| x == "delete") { ok("") } else { login(a) });
+    let (iscsi, script) = backend(&s, respond);
+    std::thread::scope(|scope| {
+        let connect = scope.spawn(|| iscsi.connect_target(&chap(AuthType::None)));
+        entered_rx.recv().unwrap();
+        let remove = scope.spawn(|| iscsi.remove_target_portal(&portal()));
+        // However long the login takes, the removal does not start meanwhile.
+        std::thread::sleep(Duration::from_millis(200));
+        let during = calls(&script);
+        go_tx.send(()).unwrap();
+        connect.join().unwrap().unwrap();
+        remove.join().unwrap().unwrap();
+        assert!(
+            during.iter().all(|c| !c.ends_with("-o delete")),
+            "the portal was removed during the login: {during:?}"
+        );
+    });
+    let all = calls(&script);
+    let login_at = all.iter().position(|c| c.ends_with("--login")).unwrap();
+    let delete_at = all.iter().position(|c| c.ends_with("-o delete")).unwrap();
+    assert!(login_at < delete_at, "{all:?}");
+}
