@@ -171,7 +171,7 @@ mod transport {
 #[cfg(windows)]
 mod transport {
     use super::*;
-    use tokio::net::windows::named_pipe::{ClientOptions, NamedPipeClient};
+    use tokio::net::windows::named_pipe::NamedPipeClient;
 
     pub const NAME: &str = "named pipe (Wine)";
 
@@ -184,9 +184,6 @@ mod transport {
     pub fn show_target(t: &Target) -> String {
         t.clone()
     }
-
-    /// `ERROR_PIPE_BUSY`: every instance is taken; the listener is creating the next one.
-    const ERROR_PIPE_BUSY: i32 = 231;
 
     pub struct Server {
         path: String,
@@ -233,17 +230,10 @@ mod transport {
         }
     }
 
-    /// One new byte stream to `path`; retries on ERROR_PIPE_BUSY as go-winio's `DialPipe` does.
+    /// One new byte stream to `path`; retries while every instance is busy, as the client crate
+    /// (and go-winio's `DialPipe`) does.
     pub async fn open(path: Target) -> std::io::Result<NamedPipeClient> {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match ClientOptions::new().open(&path) {
-                Err(e) if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                other => return other,
-            }
-        }
+        csi_proxy_client::open_pipe(path, Duration::from_secs(5), Duration::ZERO).await
     }
 }
 

@@ -20,6 +20,8 @@ const USER: &str = "alice";
 const SECRET: &str = "chapSecret-4f9a2c";
 const WRONG: &str = "wrongSecret-77d1e0";
 const MUTUAL: &str = "mutualSecret-b83e5d";
+/// A mutual CHAP secret the target does not know.
+const WRONG_MUTUAL: &str = "notTheTargets-1234";
 const PORT: u32 = 3260;
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -120,7 +122,7 @@ fn records() -> Vec<(String, String, u32)> {
 
 /// Watches every process's argv and environment for the secrets while the calls run.
 fn watch() -> Scanner {
-    Scanner::start(&[SECRET, WRONG, MUTUAL])
+    Scanner::start(&[SECRET, WRONG, MUTUAL, WRONG_MUTUAL])
 }
 
 #[track_caller]
@@ -131,7 +133,7 @@ fn finish(watch: Scanner) {
 
 #[track_caller]
 fn assert_no_secret(text: &str) {
-    for s in [SECRET, WRONG, MUTUAL] {
+    for s in [SECRET, WRONG, MUTUAL, WRONG_MUTUAL] {
         assert!(!text.contains(s), "a secret in {text:?}");
     }
 }
@@ -259,11 +261,15 @@ async fn mutual_chap_proves_the_target_knows_the_initiator_secret() {
 
     // A secret the target does not know: the target cannot prove itself.
     let watch = watch();
-    c.set_mutual_chap_secret(set("notTheTargets-1234")).await.unwrap();
+    c.set_mutual_chap_secret(set(WRONG_MUTUAL)).await.unwrap();
     let e = c.connect_target(connect(&iqn, mutual, SECRET)).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert_no_secret(&format!("{e:?}"));
     assert!(attached_disks().is_empty());
+    // The failed login leaves no credentials in the node records.
+    for (path, text, _) in records() {
+        assert!(!text.contains(SECRET) && !text.contains(WRONG_MUTUAL), "{path}: {text}");
+    }
 
     // The right one.
     c.set_mutual_chap_secret(set(MUTUAL)).await.unwrap();
