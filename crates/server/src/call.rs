@@ -83,7 +83,8 @@ async fn run_on<R: Send + 'static>(
         }
         let done = catch_unwind(AssertUnwindSafe(work)).map_err(|p| payload_message(p.as_ref()));
         if let Some(pending) = &pending {
-            pending.worked(&done);
+            // May write the end record here; the pool's jobs must not panic, whatever the sink does.
+            let _ = catch_unwind(AssertUnwindSafe(|| pending.worked(&done)));
         }
         let _ = tx.send(done);
     });
@@ -525,7 +526,8 @@ impl Drop for EndRecord {
             ),
             Stage::Stepping => (
                 go_code_name(Code::Cancelled),
-                "the client cancelled the rescan part-way: the step under way ran to its end, later ones were not done"
+                "the client cancelled the rescan part-way: a step under way runs to its end, later ones are not \
+                 done, and their outcome is not recorded"
                     .to_string(),
             ),
             Stage::Finished(code, message) => match message {
