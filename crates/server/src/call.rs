@@ -449,8 +449,14 @@ struct Pending {
     stage: Mutex<Stage>,
 }
 
-/// What an end record adds when the client did not wait for the outcome it records.
-const CLIENT_GONE: &str = "the client cancelled the call while its host work ran; the work ran to its end";
+/// The message of an end record whose client did not wait for the outcome it records.
+fn after_client_left(message: Option<String>) -> String {
+    const CLIENT_GONE: &str = "the client cancelled the call while its host work ran; the work ran to its end";
+    match message {
+        Some(m) => format!("{m} ({CLIENT_GONE})"),
+        None => CLIENT_GONE.to_string(),
+    }
+}
 
 impl Pending {
     fn stage(&self) -> std::sync::MutexGuard<'_, Stage> {
@@ -481,11 +487,7 @@ impl Pending {
         if matches!(*stage, Stage::Abandoned) {
             *stage = Stage::Ended;
             drop(stage);
-            let message = match message {
-                Some(m) => format!("{m} ({CLIENT_GONE})"),
-                None => CLIENT_GONE.to_string(),
-            };
-            self.audit.write_last(Event::End, code, Some(&message));
+            self.audit.write_last(Event::End, code, Some(&after_client_left(message)));
         } else {
             *stage = Stage::Finished(code, message);
         }
@@ -530,10 +532,7 @@ impl Drop for EndRecord {
                  done, and their outcome is not recorded"
                     .to_string(),
             ),
-            Stage::Finished(code, message) => match message {
-                Some(m) => (code, format!("{m} ({CLIENT_GONE})")),
-                None => (code, CLIENT_GONE.to_string()),
-            },
+            Stage::Finished(code, message) => (code, after_client_left(message)),
         };
         drop(stage);
         self.0.audit.write_last(Event::End, code, Some(&message));
