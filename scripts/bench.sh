@@ -13,6 +13,14 @@
 #    win_block.rs), through the pipe and as bare host calls (skip: NO_WINE=1).
 # 3. The Linux disk and volume groups (crates/stack-tests/benches/block.rs): per-RPC latency with
 #    eight loop disks partitioned, formatted and mounted (needs root; skipped otherwise).
+# 4. Optional, with UPSTREAM_EXE=<an upstream csi-proxy.exe you built yourself>: our release
+#    daemon and that one side by side under Wine, in alternating rounds (UPSTREAM_ROUNDS, default
+#    2), one after the other on the same pipes, driven by the same client (the rtt bench with
+#    RTT_PATH_EXISTS: v1 Filesystem/PathExists on an existing folder under C:\var\lib\kubelet),
+#    with each daemon's CPU time per call (from /proc, 10 ms ticks) and its threads afterwards.
+#    A client run that takes over UPSTREAM_TIMEOUT seconds (default 120) is killed and shown as
+#    HUNG. Nothing is downloaded: build upstream's daemon yourself (its repository vendors its
+#    modules: GOOS=windows go build -mod=vendor ./cmd/csi-proxy).
 # The tables are printed again together at the end.
 #
 #   scripts/bench.sh
@@ -77,6 +85,56 @@ else
   echo "== named pipe (Wine): skipped ($why)" >&2
 fi
 
+# `side_by_side LABEL EXE`: one round of the rtt client's three scenarios against the daemon EXE.
+side_by_side() {
+  local label=$1 exe=$2 pid p scenario row made c0 c1 client
+  client=$(CARGO_TARGET_DIR=$root/target/win bench_exe "$cross")
+  wine "$exe" >"$out/$label.log" 2>&1 &
+  sleep 5
+  # The daemon: the process of that name with the most threads (wine's launcher has fewer).
+  pid=
+  for p in $(pgrep -f "${exe##*/}"); do
+    if [[ -z $pid ]] || (($(ls /proc/$p/task | wc -l) > $(ls /proc/$pid/task | wc -l))); then pid=$p; fi
+  done
+  if [[ -z $pid ]]; then
+    echo "side by side: $label did not start; its log:" >&2
+    cat "$out/$label.log" >&2
+    return
+  fi
+  for scenario in sequential shared connections; do
+    c0=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+    row=$(timeout "${UPSTREAM_TIMEOUT:-120}" env RTT_ONLY=$scenario RTT_CALLS="${RTT_WINE_CALLS:-5000}" \
+      RTT_WARMUP="${RTT_WINE_WARMUP:-500}" RTT_PATH_EXISTS='C:\var\lib\kubelet\bench' \
+      wine "$client" --bench --connect '\\.\pipe\csi-proxy-filesystem-v1' 2>&1) || row="$row HUNG"
+    c1=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+    made=$(sed -n 's/^rtt: calls made //p' <<<"$row")
+    if [[ $row == *HUNG ]]; then
+      printf "side by side: %-9s %-12s HUNG: the client was killed after %s s\n" "$label" "$scenario" "${UPSTREAM_TIMEOUT:-120}"
+    else
+      awk -v l="$label" -v s="$scenario" -v c0="$c0" -v c1="$c1" -v m="$made" -v t="$(ls "/proc/$pid/task" | wc -l)" \
+        '/^named pipe/ { printf "side by side: %-9s %-12s calls/s %6d  p50 %8.1f us  p99 %8.1f us  daemon CPU %5.0f us/call  daemon threads %d\n",
+          l, s, $(NF-3), $(NF-6), $(NF-5), (c1 - c0) * 10000 / m, t }' <<<"$row"
+    fi
+  done
+  kill -9 "$pid" 2>/dev/null || true
+  sleep 2
+}
+
+if [[ -n ${UPSTREAM_EXE:-} && -x $cross && -z ${NO_WINE:-} ]]; then
+  echo "== side by side with $UPSTREAM_EXE (Wine)" >&2
+  CARGO_TARGET_DIR=$root/target/win "$cross" cargo build -q --release -p csi-proxy --bin csi-proxy
+  ours=$root/target/win/x86_64-pc-windows-gnu/release/csi-proxy.exe
+  (
+    eval "$("$cross" env)"
+    wineserver -p60 2>/dev/null || true
+    mkdir -p "$WINEPREFIX/drive_c/var/lib/kubelet/bench"
+    for round in $(seq 1 "${UPSTREAM_ROUNDS:-2}"); do
+      side_by_side upstream "$UPSTREAM_EXE"
+      side_by_side ours "$ours"
+    done
+  ) | tee "$out/side"
+fi
+
 if [[ -z ${NO_STRACE:-} ]] && command -v strace >/dev/null; then
   echo "== server syscalls per call (strace -f -c)" >&2
   strace_rows "unix socket" "$(bench_exe)" | tee "$out/strace"
@@ -105,6 +163,7 @@ echo
 echo "== Summary"
 grep -h '^rtt:' "${files[@]}" | grep -v '^rtt: calls made'
 [[ -f $out/strace ]] && cat "$out/strace"
+[[ -f $out/side ]] && cat "$out/side"
 grep -h -m1 '^transport' "${files[0]}"
 grep -h -Ev '^(rtt:|transport)' "${files[@]}"
 echo

@@ -34,6 +34,9 @@
 //! - `RTT_SERVER_THREADS` (number of CPUs, as the daemon): server runtime worker threads;
 //! - `RTT_CLIENT_THREADS` (1): client runtime worker threads;
 //! - `RTT_ONLY` (all): `sequential`, `shared` or `connections` runs that scenario alone.
+//! - `RTT_PATH_EXISTS` (unset): with `--connect <filesystem v1 endpoint>`, the callers make
+//!   `v1.Filesystem/PathExists` calls on this path instead, against any daemon serving that
+//!   endpoint: this is how one client measures our daemon and upstream's side by side.
 
 use csi_proxy_host::memory::MemoryHost;
 use csi_proxy_host::Hosts;
@@ -41,7 +44,8 @@ use csi_proxy_server::{Config, Context};
 use csi_proxy_stack_tests::{api, channel_over};
 use csi_proxy_transport::{ConnPolicy, Listener};
 use csi_proxy_wire::v1::disk_client::DiskClient;
-use csi_proxy_wire::v1::GetDiskStatsRequest;
+use csi_proxy_wire::v1::filesystem_client::FilesystemClient;
+use csi_proxy_wire::v1::{GetDiskStatsRequest, PathExistsRequest};
 use csi_proxy_wire::{Api, Group};
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
@@ -250,6 +254,31 @@ impl Caller for DiskClient<Channel> {
     async fn call(&mut self) {
         let r = self.get_disk_stats(GetDiskStatsRequest { disk_number: 0 }).await.expect("GetDiskStats");
         assert!(r.get_ref().total_bytes > 0);
+    }
+}
+
+/// A filesystem v1 client asking whether one path exists (`RTT_PATH_EXISTS`).
+struct PathExists(FilesystemClient<Channel>, String);
+
+impl Caller for PathExists {
+    async fn call(&mut self) {
+        let r = self.0.path_exists(PathExistsRequest { path: self.1.clone() }).await.expect("PathExists");
+        assert!(r.get_ref().exists, "PathExists({:?}) answered false", self.1);
+    }
+}
+
+/// The clients of a scenario: every caller makes the same kind of call.
+enum Calls {
+    Disk(DiskClient<Channel>),
+    Path(PathExists),
+}
+
+impl Caller for Calls {
+    async fn call(&mut self) {
+        match self {
+            Calls::Disk(c) => c.call().await,
+            Calls::Path(c) => c.call().await,
+        }
     }
 }
 
@@ -619,6 +648,13 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    let path_exists = std::env::var("RTT_PATH_EXISTS").ok();
+    assert!(path_exists.is_none() || connect_to.is_some(), "RTT_PATH_EXISTS needs --connect <filesystem v1 endpoint>");
+    let method = if path_exists.is_some() { "v1.Filesystem/PathExists" } else { "v1.Disk/GetDiskStats" };
+    let client = move |channel: Channel| match &path_exists {
+        Some(path) => Calls::Path(PathExists(FilesystemClient::new(channel), path.clone())),
+        None => Calls::Disk(DiskClient::new(channel)),
+    };
     let (mut server, target, echo) = match connect_to {
         Some(target) => (None, target, None),
         None => {
@@ -628,7 +664,7 @@ fn main() {
     };
 
     println!(
-        "rtt: v1.Disk/GetDiskStats, {calls} calls per scenario (+{warmup} warm-up), {callers} concurrent callers; \
+        "rtt: {method}, {calls} calls per scenario (+{warmup} warm-up), {callers} concurrent callers; \
          {cpus} CPUs, server process runtime {server_threads} workers, client runtime {client_threads} workers"
     );
     print_header();
@@ -640,14 +676,14 @@ fn main() {
 
         // (a) one client, sequential calls.
         if runs("sequential") {
-            let one = DiskClient::new(connect(open(&target)).await);
+            let one = client(connect(open(&target)).await);
             scenario("1 client, sequential", vec![one], warmup, calls, &mut server).await;
         }
 
         // (b) `callers` callers sharing one connection.
         if runs("shared") {
             let shared = connect(open(&target)).await;
-            let clients = (0..callers).map(|_| DiskClient::new(shared.clone())).collect();
+            let clients = (0..callers).map(|_| client(shared.clone())).collect();
             scenario(&format!("{callers} callers, 1 connection"), clients, warmup, calls, &mut server).await;
         }
 
@@ -655,7 +691,7 @@ fn main() {
         if runs("connections") {
             let mut clients = Vec::with_capacity(callers);
             for _ in 0..callers {
-                clients.push(DiskClient::new(connect(open(&target)).await));
+                clients.push(client(connect(open(&target)).await));
             }
             scenario(&format!("{callers} callers, {callers} connections"), clients, warmup, calls, &mut server).await;
         }
