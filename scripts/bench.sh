@@ -90,6 +90,7 @@ side_by_side() {
   local label=$1 exe=$2 pid p scenario row made c0 c1 client
   client=$(CARGO_TARGET_DIR=$root/target/win bench_exe "$cross")
   wine "$exe" >"$out/$label.log" 2>&1 &
+  disown "$!"  # killed below; no job-control notice
   sleep 5
   # The daemon: the process of that name with the most threads (wine's launcher has fewer).
   pid=
