@@ -19,8 +19,9 @@
 #    RTT_PATH_EXISTS: v1 Filesystem/PathExists on an existing folder under C:\var\lib\kubelet),
 #    with each daemon's CPU time per call (from /proc, 10 ms ticks) and its threads afterwards.
 #    A client run that takes over UPSTREAM_TIMEOUT seconds (default 120) is killed and shown as
-#    HUNG. Nothing is downloaded: build upstream's daemon yourself (its repository vendors its
-#    modules: GOOS=windows go build -mod=vendor ./cmd/csi-proxy).
+#    HUNG; one that fails is shown as FAILED with why. Nothing is downloaded: build
+#    upstream's daemon yourself (its repository vendors its modules: GOOS=windows go build
+#    -mod=vendor ./cmd/csi-proxy).
 # The tables are printed again together at the end.
 #
 #   scripts/bench.sh
@@ -85,10 +86,10 @@ else
   echo "== named pipe (Wine): skipped ($why)" >&2
 fi
 
-# `side_by_side LABEL EXE`: one round of the rtt client's three scenarios against the daemon EXE.
+# `side_by_side LABEL EXE CLIENT`: one round of the rtt client CLIENT's three scenarios against
+# the daemon EXE.
 side_by_side() {
-  local label=$1 exe=$2 pid p scenario row made c0 c1 client
-  client=$(CARGO_TARGET_DIR=$root/target/win bench_exe "$cross")
+  local label=$1 exe=$2 client=$3 pid p scenario row rc made why c0 c1
   wine "$exe" >"$out/$label.log" 2>&1 &
   disown "$!"  # killed below; no job-control notice
   sleep 5
@@ -104,13 +105,18 @@ side_by_side() {
   fi
   for scenario in sequential shared connections; do
     c0=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+    rc=0
     row=$(timeout "${UPSTREAM_TIMEOUT:-120}" env RTT_ONLY=$scenario RTT_CALLS="${RTT_WINE_CALLS:-5000}" \
       RTT_WARMUP="${RTT_WINE_WARMUP:-500}" RTT_PATH_EXISTS='C:\var\lib\kubelet\bench' \
-      wine "$client" --bench --connect '\\.\pipe\csi-proxy-filesystem-v1' 2>&1) || row="$row HUNG"
+      wine "$client" --bench --connect '\\.\pipe\csi-proxy-filesystem-v1' 2>&1) || rc=$?
     c1=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
     made=$(sed -n 's/^rtt: calls made //p' <<<"$row")
-    if [[ $row == *HUNG ]]; then
+    if ((rc == 124)); then
       printf "side by side: %-9s %-12s HUNG: the client was killed after %s s\n" "$label" "$scenario" "${UPSTREAM_TIMEOUT:-120}"
+    elif ((rc != 0)) || [[ -z $made ]]; then
+      # A panic's message is on the line after "panicked at"; otherwise the last line says why.
+      why=$(grep -m1 -A1 'panicked at' <<<"$row" | tr '\n' ' ') || why=$(tail -n 1 <<<"$row")
+      printf "side by side: %-9s %-12s FAILED (exit %d): %s\n" "$label" "$scenario" "$rc" "${why:0:200}"
     else
       awk -v l="$label" -v s="$scenario" -v c0="$c0" -v c1="$c1" -v m="$made" -v t="$(ls "/proc/$pid/task" | wc -l)" \
         '/^named pipe/ { printf "side by side: %-9s %-12s calls/s %6d  p50 %8.1f us  p99 %8.1f us  daemon CPU %5.0f us/call  daemon threads %d\n",
@@ -125,13 +131,14 @@ if [[ -n ${UPSTREAM_EXE:-} && -x $cross && -z ${NO_WINE:-} ]]; then
   echo "== side by side with $UPSTREAM_EXE (Wine)" >&2
   CARGO_TARGET_DIR=$root/target/win "$cross" cargo build -q --release -p csi-proxy --bin csi-proxy
   ours=$root/target/win/x86_64-pc-windows-gnu/release/csi-proxy.exe
+  client=$(CARGO_TARGET_DIR=$root/target/win bench_exe "$cross")
   (
     eval "$("$cross" env)"
     wineserver -p60 2>/dev/null || true
     mkdir -p "$WINEPREFIX/drive_c/var/lib/kubelet/bench"
     for round in $(seq 1 "${UPSTREAM_ROUNDS:-2}"); do
-      side_by_side upstream "$UPSTREAM_EXE"
-      side_by_side ours "$ours"
+      side_by_side upstream "$UPSTREAM_EXE" "$client"
+      side_by_side ours "$ours" "$client"
     done
   ) | tee "$out/side"
 fi
