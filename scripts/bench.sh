@@ -22,6 +22,14 @@
 #    HUNG; one that fails is shown as FAILED with why. Nothing is downloaded: build
 #    upstream's daemon yourself (its repository vendors its modules: GOOS=windows go build
 #    -mod=vendor ./cmd/csi-proxy).
+#    Before measuring, each daemon gets one throwaway call (killed after 10 s). Upstream needs it
+#    under Wine: go-winio reserves the pipe name with a first instance opened without read or
+#    write access, which Windows keeps closed to clients; Wine does not, so the first client to
+#    open the pipe lands on that instance, which nobody serves, and waits forever.
+# 5. Optional, with WINE_REQUESTS=1: the wineserver requests our release daemon makes per call,
+#    by request type and by thread (16 callers on one connection, PathExists, 2,000 calls), from a
+#    wineserver started with -d1. Under Wine each request is a round trip to the wineserver, the
+#    main cost of a call there.
 # The tables are printed again together at the end.
 #
 #   scripts/bench.sh
@@ -103,6 +111,12 @@ side_by_side() {
     cat "$out/$label.log" >&2
     return
   fi
+  rc=0
+  timeout 10 env RTT_ONLY=sequential RTT_CALLS=1 RTT_WARMUP=0 RTT_PATH_EXISTS='C:\var\lib\kubelet\bench' \
+    wine "$client" --bench --connect '\\.\pipe\csi-proxy-filesystem-v1' >/dev/null 2>&1 || rc=$?
+  if ((rc == 124)); then
+    echo "side by side: $label: the first connection to its pipe was not served (expected of go-winio under Wine; see the header)"
+  fi
   for scenario in sequential shared connections; do
     c0=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
     rc=0
@@ -143,6 +157,66 @@ if [[ -n ${UPSTREAM_EXE:-} && -x $cross && -z ${NO_WINE:-} ]]; then
   ) | tee "$out/side"
 fi
 
+# `wine_requests EXE CLIENT`: section 5. Runs a wineserver of its own with -d1 (one trace line
+# per request, and one per reply), the daemon EXE, then CLIENT's shared-connection scenario; counts
+# the request lines of the daemon's threads (known by their unix thread ids) made during the calls.
+wine_requests() {
+  local exe=$1 client=$2 calls=2000 pid p start end
+  wineserver -k 2>/dev/null || true
+  sleep 1
+  wineserver -f -d1 2>"$out/trace" &
+  disown "$!"
+  sleep 1
+  wine "$exe" >"$out/requests.log" 2>&1 &
+  disown "$!"
+  sleep 6
+  pid=
+  for p in $(pgrep -f "${exe##*/}"); do
+    if [[ -z $pid ]] || (($(ls /proc/$p/task | wc -l) > $(ls /proc/$pid/task | wc -l))); then pid=$p; fi
+  done
+  ls "/proc/$pid/task" >"$out/tasks"
+  start=$(wc -l <"$out/trace")
+  RTT_ONLY=shared RTT_CALLS=$calls RTT_WARMUP=0 RTT_PATH_EXISTS='C:\var\lib\kubelet\bench' \
+    wine "$client" --bench --connect '\\.\pipe\csi-proxy-filesystem-v1' >/dev/null 2>&1
+  end=$(wc -l <"$out/trace")
+  ls "/proc/$pid/task" >>"$out/tasks"
+  kill -9 "$pid" 2>/dev/null || true
+  wineserver -k 2>/dev/null || true
+  python3 - "$out/trace" "$out/tasks" "$start" "$end" "$calls" <<'PY'
+import re, sys
+from collections import Counter, defaultdict
+trace, tasks, start, end, calls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+unix_tids = set(open(tasks).read().split())
+lines = open(trace, errors="replace").read().splitlines()
+ours = set()
+for line in lines:
+    m = re.match(r"^([0-9a-f]{4}): init_(?:first_)?thread\( (?:unix_pid=\d+, )?unix_tid=(\d+)", line)
+    if m and m.group(2) in unix_tids:
+        ours.add(m.group(1))
+by_thread = defaultdict(Counter)
+for line in lines[start:end]:
+    m = re.match(r"^([0-9a-f]{4}): ([a-z_]+)\( ", line)  # requests only; replies read "name() = "
+    if m and m.group(1) in ours:
+        by_thread[m.group(1)][m.group(2)] += 1
+total = sum(by_thread.values(), Counter())
+print(f"wineserver requests per call, our daemon, 16 callers on 1 connection, {calls} calls: {sum(total.values()) / calls:.2f}")
+print("  by type:", ", ".join(f"{k} {v / calls:.2f}" for k, v in total.most_common(8)))
+for tid, c in sorted(by_thread.items(), key=lambda kv: -sum(kv[1].values())):
+    print(f"  thread {tid}: {sum(c.values()) / calls:.2f} ({', '.join(f'{k} {v / calls:.2f}' for k, v in c.most_common(4))})")
+PY
+}
+
+if [[ -n ${WINE_REQUESTS:-} && -x $cross && -z ${NO_WINE:-} ]]; then
+  echo "== wineserver requests per call (Wine)" >&2
+  CARGO_TARGET_DIR=$root/target/win "$cross" cargo build -q --release -p csi-proxy --bin csi-proxy
+  client=$(CARGO_TARGET_DIR=$root/target/win bench_exe "$cross")
+  (
+    eval "$("$cross" env)"
+    mkdir -p "$WINEPREFIX/drive_c/var/lib/kubelet/bench"
+    wine_requests "$root/target/win/x86_64-pc-windows-gnu/release/csi-proxy.exe" "$client"
+  ) | tee "$out/requests"
+fi
+
 if [[ -z ${NO_STRACE:-} ]] && command -v strace >/dev/null; then
   echo "== server syscalls per call (strace -f -c)" >&2
   strace_rows "unix socket" "$(bench_exe)" | tee "$out/strace"
@@ -172,6 +246,7 @@ echo "== Summary"
 grep -h '^rtt:' "${files[@]}" | grep -v '^rtt: calls made'
 [[ -f $out/strace ]] && cat "$out/strace"
 [[ -f $out/side ]] && cat "$out/side"
+[[ -f $out/requests ]] && cat "$out/requests"
 grep -h -m1 '^transport' "${files[0]}"
 grep -h -Ev '^(rtt:|transport)' "${files[@]}"
 echo
