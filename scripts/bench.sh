@@ -94,26 +94,39 @@ else
   echo "== named pipe (Wine): skipped ($why)" >&2
 fi
 
+# What the side-by-side and request-count runs call: v1 Filesystem/PathExists on this folder.
+bench_dir='C:\var\lib\kubelet\bench'
+fs_pipe='\\.\pipe\csi-proxy-filesystem-v1'
+
+# `start_daemon LABEL EXE [SECONDS]`: starts the daemon EXE under Wine (log: $out/LABEL.log),
+# gives it SECONDS (default 5) to bind its pipes and sets `daemon` to its pid; fails, showing the
+# log, if it did not start.
+start_daemon() {
+  local label=$1 exe=$2 wait=${3:-5} p
+  wine "$exe" >"$out/$label.log" 2>&1 &
+  disown "$!"  # killed by the caller; no job-control notice
+  sleep "$wait"
+  # The daemon: the process of that name with the most threads (wine's launcher has fewer).
+  daemon=
+  for p in $(pgrep -f "${exe##*/}"); do
+    if [[ -z $daemon ]] || (($(ls /proc/$p/task | wc -l) > $(ls /proc/$daemon/task | wc -l))); then daemon=$p; fi
+  done
+  if [[ -z $daemon ]]; then
+    echo "$label did not start; its log:" >&2
+    cat "$out/$label.log" >&2
+    return 1
+  fi
+}
+
 # `side_by_side LABEL EXE CLIENT`: one round of the rtt client CLIENT's three scenarios against
 # the daemon EXE.
 side_by_side() {
-  local label=$1 exe=$2 client=$3 pid p scenario row rc made why c0 c1
-  wine "$exe" >"$out/$label.log" 2>&1 &
-  disown "$!"  # killed below; no job-control notice
-  sleep 5
-  # The daemon: the process of that name with the most threads (wine's launcher has fewer).
-  pid=
-  for p in $(pgrep -f "${exe##*/}"); do
-    if [[ -z $pid ]] || (($(ls /proc/$p/task | wc -l) > $(ls /proc/$pid/task | wc -l))); then pid=$p; fi
-  done
-  if [[ -z $pid ]]; then
-    echo "side by side: $label did not start; its log:" >&2
-    cat "$out/$label.log" >&2
-    return
-  fi
+  local label=$1 exe=$2 client=$3 pid scenario row rc made why c0 c1
+  start_daemon "$label" "$exe" || return 0
+  pid=$daemon
   rc=0
-  timeout 10 env RTT_ONLY=sequential RTT_CALLS=1 RTT_WARMUP=0 RTT_PATH_EXISTS='C:\var\lib\kubelet\bench' \
-    wine "$client" --bench --connect '\\.\pipe\csi-proxy-filesystem-v1' >/dev/null 2>&1 || rc=$?
+  timeout 10 env RTT_ONLY=sequential RTT_CALLS=1 RTT_WARMUP=0 RTT_PATH_EXISTS="$bench_dir" \
+    wine "$client" --bench --connect "$fs_pipe" >/dev/null 2>&1 || rc=$?
   if ((rc == 124)); then
     echo "side by side: $label: the first connection to its pipe was not served (expected of go-winio under Wine; see the header)"
   fi
@@ -121,8 +134,8 @@ side_by_side() {
     c0=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
     rc=0
     row=$(timeout "${UPSTREAM_TIMEOUT:-120}" env RTT_ONLY=$scenario RTT_CALLS="${RTT_WINE_CALLS:-5000}" \
-      RTT_WARMUP="${RTT_WINE_WARMUP:-500}" RTT_PATH_EXISTS='C:\var\lib\kubelet\bench' \
-      wine "$client" --bench --connect '\\.\pipe\csi-proxy-filesystem-v1' 2>&1) || rc=$?
+      RTT_WARMUP="${RTT_WINE_WARMUP:-500}" RTT_PATH_EXISTS="$bench_dir" \
+      wine "$client" --bench --connect "$fs_pipe" 2>&1) || rc=$?
     c1=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
     made=$(sed -n 's/^rtt: calls made //p' <<<"$row")
     if ((rc == 124)); then
@@ -141,11 +154,15 @@ side_by_side() {
   sleep 2
 }
 
-if [[ -n ${UPSTREAM_EXE:-} && -x $cross && -z ${NO_WINE:-} ]]; then
-  echo "== side by side with $UPSTREAM_EXE (Wine)" >&2
+# Sections 4 and 5 run our release daemon and the rtt client under Wine: both built once here.
+if [[ (-n ${UPSTREAM_EXE:-} || -n ${WINE_REQUESTS:-}) && -x $cross && -z ${NO_WINE:-} ]]; then
   CARGO_TARGET_DIR=$root/target/win "$cross" cargo build -q --release -p csi-proxy --bin csi-proxy
   ours=$root/target/win/x86_64-pc-windows-gnu/release/csi-proxy.exe
   client=$(CARGO_TARGET_DIR=$root/target/win bench_exe "$cross")
+fi
+
+if [[ -n ${UPSTREAM_EXE:-} && -x $cross && -z ${NO_WINE:-} ]]; then
+  echo "== side by side with $UPSTREAM_EXE (Wine)" >&2
   (
     eval "$("$cross" env)"
     wineserver -p60 2>/dev/null || true
@@ -161,23 +178,22 @@ fi
 # per request, and one per reply), the daemon EXE, then CLIENT's shared-connection scenario; counts
 # the request lines of the daemon's threads (known by their unix thread ids) made during the calls.
 wine_requests() {
-  local exe=$1 client=$2 calls=2000 pid p start end
+  local exe=$1 client=$2 calls=2000 pid start end
   wineserver -k 2>/dev/null || true
   sleep 1
   wineserver -f -d1 2>"$out/trace" &
   disown "$!"
   sleep 1
-  wine "$exe" >"$out/requests.log" 2>&1 &
-  disown "$!"
-  sleep 6
-  pid=
-  for p in $(pgrep -f "${exe##*/}"); do
-    if [[ -z $pid ]] || (($(ls /proc/$p/task | wc -l) > $(ls /proc/$pid/task | wc -l))); then pid=$p; fi
-  done
+  # A tracing wineserver is slower: the daemon gets a second more to start.
+  if ! start_daemon requests "$exe" 6; then
+    wineserver -k 2>/dev/null || true
+    return 0
+  fi
+  pid=$daemon
   ls "/proc/$pid/task" >"$out/tasks"
   start=$(wc -l <"$out/trace")
-  RTT_ONLY=shared RTT_CALLS=$calls RTT_WARMUP=0 RTT_PATH_EXISTS='C:\var\lib\kubelet\bench' \
-    wine "$client" --bench --connect '\\.\pipe\csi-proxy-filesystem-v1' >/dev/null 2>&1
+  RTT_ONLY=shared RTT_CALLS=$calls RTT_WARMUP=0 RTT_PATH_EXISTS="$bench_dir" \
+    wine "$client" --bench --connect "$fs_pipe" >/dev/null 2>&1
   end=$(wc -l <"$out/trace")
   ls "/proc/$pid/task" >>"$out/tasks"
   kill -9 "$pid" 2>/dev/null || true
@@ -208,12 +224,10 @@ PY
 
 if [[ -n ${WINE_REQUESTS:-} && -x $cross && -z ${NO_WINE:-} ]]; then
   echo "== wineserver requests per call (Wine)" >&2
-  CARGO_TARGET_DIR=$root/target/win "$cross" cargo build -q --release -p csi-proxy --bin csi-proxy
-  client=$(CARGO_TARGET_DIR=$root/target/win bench_exe "$cross")
   (
     eval "$("$cross" env)"
     mkdir -p "$WINEPREFIX/drive_c/var/lib/kubelet/bench"
-    wine_requests "$root/target/win/x86_64-pc-windows-gnu/release/csi-proxy.exe" "$client"
+    wine_requests "$ours" "$client"
   ) | tee "$out/requests"
 fi
 
