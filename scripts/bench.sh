@@ -17,7 +17,10 @@
 #    daemon and that one side by side under Wine, in alternating rounds (UPSTREAM_ROUNDS, default
 #    2), one after the other on the same pipes, driven by the same client (the rtt bench with
 #    RTT_PATH_EXISTS: v1 Filesystem/PathExists on an existing folder under C:\var\lib\kubelet),
-#    with each daemon's CPU time per call (from /proc, 10 ms ticks) and its threads afterwards.
+#    with each daemon's CPU time per call and its threads afterwards, and, since on 2 cores the
+#    whole machine is the limit, the CPU per call of the wineserver (it serves every process), of
+#    the client (its own start-up included, about 0.1 s) and of the machine (/proc/stat), and how
+#    busy the machine was; CPU times are in 10 ms ticks.
 #    A client run that takes over UPSTREAM_TIMEOUT seconds (default 120) is killed and shown as
 #    HUNG; one that fails is shown as FAILED with why. Nothing is downloaded: build
 #    upstream's daemon yourself (its repository vendors its modules: GOOS=windows go build
@@ -28,8 +31,9 @@
 #    open the pipe lands on that instance, which nobody serves, and waits forever.
 # 5. Optional, with WINE_REQUESTS=1: the wineserver requests our release daemon makes per call,
 #    by request type and by thread (16 callers on one connection, PathExists, 2,000 calls), from a
-#    wineserver started with -d1. Under Wine each request is a round trip to the wineserver, the
-#    main cost of a call there.
+#    wineserver started with -d1, and those the other processes (the client, mostly) make. Under
+#    Wine each request is a round trip to the wineserver, the main cost of a call there. With
+#    UPSTREAM_EXE set too, the same count is made for that daemon.
 # The tables are printed again together at the end.
 #
 #   scripts/bench.sh
@@ -118,36 +122,53 @@ start_daemon() {
   fi
 }
 
+# `first_call CLIENT`: one throwaway call, killed (exit 124) after 10 s; see section 4 in the header.
+first_call() {
+  timeout 10 env RTT_ONLY=sequential RTT_CALLS=1 RTT_WARMUP=0 RTT_PATH_EXISTS="$bench_dir" \
+    wine "$1" --bench --connect "$fs_pipe" >/dev/null 2>&1
+}
+
+# `ticks PID`: the process's user + system CPU, in clock ticks.
+ticks() { if [[ -n $1 && -r /proc/$1/stat ]]; then awk '{ print $14 + $15 }' "/proc/$1/stat"; else echo 0; fi; }
+# `machine_ticks`: "BUSY ALL", the whole machine's busy and total CPU ticks (iowait counts as idle).
+machine_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
+
 # `side_by_side LABEL EXE CLIENT`: one round of the rtt client CLIENT's three scenarios against
 # the daemon EXE.
 side_by_side() {
-  local label=$1 exe=$2 client=$3 pid scenario row rc made why c0 c1
+  local label=$1 exe=$2 client=$3 pid ws scenario row rc made why c0 c1 w0 w1 m0 m1
   start_daemon "$label" "$exe" || return 0
   pid=$daemon
+  ws=$(pgrep -o wineserver) || ws=
   rc=0
-  timeout 10 env RTT_ONLY=sequential RTT_CALLS=1 RTT_WARMUP=0 RTT_PATH_EXISTS="$bench_dir" \
-    wine "$client" --bench --connect "$fs_pipe" >/dev/null 2>&1 || rc=$?
+  first_call "$client" || rc=$?
   if ((rc == 124)); then
     echo "side by side: $label: the first connection to its pipe was not served (expected of go-winio under Wine; see the header)"
   fi
   for scenario in sequential shared connections; do
-    c0=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+    c0=$(ticks "$pid") w0=$(ticks "$ws") m0=$(machine_ticks)
     rc=0
-    row=$(timeout "${UPSTREAM_TIMEOUT:-120}" env RTT_ONLY=$scenario RTT_CALLS="${RTT_WINE_CALLS:-5000}" \
-      RTT_WARMUP="${RTT_WINE_WARMUP:-500}" RTT_PATH_EXISTS="$bench_dir" \
-      wine "$client" --bench --connect "$fs_pipe" 2>&1) || rc=$?
-    c1=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+    # `time` adds a last line "client U S": the client's CPU seconds (it and what it waited for).
+    row=$( (TIMEFORMAT='client %U %S'
+      time timeout "${UPSTREAM_TIMEOUT:-120}" env RTT_ONLY=$scenario RTT_CALLS="${RTT_WINE_CALLS:-5000}" \
+        RTT_WARMUP="${RTT_WINE_WARMUP:-500}" RTT_PATH_EXISTS="$bench_dir" \
+        wine "$client" --bench --connect "$fs_pipe") 2>&1) || rc=$?
+    c1=$(ticks "$pid") w1=$(ticks "$ws") m1=$(machine_ticks)
     made=$(sed -n 's/^rtt: calls made //p' <<<"$row")
     if ((rc == 124)); then
       printf "side by side: %-9s %-12s HUNG: the client was killed after %s s\n" "$label" "$scenario" "${UPSTREAM_TIMEOUT:-120}"
     elif ((rc != 0)) || [[ -z $made ]]; then
       # A panic's message is on the line after "panicked at"; otherwise the last line says why.
-      why=$(grep -m1 -A1 'panicked at' <<<"$row" | tr '\n' ' ') || why=$(tail -n 1 <<<"$row")
+      why=$(grep -m1 -A1 'panicked at' <<<"$row" | tr '\n' ' ') || why=$(grep -v '^client ' <<<"$row" | tail -n 1)
       printf "side by side: %-9s %-12s FAILED (exit %d): %s\n" "$label" "$scenario" "$rc" "${why:0:200}"
     else
-      awk -v l="$label" -v s="$scenario" -v c0="$c0" -v c1="$c1" -v m="$made" -v t="$(ls "/proc/$pid/task" | wc -l)" \
-        '/^named pipe/ { printf "side by side: %-9s %-12s calls/s %6d  p50 %8.1f us  p99 %8.1f us  daemon CPU %5.0f us/call  daemon threads %d\n",
-          l, s, $(NF-3), $(NF-6), $(NF-5), (c1 - c0) * 10000 / m, t }' <<<"$row"
+      awk -v l="$label" -v s="$scenario" -v d=$((c1 - c0)) -v w=$((w1 - w0)) -v m="$made" \
+        -v busy=$((${m1% *} - ${m0% *})) -v all=$((${m1#* } - ${m0#* })) -v t="$(ls "/proc/$pid/task" | wc -l)" '
+        /^named pipe/ { row = sprintf("side by side: %-9s %-12s calls/s %6d  p50 %8.1f us  p99 %8.1f us  daemon CPU %5.0f us/call  daemon threads %d",
+          l, s, $(NF-3), $(NF-6), $(NF-5), d * 10000 / m, t) }
+        /^client / { client = ($2 + $3) * 1e6 / m }
+        END { printf "%s\n%-27s CPU us/call: wineserver %5.0f  client %5.0f  machine %5.0f (%2.0f%% busy)\n",
+          row, "", w * 10000 / m, client, busy * 10000 / m, 100 * busy / all }' <<<"$row"
     fi
   done
   kill -9 "$pid" 2>/dev/null || true
@@ -174,11 +195,12 @@ if [[ -n ${UPSTREAM_EXE:-} && -x $cross && -z ${NO_WINE:-} ]]; then
   ) | tee "$out/side"
 fi
 
-# `wine_requests EXE CLIENT`: section 5. Runs a wineserver of its own with -d1 (one trace line
-# per request, and one per reply), the daemon EXE, then CLIENT's shared-connection scenario; counts
-# the request lines of the daemon's threads (known by their unix thread ids) made during the calls.
+# `wine_requests LABEL EXE CLIENT`: section 5. Runs a wineserver of its own with -d1 (one trace
+# line per request, and one per reply), the daemon EXE, a throwaway call (see section 4), then
+# CLIENT's shared-connection scenario; counts the request lines made during the calls, those of the
+# daemon's threads (known by their unix thread ids) apart from the rest (the client's, mostly).
 wine_requests() {
-  local exe=$1 client=$2 calls=2000 pid start end
+  local label=$1 exe=$2 client=$3 calls=2000 pid start end
   wineserver -k 2>/dev/null || true
   sleep 1
   wineserver -f -d1 2>"$out/trace" &
@@ -190,6 +212,7 @@ wine_requests() {
     return 0
   fi
   pid=$daemon
+  first_call "$client" || true
   ls "/proc/$pid/task" >"$out/tasks"
   start=$(wc -l <"$out/trace")
   RTT_ONLY=shared RTT_CALLS=$calls RTT_WARMUP=0 RTT_PATH_EXISTS="$bench_dir" \
@@ -198,10 +221,11 @@ wine_requests() {
   ls "/proc/$pid/task" >>"$out/tasks"
   kill -9 "$pid" 2>/dev/null || true
   wineserver -k 2>/dev/null || true
-  python3 - "$out/trace" "$out/tasks" "$start" "$end" "$calls" <<'PY'
+  python3 - "$out/trace" "$out/tasks" "$start" "$end" "$calls" "$label" <<'PY'
 import re, sys
 from collections import Counter, defaultdict
-trace, tasks, start, end, calls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+trace, tasks, label = sys.argv[1], sys.argv[2], sys.argv[6]
+start, end, calls = (int(a) for a in sys.argv[3:6])
 unix_tids = set(open(tasks).read().split())
 lines = open(trace, errors="replace").read().splitlines()
 ours = set()
@@ -209,14 +233,16 @@ for line in lines:
     m = re.match(r"^([0-9a-f]{4}): init_(?:first_)?thread\( (?:unix_pid=\d+, )?unix_tid=(\d+)", line)
     if m and m.group(2) in unix_tids:
         ours.add(m.group(1))
-by_thread = defaultdict(Counter)
+by_thread, others = defaultdict(Counter), Counter()
 for line in lines[start:end]:
     m = re.match(r"^([0-9a-f]{4}): ([a-z_]+)\( ", line)  # requests only; replies read "name() = "
-    if m and m.group(1) in ours:
-        by_thread[m.group(1)][m.group(2)] += 1
+    if m:
+        (by_thread[m.group(1)] if m.group(1) in ours else others)[m.group(2)] += 1
 total = sum(by_thread.values(), Counter())
-print(f"wineserver requests per call, our daemon, 16 callers on 1 connection, {calls} calls: {sum(total.values()) / calls:.2f}")
+print(f"wineserver requests per call, {label} daemon, 16 callers on 1 connection, {calls} calls: {sum(total.values()) / calls:.2f}")
 print("  by type:", ", ".join(f"{k} {v / calls:.2f}" for k, v in total.most_common(8)))
+print(f"  other processes (the client, mostly): {sum(others.values()) / calls:.2f}:",
+      ", ".join(f"{k} {v / calls:.2f}" for k, v in others.most_common(6)))
 for tid, c in sorted(by_thread.items(), key=lambda kv: -sum(kv[1].values())):
     print(f"  thread {tid}: {sum(c.values()) / calls:.2f} ({', '.join(f'{k} {v / calls:.2f}' for k, v in c.most_common(4))})")
 PY
@@ -227,7 +253,10 @@ if [[ -n ${WINE_REQUESTS:-} && -x $cross && -z ${NO_WINE:-} ]]; then
   (
     eval "$("$cross" env)"
     mkdir -p "$WINEPREFIX/drive_c/var/lib/kubelet/bench"
-    wine_requests "$ours" "$client"
+    wine_requests ours "$ours" "$client"
+    if [[ -n ${UPSTREAM_EXE:-} ]]; then
+      wine_requests upstream "$UPSTREAM_EXE" "$client"
+    fi
   ) | tee "$out/requests"
 fi
 
