@@ -20,7 +20,7 @@
 #    with each daemon's CPU time per call and its threads afterwards, and, since on 2 cores the
 #    whole machine is the limit, the CPU per call of the wineserver (it serves every process), of
 #    the client (its own start-up included, about 0.1 s) and of the machine (/proc/stat), and how
-#    busy the machine was; CPU times are in 10 ms ticks.
+#    busy the machine was; all but the client's CPU time are counted in 10 ms ticks.
 #    A client run that takes over UPSTREAM_TIMEOUT seconds (default 120) is killed and shown as
 #    HUNG; one that fails is shown as FAILED with why. Nothing is downloaded: build
 #    upstream's daemon yourself (its repository vendors its modules: GOOS=windows go build
@@ -167,7 +167,7 @@ side_by_side() {
         /^named pipe/ { row = sprintf("side by side: %-9s %-12s calls/s %6d  p50 %8.1f us  p99 %8.1f us  daemon CPU %5.0f us/call  daemon threads %d",
           l, s, $(NF-3), $(NF-6), $(NF-5), d * 10000 / m, t) }
         /^client / { client = ($2 + $3) * 1e6 / m }
-        END { printf "%s\n%-27s CPU us/call: wineserver %5.0f  client %5.0f  machine %5.0f (%2.0f%% busy)\n",
+        END { if (row != "") printf "%s\n%-27s CPU us/call: wineserver %5.0f  client %5.0f  machine %5.0f (%2.0f%% busy)\n",
           row, "", w * 10000 / m, client, busy * 10000 / m, 100 * busy / all }' <<<"$row"
     fi
   done
