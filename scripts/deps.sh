@@ -2,11 +2,19 @@
 # Installs the Debian packages the build (and, with `test`, the test suite) needs, if missing.
 #   scripts/deps.sh          build: libblkid's headers, clang (the libblkid bindings are made by
 #                            bindgen) and pkg-config
-#   scripts/deps.sh test     also the mkfs and grow tools of every -linux-fs-type, and zip/unzip
-#                            for the release packages (scripts/release.sh)
+#   scripts/deps.sh images   the container images' tools (scripts/images.sh): mmdebstrap, umoci,
+#                            skopeo, and hivex's tools to check the Windows image's hives
+#   scripts/deps.sh test     all of the above, the mkfs and grow tools of every -linux-fs-type, and
+#                            zip/unzip for the release packages (scripts/release.sh)
 set -euo pipefail
-pkgs=(libblkid-dev libclang-dev pkg-config)
-[ "${1:-}" = test ] && pkgs+=(xfsprogs btrfs-progs ntfs-3g zip unzip)
+pkgs=()
+images=(mmdebstrap umoci skopeo libhivex-bin)
+case "${1:-}" in
+  "") pkgs=(libblkid-dev libclang-dev pkg-config) ;;
+  images) pkgs=("${images[@]}") ;;
+  test) pkgs=(libblkid-dev libclang-dev pkg-config xfsprogs btrfs-progs ntfs-3g zip unzip "${images[@]}") ;;
+  *) echo "usage: scripts/deps.sh [images|test]" >&2; exit 2 ;;
+esac
 need=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")

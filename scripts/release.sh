@@ -5,16 +5,27 @@
 #       csi-proxy-<version>-windows-amd64.zip    csi-proxy.exe and csi-proxyctl.exe (cross-built),
 #                                                README.md, LICENSE, deploy/
 #       csi-proxy-<version>-linux-amd64.tar.gz   csi-proxy, csi-proxyctl, README.md, LICENSE, deploy/
-#       SHA256SUMS                               sha256sum's lines for both
+#       csi-proxy-<version>-linux-amd64.oci.tar  the Linux container image (OCI archive: Debian 12
+#                                                with the tools of every group, the binaries)
+#       csi-proxy-<version>-windows-amd64.oci.tar
+#                                                the Windows HostProcess container image (OCI
+#                                                archive: the exes at its root, no base image)
+#       SHA256SUMS                               sha256sum's lines for all of them
+#                                    The images are made by scripts/images.sh (as root: mmdebstrap);
+#                                    SKIP_IMAGES=1 makes the archives only.
 #   scripts/release.sh check         validate deploy/: every manifest against the Kubernetes schemas
 #                                    (PyPI's kubernetes-validate, offline: it ships them), strict,
 #                                    for the oldest and newest Kubernetes it knows of ours; the
-#                                    systemd unit with `systemd-analyze verify` where there is one
+#                                    systemd unit with `systemd-analyze verify` where there is one;
+#                                    the DaemonSets against the daemon's flags (tests/deploy)
 #   scripts/release.sh smoke [OUT]   unpack the packages of OUT into a temp dir and try them: the
 #                                    Windows exes print their versions under Wine; the Linux binary
 #                                    starts on a temp socket dir, answers one real gRPC call
 #                                    (Python grpcio) and csi-proxyctl's discovery and a call, and
-#                                    stops cleanly.
+#                                    stops cleanly. Then the images, read with skopeo (manifest,
+#                                    config, os/arch, entrypoint, digests, layer contents); the
+#                                    Linux image's own daemon runs in its unpacked root and
+#                                    answers PathExists (scripts/images.sh smoke).
 #
 # <version> is what the built daemon reports (`csi-proxy -version`), so the names cannot disagree
 # with the binaries. A work tree with changes (tracked or untracked, ignored files aside) is
@@ -100,6 +111,17 @@ $dirty"
     # -X: no extra attributes (uid, atime), so the archive depends on content and dates only.
     (cd "$stage" && find "$name" -print | LC_ALL=C sort | zip -q -X -9 "$out/$name.zip" -@)
   fi
+  if [ "${SKIP_IMAGES:-0}" != 1 ]; then
+    local t_img=$SECONDS bins=$stage/bins
+    mkdir -p "$bins/linux" "$bins/windows"
+    install -m 0755 "$linux_bin" "$linux_ctl" "$bins/linux/"
+    scripts/images.sh linux "$out/csi-proxy-$version-linux-amd64.oci.tar" "$version" "$stamp" "$bins/linux"
+    if [ -n "$win_bin" ]; then
+      install -m 0755 "$win_bin" "$win_ctl" "$bins/windows/"
+      scripts/images.sh windows "$out/csi-proxy-$version-windows-amd64.oci.tar" "$version" "$stamp" "$bins/windows"
+    fi
+    echo "release: images took $((SECONDS - t_img)) s"
+  fi
   (cd "$out" && sha256sum -- csi-proxy-* >SHA256SUMS)
   echo "== release: $out ($((SECONDS - t0)) s in all)"
   (cd "$out" && ls -l && cat SHA256SUMS)
@@ -182,6 +204,14 @@ EOF
   wait "$pid" || rc=$?
   [ "$rc" = 0 ] || { cat "$tmp/daemon.log" >&2; die "the daemon exited with $rc on SIGTERM"; }
   [ -z "$(ls -A "$sock" 2>/dev/null)" ] || die "sockets left after a clean stop: $(ls "$sock")"
+  local images=("$out"/csi-proxy-*-linux-amd64.oci.tar)
+  if [ -e "${images[0]}" ]; then
+    local win_image=("$out"/csi-proxy-*-windows-amd64.oci.tar)
+    [ -e "${win_image[0]}" ] || win_image=()
+    scripts/images.sh smoke "${images[0]}" "${win_image[@]}"
+  else
+    echo "release smoke: no images in $out"
+  fi
   echo "release smoke: $version passed"
 }
 
@@ -199,13 +229,18 @@ check() {
     echo "== deploy/: ${#files[@]} manifests against Kubernetes $v"
     python3 -m kubernetes_validate "${args[@]}" "${files[@]}" || die "deploy/ manifests do not validate ($v)"
   done
+  # What the schemas cannot see: the DaemonSets' flags are the daemon's, the Linux groups'
+  # directories are the host's, the two DaemonSets do not collide (tests/deploy).
+  local bin=${CSI_PROXY_BIN:-$ROOT/target/debug/csi-proxy}
+  [ -x "$bin" ] || die "no daemon binary at $bin to check deploy/ against (cargo build -p csi-proxy)"
+  echo "== deploy/: the DaemonSets against $bin's flags (tests/deploy)"
+  CSI_PROXY_BIN=$bin python3 -m pytest -q -p no:cacheprovider tests/deploy || die "deploy/ does not fit the daemon"
   if ! command -v systemd-analyze >/dev/null; then
     echo "== deploy/: no systemd-analyze here; the unit file is not verified"
     return
   fi
   # verify wants ExecStart's binary to exist: point it at the one just built.
-  local bin=${CSI_PROXY_BIN:-$ROOT/target/debug/csi-proxy} tmp unit out
-  [ -x "$bin" ] || die "no daemon binary at $bin to verify the unit against (cargo build -p csi-proxy)"
+  local tmp unit out
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
   for unit in deploy/linux/*.service; do
