@@ -30,7 +30,9 @@
 # <version> is what the built daemon reports (`csi-proxy -version`), so the names cannot disagree
 # with the binaries. A work tree with changes (tracked or untracked, ignored files aside) is
 # refused: its binaries would name a commit they were not built from. ALLOW_DIRTY=1 builds anyway
-# and marks the names `-dirty`. SKIP_WINDOWS=1 makes only the Linux package.
+# and marks the names `-dirty`. SKIP_WINDOWS=1 makes only the Linux package. RELEASE_BINS=DIR
+# packages DIR/linux/{csi-proxy,csi-proxyctl} and DIR/windows/{csi-proxy,csi-proxyctl}.exe instead
+# of building: the test suite uses it to test the packaging with the binaries it already built.
 #
 # The packages are reproducible for a given commit and toolchain: entries sorted, owned by root,
 # dated at the commit's time.
@@ -66,18 +68,30 @@ $dirty"
     echo "release: building from a work tree with changes (ALLOW_DIRTY=1)" >&2
   fi
   local t0=$SECONDS
-  echo "== release: Linux build"
-  CARGO_TARGET_DIR=$ROOT/target cargo build --locked --release -p csi-proxy -p csi-proxyctl
   local linux_bin=$ROOT/target/release/csi-proxy win_bin=""
   local linux_ctl=$ROOT/target/release/csi-proxyctl win_ctl=""
-  if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
-    [ -x "$WC" ] || die "missing $WC (SKIP_WINDOWS=1 makes the Linux package only)"
-    echo "== release: Windows build (x86_64-pc-windows-gnu)"
-    CARGO_TARGET_DIR=$ROOT/target/win "$WC" cargo build --locked --release -p csi-proxy -p csi-proxyctl
-    win_bin=$ROOT/target/win/x86_64-pc-windows-gnu/release/csi-proxy.exe
-    win_ctl=$ROOT/target/win/x86_64-pc-windows-gnu/release/csi-proxyctl.exe
+  if [ -n "${RELEASE_BINS:-}" ]; then
+    # The test suite's own builds, packaged to test the packaging (scripts/test.sh): no second
+    # build of each system, but not release builds either.
+    echo "== release: packaging the binaries in $RELEASE_BINS (RELEASE_BINS: a packaging test, not a release)"
+    linux_bin=$RELEASE_BINS/linux/csi-proxy linux_ctl=$RELEASE_BINS/linux/csi-proxyctl
+    if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
+      win_bin=$RELEASE_BINS/windows/csi-proxy.exe win_ctl=$RELEASE_BINS/windows/csi-proxyctl.exe
+    fi
+    local f
+    for f in "$linux_bin" "$linux_ctl" $win_bin $win_ctl; do [ -f "$f" ] || die "RELEASE_BINS: no $f"; done
+  else
+    echo "== release: Linux build"
+    CARGO_TARGET_DIR=$ROOT/target cargo build --locked --release -p csi-proxy -p csi-proxyctl
+    if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
+      [ -x "$WC" ] || die "missing $WC (SKIP_WINDOWS=1 makes the Linux package only)"
+      echo "== release: Windows build (x86_64-pc-windows-gnu)"
+      CARGO_TARGET_DIR=$ROOT/target/win "$WC" cargo build --locked --release -p csi-proxy -p csi-proxyctl
+      win_bin=$ROOT/target/win/x86_64-pc-windows-gnu/release/csi-proxy.exe
+      win_ctl=$ROOT/target/win/x86_64-pc-windows-gnu/release/csi-proxyctl.exe
+    fi
+    echo "release: builds took $((SECONDS - t0)) s"
   fi
-  echo "release: builds took $((SECONDS - t0)) s"
 
   local version
   version=$(version_of "$linux_bin")

@@ -9,9 +9,10 @@
 #      unless SKIP_WINDOWS=1;
 #   4. every fuzz target (fuzz/) for FUZZ_SECONDS each (default 10: about 3-4 minutes with the
 #      build), unless SKIP_FUZZ=1;
-#   5. deploy/ validated (Kubernetes schemas, systemd-analyze), the release packages built and
-#      smoke-tested (scripts/release.sh: two release builds, about 10 minutes on 2 cores), unless
-#      SKIP_RELEASE=1;
+#   5. deploy/ validated (Kubernetes schemas, the DaemonSets against the daemon's flags,
+#      systemd-analyze); the release packages and container images made from the binaries the
+#      stages above built (no release build of its own: RELEASE_BINS) and smoke-tested
+#      (scripts/release.sh), unless SKIP_RELEASE=1;
 #   6. real grpcio clients against the real Linux daemon binary (tests/grpcio).
 # The stages that use the Linux debug build (1, 2, the deploy check and 6) run first.
 #
@@ -69,6 +70,10 @@ CSI_PROXY_BIN=$ROOT/target/debug/csi-proxy scripts/release.sh check
 
 stage "Linux: grpcio clients against the daemon"
 CSI_PROXY_BIN=$ROOT/target/debug/csi-proxy python3 -m pytest -q tests/grpcio
+# The binaries the release stage packages, kept before their build trees go.
+bins=$ROOT/target/test-bins
+rm -rf "$bins" && mkdir -p "$bins/linux" "$bins/windows"
+cp target/debug/csi-proxy target/debug/csi-proxyctl "$bins/linux/"
 drop "$ROOT/target/debug"
 
 if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
@@ -80,6 +85,8 @@ if [ "${SKIP_WINDOWS:-0}" != 1 ]; then
   CARGO_TARGET_DIR=$ROOT/target/win "$wc" cargo build --workspace --all-targets
   stage "Windows: cargo test under Wine"
   CARGO_TARGET_DIR=$ROOT/target/win "$wc" cargo test --workspace --no-fail-fast
+  cp target/win/x86_64-pc-windows-gnu/debug/csi-proxy.exe target/win/x86_64-pc-windows-gnu/debug/csi-proxyctl.exe \
+    "$bins/windows/"
   drop "$ROOT/target/win"
 fi
 
@@ -95,7 +102,7 @@ if [ "${SKIP_RELEASE:-0}" != 1 ]; then
   # makes the Linux package only.)
   release_start=$SECONDS
   stage "release: packages built and smoke-tested"
-  ALLOW_DIRTY=1 scripts/release.sh "$ROOT/target/dist"
+  ALLOW_DIRTY=1 RELEASE_BINS=$bins scripts/release.sh "$ROOT/target/dist"
   scripts/release.sh smoke "$ROOT/target/dist"
   echo "   release: $((SECONDS - release_start)) s"
 fi
