@@ -144,7 +144,9 @@ windows() {
     --format=pax --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime -cf "$tmp/layer.tar" Files
   new_layout "$tmp/oci"
   add_layer "$tmp/oci" "$stamp" "$tmp/layer.tar" "csi-proxy $version: csi-proxy.exe, csi-proxyctl.exe, empty hives"
-  # The DaemonSet names the exe by its full path; the entrypoint is for a plain `crictl run`.
+  # The DaemonSet names the exe by its full path; the entrypoint is for a plain `crictl run`. No
+  # os.version: containerd's Windows platform matcher accepts an image without one on any Windows
+  # build (a HostProcess container shares the host's), where one with a version must match.
   configure "$tmp/oci" "$version" "$stamp" --os windows --architecture amd64 \
     --config.entrypoint csi-proxy.exe
   layout_to_archive "$tmp/oci" "$out" "$stamp"
@@ -173,6 +175,9 @@ got = (c.get("config") or {}).get("Entrypoint")
 if got != [entry]: problems.append(f"entrypoint {got!r}, expected {[entry]!r}")
 label = ((c.get("config") or {}).get("Labels") or {}).get("org.opencontainers.image.version")
 if label != version: problems.append(f"version label {label!r}, expected {version!r}")
+# containerd's Windows platform matcher takes an image with no os.version on any Windows version
+# (HostProcess images have none); one with a version would be held to the host's build.
+if want_os == "windows" and c.get("os.version"): problems.append(f"os.version {c['os.version']!r}: no version expected")
 diff_ids = (c.get("rootfs") or {}).get("diff_ids") or []
 if not diff_ids: problems.append("no layers")
 for p in problems: print(f"images smoke: {want_os}: {p}", file=sys.stderr)
