@@ -1,11 +1,22 @@
 <#
 .SYNOPSIS
-  Installs csi-proxy as the Windows service `csiproxy` (upstream's name, flags and sc.exe lines),
+  Installs or upgrades csi-proxy as the Windows service `csiproxy` (upstream's name, flags and sc.exe lines),
   with a restart policy, and starts it. Run from an elevated PowerShell on the node.
+
+.DESCRIPTION
+  Install: copies csi-proxy.exe to -BinDir, registers the service and starts it.
+  Upgrade (the service exists): the service keeps its flags unless -Flags or -LogFile is given. The
+  service is stopped, the installed exe is kept as csi-proxy.exe.previous, the new one is put in
+  its place and started; if it is not Running within -StartTimeout seconds, the previous exe (and
+  flags) are put back and started, and the script fails saying so.
+  -Rollback puts csi-proxy.exe.previous back in place and restarts the service, with the flags the
+  service has now (a flag only the newer exe knows makes the rollback fail, and be undone).
+  Running any of these twice changes nothing the second time.
 
 .EXAMPLE
   .\install-service.ps1                                   # the exe beside this script's folder
   .\install-service.ps1 -Flags '-v=2 -metrics-bind-address=localhost:8888'
+  .\install-service.ps1 -Rollback
   .\install-service.ps1 -Uninstall
 #>
 param(
@@ -14,22 +25,82 @@ param(
     # Where the service runs it from: upstream's documented location.
     [string]$BinDir = 'C:\etc\kubernetes\node\bin',
     [string]$LogFile = 'C:\etc\kubernetes\logs\csi-proxy.log',
-    # Further flags, e.g. '-kubelet-path=D:\kubelet -working-dir=D:\data -v=2'.
+    # Further flags, e.g. '-kubelet-path=D:\kubelet -working-dir=D:\data -v=2'. On an upgrade, without
+    # -Flags or -LogFile the service keeps the flags it has; -Flags '' goes back to the defaults.
     [string]$Flags = '',
+    # How long a started service may take to report Running (the daemon does once all 23 pipes exist).
+    [int]$StartTimeout = 60,
+    [switch]$Rollback,
     [switch]$Uninstall
 )
 $ErrorActionPreference = 'Stop'
 $Name = 'csiproxy'
+$exe = Join-Path $BinDir 'csi-proxy.exe'
+$previous = "$exe.previous"
 
 function Invoke-Sc {
     & sc.exe @args
     if ($LASTEXITCODE -ne 0) { throw "sc.exe $($args -join ' ') failed with exit code $LASTEXITCODE" }
 }
 
-$existing = Get-Service -Name $Name -ErrorAction SilentlyContinue
-if ($existing) {
+# The service's command line (exe and flags), as the service control manager holds it.
+function Get-BinPath { (Get-CimInstance -ClassName Win32_Service -Filter "Name='$Name'").PathName }
+
+function Stop-Csiproxy {
+    if ((Get-Service -Name $Name).Status -eq 'Stopped') { return }
     # Stopping drains open calls: at most 5 s for connections, 10 s for host calls.
-    if ($existing.Status -ne 'Stopped') { Stop-Service -Name $Name }
+    Stop-Service -Name $Name -NoWait -ErrorAction SilentlyContinue
+    $deadline = (Get-Date).AddSeconds(30)
+    while ((Get-Service -Name $Name).Status -ne 'Stopped') {
+        if ((Get-Date) -gt $deadline) { throw "service $Name did not stop within 30 s; stop its process and run this again" }
+        Start-Sleep -Milliseconds 500
+    }
+}
+
+# $true once the service reports Running; $false if it stops or is still not Running at the timeout.
+function Start-Csiproxy {
+    try { (Get-Service -Name $Name).Start() }   # returns at once
+    catch { Write-Warning "starting service ${Name}: $($_.Exception.GetBaseException().Message)"; return $false }
+    $deadline = (Get-Date).AddSeconds($StartTimeout)
+    while ((Get-Date) -lt $deadline) {
+        Start-Sleep -Milliseconds 500
+        $status = (Get-Service -Name $Name).Status
+        if ($status -eq 'Running') { return $true }
+        if ($status -eq 'Stopped') { return $false }
+    }
+    $false
+}
+
+# Stops the service, puts $From in place of csi-proxy.exe (kept as $KeepAs) and $BinPath as its
+# command line, and starts it. If it does not reach Running, puts the kept exe and the old command
+# line back, starts that, and fails.
+function Update-Csiproxy([string]$From, [string]$KeepAs, [string]$BinPath) {
+    $oldBinPath = Get-BinPath
+    Stop-Csiproxy
+    if ($From) {
+        Copy-Item -Force -Path $exe -Destination $KeepAs
+        Copy-Item -Force -Path $From -Destination $exe
+    }
+    if ($BinPath -ne $oldBinPath) { Invoke-Sc config $Name binPath= $BinPath }
+    if (Start-Csiproxy) { return }
+
+    Stop-Csiproxy
+    if ($From) { Copy-Item -Force -Path $KeepAs -Destination $exe }
+    if ($BinPath -ne $oldBinPath) { Invoke-Sc config $Name binPath= $oldBinPath }
+    $what = if ($From) { $From } else { 'the new flags' }
+    $state = if (Start-Csiproxy) { 'it is Running again' } else { 'it did not start either' }
+    throw "service $Name did not reach Running within $StartTimeout s with $what; the previous exe and flags were put back and $state. See the daemon's log and the System event log."
+}
+
+function Test-SameFile([string]$A, [string]$B) {
+    (Test-Path -PathType Leaf $A) -and (Test-Path -PathType Leaf $B) -and (Get-FileHash -LiteralPath $A).Hash -eq (Get-FileHash -LiteralPath $B).Hash
+}
+
+$installed = Get-Service -Name $Name -ErrorAction SilentlyContinue
+
+if ($Uninstall) {
+    if (-not $installed) { return }
+    Stop-Csiproxy
     Invoke-Sc delete $Name
     # The service control manager removes a deleted service once no handle to it is open.
     $deadline = (Get-Date).AddSeconds(30)
@@ -37,19 +108,54 @@ if ($existing) {
         if ((Get-Date) -gt $deadline) { throw "service $Name is still registered 30 s after sc.exe delete" }
         Start-Sleep -Milliseconds 500
     }
+    return
 }
-if ($Uninstall) { return }
 
-New-Item -ItemType Directory -Force -Path $BinDir | Out-Null
-$exe = Join-Path $BinDir 'csi-proxy.exe'
-Copy-Item -Force -Path $Source -Destination $exe
+if ($Rollback) {
+    if (-not $installed) { throw "service $Name is not installed: nothing to roll back" }
+    if (-not (Test-Path -PathType Leaf $previous)) { throw "no $previous to roll back to (an upgrade by this script leaves it)" }
+    if (Test-SameFile $exe $previous) {
+        Write-Host "$exe is already the previous version"
+    } else {
+        $kept = "$exe.rollback"
+        Update-Csiproxy -From $previous -KeepAs $kept -BinPath (Get-BinPath)
+        Remove-Item -Force $kept
+        Write-Host "rolled back: $exe is now $previous"
+    }
+} else {
+    if (-not (Test-Path -PathType Leaf $Source)) { throw "no csi-proxy.exe at $Source (pass -Source PATH)" }
+    # Upstream's flags; on an upgrade without -Flags or -LogFile, the ones the service already has.
+    $arguments = "-windows-service -log_file=$LogFile -logtostderr=false $Flags".TrimEnd()
+    if ($installed -and -not ($PSBoundParameters.ContainsKey('Flags') -or $PSBoundParameters.ContainsKey('LogFile'))) {
+        # The command line is the exe, quoted or not, then the flags.
+        if (-not ((Get-BinPath) -match '^\s*("[^"]*"|\S+)\s*(.*)$')) { throw "cannot read the command line of service $Name" }
+        $arguments = $Matches[2].Trim()
+    }
+    $binPath = "$exe $arguments".TrimEnd()
+    New-Item -ItemType Directory -Force -Path $BinDir | Out-Null
 
-# Upstream's lines. The daemon reports Running only once all 23 pipes exist.
-Invoke-Sc create $Name start= auto binPath= "$exe -windows-service -log_file=$LogFile -logtostderr=false $Flags".TrimEnd()
-# Restart after 10 s, 10 s, then 60 s; the count of failures resets after a day without one.
-Invoke-Sc failure $Name reset= 86400 actions= restart/10000/restart/10000/restart/60000
-# Also restart when the daemon stops itself with a non-zero exit code (a pipe it cannot create,
-# serving failed): by default the recovery actions only follow a crash.
-Invoke-Sc failureflag $Name 1
-Invoke-Sc start $Name
+    if (-not $installed) {
+        Copy-Item -Force -Path $Source -Destination $exe
+        # Upstream's line. The daemon reports Running only once all 23 pipes exist.
+        Invoke-Sc create $Name start= auto binPath= $binPath
+    } elseif (-not (Test-Path -PathType Leaf $exe)) {
+        Stop-Csiproxy
+        Copy-Item -Force -Path $Source -Destination $exe
+        Invoke-Sc config $Name binPath= $binPath
+    } elseif (Test-SameFile $Source $exe) {
+        if ($binPath -ne (Get-BinPath)) { Update-Csiproxy -BinPath $binPath }   # new flags only: no backup
+    } else {
+        Update-Csiproxy -From $Source -KeepAs $previous -BinPath $binPath
+        Write-Host "upgraded: the previous exe is kept as $previous (.\install-service.ps1 -Rollback puts it back)"
+    }
+    # Restart after 10 s, 10 s, then 60 s; the count of failures resets after a day without one.
+    Invoke-Sc failure $Name reset= 86400 actions= restart/10000/restart/10000/restart/60000
+    # Also restart when the daemon stops itself with a non-zero exit code (a pipe it cannot create,
+    # serving failed): by default the recovery actions only follow a crash.
+    Invoke-Sc failureflag $Name 1
+}
+
+if ((Get-Service -Name $Name).Status -ne 'Running' -and -not (Start-Csiproxy)) {
+    throw "service $Name did not reach Running within $StartTimeout s; see the daemon's log and the System event log"
+}
 Get-Service -Name $Name

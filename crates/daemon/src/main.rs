@@ -1,6 +1,8 @@
 //! `csi-proxy`: serves the 23 upstream APIs on named pipes (Windows) or unix sockets (Linux).
 
 mod audit;
+#[cfg(windows)]
+mod console;
 mod flags;
 mod logging;
 #[cfg(target_os = "linux")]
@@ -81,7 +83,8 @@ fn run(opts: Options) -> anyhow::Result<()> {
     #[cfg(not(target_os = "linux"))]
     let (ready, stopping) = (|| {}, || {});
     run_until(opts, ready, async move {
-        shutdown_signal().await;
+        let event = shutdown_signal().await;
+        tracing::info!(event, "stop requested");
         stopping();
     })
 }
@@ -268,8 +271,9 @@ fn fit_connections_to_fd_limit(options: &mut ServeOptions) {
     }
 }
 
-/// Completes on Ctrl-C, or SIGTERM on unix.
-async fn shutdown_signal() {
+/// Completes with the name of what asked the daemon to stop: SIGINT or SIGTERM on unix; on
+/// Windows CTRL_C, CTRL_BREAK, CTRL_CLOSE or CTRL_SHUTDOWN (not CTRL_LOGOFF, see `console`).
+async fn shutdown_signal() -> &'static str {
     #[cfg(unix)]
     {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -277,16 +281,16 @@ async fn shutdown_signal() {
             Err(e) => {
                 tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the daemon");
                 let _ = tokio::signal::ctrl_c().await;
-                return;
+                return "SIGINT";
             }
         };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
         }
     }
-    #[cfg(not(unix))]
+    #[cfg(windows)]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        console::stop_requested().await
     }
 }
