@@ -1,12 +1,16 @@
 //! Console control events (Windows, outside the service manager). CTRL_C, CTRL_BREAK, CTRL_CLOSE
-//! and CTRL_SHUTDOWN each start the same drain as a service-manager Stop: a HostProcess container
-//! stop delivers CTRL_SHUTDOWN (or CTRL_CLOSE / CTRL_BREAK) and kills the process a little later.
+//! and CTRL_SHUTDOWN each start the same drain as a service-manager Stop. A HostProcess container
+//! stop (hcsshim's job containers) turns the runtime's SIGTERM into CTRL_SHUTDOWN and delivers it
+//! by starting kernel32's `CtrlRoutine` on a new thread in this process, as the console host does
+//! (tests/console_events.rs delivers events the same way); it then kills the process when the
+//! pod's grace period ends, which (30 s in deploy/) leaves room for the whole drain.
 //!
 //! tokio's handler, once it has passed CTRL_CLOSE or CTRL_SHUTDOWN on, parks its thread instead
 //! of returning: under the HandlerRoutine contract the system ends the process as soon as the
 //! handler returns, or after its timeout for close, logoff and shutdown if it never does
 //! (<https://learn.microsoft.com/windows/console/handlerroutine>). So the process lives until
-//! `main` returns after the drain, or until that timeout, whichever comes first.
+//! `main` returns after the drain, or until that timeout, whichever comes first. (A real console
+//! close gives about 5 s, less than the longest drain: 5 s for connections, 10 s for host calls.)
 #![allow(unsafe_code)]
 
 use std::task::Poll;
