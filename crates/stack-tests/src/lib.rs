@@ -8,11 +8,12 @@
 //!   the mount table as the tests read it;
 //! - [`Scratch`]: a directory of a test's own under the temp directory, gone afterwards;
 //! - [`logs`]: what the server logged; [`latency`]: the per-RPC benchmarks' figures.
-//! - [`flows`]: the Windows CSI drivers' call sequences, run by the driver-flow tests in every environment.
+//! - [`flows`]: the Windows CSI drivers' call sequences (the `csi-proxy-flows` crate, which
+//!   `csi-proxyctl conformance` runs too), run by the driver-flow tests in every environment.
 //!
 //! The tests are in `tests/`, the benchmarks in `benches/`.
 
-pub mod flows;
+pub use csi_proxy_flows as flows;
 pub mod latency;
 pub mod logs;
 pub mod scratch;

@@ -1,7 +1,8 @@
 //! Driver flows: the csi-proxy calls that the Windows CSI node plugins make for each CSI node
 //! RPC, in their order, with the arguments spelled as each driver builds them and each driver's
 //! own checks on the answers. One definition runs in every environment: the Windows backend on
-//! the scripted platform, the real pipes under Wine, the Linux backend on loop disks.
+//! the scripted platform, the real pipes under Wine, the Linux backend on loop disks, and
+//! `csi-proxyctl conformance` against the daemon running on a node.
 //!
 //! The facts (which call, which API version, which path spelling, which check) come from the
 //! drivers' sources; each flow names the files it follows. What a driver does on its own (reading
