@@ -16,7 +16,9 @@
 //! - **PartitionDisk**: upstream's WMI steps, but "a data partition exists" is decided here:
 //!   on GPT every partition but the MSR counts, on MBR every partition with a type; MBR disks get
 //!   an IFS (type 7) partition where upstream asks for a GPT type. An offline or read-only disk
-//!   that needs work is FailedPrecondition before anything is written.
+//!   that needs work is FailedPrecondition before anything is written; offline is the disk's
+//!   attribute, as SetDiskState sets it, and a Storage-provider cache that disagrees is
+//!   updated before the provider is asked to write.
 //! - WMI method failures name the class, method, object and the documented meaning of the code.
 
 use super::ioctl::{self, DiskAttributes};
@@ -116,6 +118,38 @@ impl Disks {
             Query::select(Namespace::Storage, "MSFT_Disk", &["Number", "PartitionStyle", "IsOffline", "IsReadOnly"])
                 .eq("Number", disk);
         self.wmi.query(&q)?.into_iter().next().ok_or_else(|| Error::not_found(format!("disk {disk} not found")))
+    }
+
+    /// Refuses an offline or read-only disk before PartitionDisk writes to it.
+    ///
+    /// Online/offline is the disk's own attribute (IOCTL_DISK_GET_DISK_ATTRIBUTES), which
+    /// SetDiskState changes, not MSFT_Disk.IsOffline: that is the Storage provider's cache,
+    /// which an IOCTL does not go through, so right after SetDiskState it can still say
+    /// offline. Where `row` disagrees with the disk, the provider's cache is updated first
+    /// (MSFT_StorageSetting.UpdateHostStorageCache: "updates the internal cache of software
+    /// objects (Disks, Partitions, Volumes)") and `row` re-read, because the provider's own
+    /// Initialize and CreatePartition check their cached state ("the disk is offline", 41003).
+    /// Read-only is refused when either says so: MSFT_Disk.IsReadOnly also covers media the
+    /// attribute may not (write-protected hardware).
+    fn ensure_writable(&self, disk: u32, row: &mut Row) -> Result<()> {
+        let live = self.attributes(disk)?;
+        if row.bool("IsOffline")? != live.offline() || row.bool("IsReadOnly")? != live.read_only() {
+            tracing::info!(
+                disk,
+                offline = live.offline(),
+                read_only = live.read_only(),
+                "MSFT_Disk disagrees with the disk's attributes; updating the Storage provider's cache"
+            );
+            self.rescan()?;
+            *row = self.disk_row(disk)?;
+        }
+        if live.offline() {
+            return Err(Error::precondition(format!("disk {disk} is offline: bring it online before partitioning it")));
+        }
+        if live.read_only() || row.bool("IsReadOnly")? {
+            return Err(Error::precondition(format!("disk {disk} is read-only: it can't be partitioned")));
+        }
+        Ok(())
     }
 
     fn partitions(&self, disk: u32) -> Result<Vec<Row>> {
@@ -328,22 +362,24 @@ impl DiskHost for Disks {
     }
 
     fn partition_disk(&self, disk: u32) -> Result<()> {
-        let row = self.disk_row(disk)?;
+        let mut row = self.disk_row(disk)?;
         let what = format!("disk {disk}");
-        let writable = || -> Result<()> {
-            if row.bool("IsOffline")? {
-                return Err(Error::precondition(format!(
-                    "disk {disk} is offline: bring it online before partitioning it"
-                )));
-            }
-            if row.bool("IsReadOnly")? {
-                return Err(Error::precondition(format!("disk {disk} is read-only: it can't be partitioned")));
+        // Checked once, and only when there is something to write.
+        let mut checked = false;
+        let mut writable = |row: &mut Row| -> Result<()> {
+            if !checked {
+                self.ensure_writable(disk, row)?;
+                checked = true;
             }
             Ok(())
         };
         let mut style = row.u16("PartitionStyle")?;
         if style == STYLE_RAW {
-            writable()?;
+            writable(&mut row)?;
+            // The check may have re-read a stale row.
+            style = row.u16("PartitionStyle")?;
+        }
+        if style == STYLE_RAW {
             tracing::info!(disk, "initializing the disk as GPT");
             self.call("MSFT_Disk", &row.path, "Initialize", &what, &[("PartitionStyle", STYLE_GPT.into())], &[])?;
             style = STYLE_GPT;
@@ -358,7 +394,7 @@ impl DiskHost for Disks {
             tracing::debug!(disk, "the disk already has a data partition");
             return Ok(());
         }
-        writable()?;
+        writable(&mut row)?;
         let kind: (&'static str, Value) =
             if style == STYLE_GPT { ("GptType", GPT_BASIC_DATA.into()) } else { ("MbrType", MBR_IFS.into()) };
         let args = [

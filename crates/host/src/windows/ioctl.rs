@@ -114,8 +114,8 @@ pub struct Identifier {
 /// STORAGE_DEVICE_ID_DESCRIPTOR { Version: u32 @0, Size: u32 @4, NumberOfIdentifiers: u32 @8,
 /// Identifiers @12 }, each STORAGE_IDENTIFIER { CodeSet: u32 @0, Type: u32 @4,
 /// IdentifierSize: u16 @8, NextOffset: u16 @10 (from this identifier's start),
-/// Association: u32 @12, Identifier @16 }. Everything must lie within `Size`, which must lie
-/// within the buffer.
+/// Association: u32 @12, Identifier @16 }. Everything must lie within `Size` and within the
+/// bytes the driver answered.
 pub fn device_identifiers(buf: &[u8]) -> Result<Vec<Identifier>> {
     const NAME: &str = "STORAGE_DEVICE_ID_DESCRIPTOR";
     const HEADER: usize = 12;
@@ -124,12 +124,15 @@ pub fn device_identifiers(buf: &[u8]) -> Result<Vec<Identifier>> {
         return Err(short(NAME, buf.len(), HEADER));
     };
     let size = size as usize;
-    if size < HEADER || size > buf.len() {
-        return Err(Error::internal(format!(
-            "{NAME}: Size is {size}, expected between {HEADER} and the {} bytes the driver answered",
-            buf.len()
-        )));
+    if size < HEADER {
+        return Err(Error::internal(format!("{NAME}: Size is {size}, less than its {HEADER}-byte header")));
     }
+    // As in serial_number: drivers have answered a Size larger than the bytes they returned
+    // (winioctl.h documents Size as "the total size of the data returned", which "may include
+    // data that follows this structure"), so the bytes present bound it. Refusing the whole
+    // descriptor would drop the disk from ListDiskIDs; an identifier that reaches past the
+    // bytes present is still an error below.
+    let size = size.min(buf.len());
     let desc = &buf[..size];
     let mut out = Vec::new();
     let mut at = HEADER;

@@ -203,8 +203,8 @@ fn short_or_inconsistent_buffers_are_errors_naming_the_structure() {
 
     let good = id_descriptor(&[(CODE_SET_BINARY, 3, 0, PAGE83_BIN), (CODE_SET_ASCII, 1, 0, b"abc")]);
     assert!(name(device_identifiers(&good[..11]).unwrap_err()).contains("STORAGE_DEVICE_ID_DESCRIPTOR"));
-    // Size larger than what the driver answered.
-    assert!(device_identifiers(&good[..good.len() - 1]).unwrap_err().to_string().contains("Size"));
+    // Bytes missing from the last identifier (Size claims them).
+    assert!(device_identifiers(&good[..good.len() - 4]).unwrap_err().to_string().contains("IdentifierSize 3"));
     // An IdentifierSize reaching past Size.
     let mut b = good.clone();
     b[12 + 8..12 + 10].copy_from_slice(&200u16.to_le_bytes());
@@ -219,7 +219,26 @@ fn short_or_inconsistent_buffers_are_errors_naming_the_structure() {
     assert!(device_identifiers(&b).is_err());
     let mut b = good;
     b[4..8].copy_from_slice(&4u32.to_le_bytes());
-    assert!(device_identifiers(&b).is_err());
+    assert!(device_identifiers(&b).unwrap_err().to_string().contains("Size is 4"));
+}
+
+/// R5: a driver that answers a Size larger than the bytes it returned (the quirk the serial
+/// path already tolerates) still gives its identifiers, so its disk keeps its page 0x83 ID.
+#[test]
+fn a_size_past_the_returned_bytes_is_bounded_by_them() {
+    let mut b = id_descriptor(&[(CODE_SET_BINARY, 3, ASSOC_DEVICE, PAGE83_BIN), (CODE_SET_ASCII, 1, 0, b"abc")]);
+    let real = b.len() as u32;
+    b[4..8].copy_from_slice(&(real + 64).to_le_bytes());
+    let parsed = device_identifiers(&b).unwrap();
+    assert_eq!(parsed.len(), 2);
+    assert_eq!(page83(&parsed).as_deref(), Some("6002248aff00"));
+
+    // Through ListDiskIDs: the disk is listed, not logged and left out.
+    let s = Arc::new(Script::new());
+    script_disk(&s, 0, 4, Answer::Bytes(b), Answer::Bytes(device_descriptor(Some(b"SN1"))));
+    s.on("disk_interfaces", Answer::Strings(vec![iface(0)]));
+    let got = disks(&s).list_disk_ids().unwrap();
+    assert_eq!(got.get(&4), Some(&ids("6002248aff00", "SN1")));
 }
 
 proptest! {
@@ -285,7 +304,7 @@ fn ids(page83: &str, serial: &str) -> DiskIds {
 #[test]
 fn disk_ids_of_every_kind_of_disk() {
     let s = Arc::new(Script::new());
-    s.on("disk_interfaces", Answer::Strings((0..7).map(iface).collect()));
+    s.on("disk_interfaces", Answer::Strings((0..8).map(iface).collect()));
     // 0: binary page83, blank-padded serial.
     script_disk(
         &s,
@@ -322,10 +341,14 @@ fn disk_ids_of_every_kind_of_disk() {
     s.on(format!("ioctl {} {GDN}", iface(4)), Answer::Win32Error(code::ERROR_INVALID_FUNCTION));
     // 5: not a disk (a CD-ROM, FILE_DEVICE_CD_ROM = 2).
     s.on(format!("ioctl {} {GDN}", iface(5)), Answer::Bytes(device_number_buf(2, 0, 0)));
-    // 6: a device-id descriptor that lies about its size.
+    // 6: a device-id descriptor whose Size exceeds the bytes returned (R5): still listed.
+    let mut big = id_descriptor(&[(CODE_SET_BINARY, 3, 0, PAGE83_BIN)]);
+    big[4..8].copy_from_slice(&999u32.to_le_bytes());
+    script_disk(&s, 6, 6, Answer::Bytes(big), Answer::Bytes(device_descriptor(None)));
+    // 7: one whose identifier is cut short: left out.
     let mut bad = id_descriptor(&[(CODE_SET_BINARY, 3, 0, PAGE83_BIN)]);
-    bad[4..8].copy_from_slice(&999u32.to_le_bytes());
-    script_disk(&s, 6, 6, Answer::Bytes(bad), Answer::Bytes(device_descriptor(None)));
+    bad.truncate(bad.len() - 4);
+    script_disk(&s, 7, 7, Answer::Bytes(bad), Answer::Bytes(device_descriptor(None)));
 
     let got = disks(&s).list_disk_ids().unwrap();
     let want = BTreeMap::from([
@@ -333,6 +356,7 @@ fn disk_ids_of_every_kind_of_disk() {
         (2, ids("", "0025_3881_91B1_2345.")),
         (3, ids("", "")),
         (4, ids("MSFT    disk-a", "")),
+        (6, ids("6002248aff00", "")),
     ]);
     assert_eq!(got, want);
     s.assert_all_scripted();
@@ -470,9 +494,20 @@ const MSR_UPPER: &str = "{E3C9E316-0B5C-4DB8-817D-F92DF00215AE}";
 const CREATE_GPT: &str = r#"[("UseMaximumSize", true), ("AssignDriveLetter", false), ("GptType", "{ebd0a0a2-b9e5-4433-87c0-68b6b72699c7}"), ("IsHidden", false), ("IsActive", false)]"#;
 const CREATE_MBR: &str = r#"[("UseMaximumSize", true), ("AssignDriveLetter", false), ("MbrType", 7), ("IsHidden", false), ("IsActive", false)]"#;
 
+const GET_ATTRS3: &str = r"ioctl \\.\PhysicalDrive3 0x700f0";
+
+/// The disk's own attributes, as its MSFT_Disk `row` says they are (a cache that is current).
+fn attributes_as(row: &Row) -> Answer {
+    let bit = |name, bit| if row.bool(name).unwrap() { bit } else { 0 };
+    Answer::Bytes(attributes_buf(
+        bit("IsOffline", DISK_ATTRIBUTE_OFFLINE) | bit("IsReadOnly", DISK_ATTRIBUTE_READ_ONLY),
+    ))
+}
+
 /// A disk that gets a partition: the partition list answers `before`, then `after`.
 fn partitioning(disk: Row, before: Vec<Row>, after: Vec<Row>, create_code: u32) -> Arc<Script> {
     let s = Arc::new(Script::new());
+    s.on(GET_ATTRS3, attributes_as(&disk));
     s.on_query(&disk_query(3), vec![disk]);
     s.on_query(&partition_query(3), before);
     s.on_query(&partition_query(3), after);
@@ -501,6 +536,7 @@ fn a_raw_disk_is_initialized_as_gpt_and_partitioned() {
         s.log(),
         [
             "query SELECT Number, PartitionStyle, IsOffline, IsReadOnly FROM MSFT_Disk WHERE Number = 3".to_owned(),
+            GET_ATTRS3.to_owned(),
             format!(r#"call {DISK_PATH} Initialize [("PartitionStyle", 2)]"#),
             "query SELECT PartitionNumber, GptType, MbrType, Size, Offset FROM MSFT_Partition WHERE DiskNumber = 3"
                 .to_owned(),
@@ -594,6 +630,7 @@ fn create_partition_failures() {
 fn initialize_failure_names_the_code() {
     let s = Arc::new(Script::new());
     s.on_query(&disk_query(3), vec![disk_row(0, false, false)]);
+    s.on(GET_ATTRS3, Answer::Bytes(attributes_buf(0)));
     s.on_call(DISK_PATH, "Initialize", returned(41001));
     let err = disks(&s).partition_disk(3).unwrap_err();
     assert_eq!(
@@ -617,6 +654,64 @@ fn offline_or_read_only_disks_that_need_work_are_refused_before_any_write() {
         assert!(matches!(&err, Error::FailedPrecondition(m) if m.contains(&format!("disk 3 is {why}"))), "{err:?}");
         assert!(calls(&s).is_empty());
     }
+}
+
+const RESCAN: &str = "call MSFT_StorageSetting UpdateHostStorageCache []";
+
+/// R4: right after SetDiskState brought a disk online by IOCTL, the Storage provider's cached
+/// MSFT_Disk can still say offline. PartitionDisk goes by the disk's own attribute, updates the
+/// provider's cache (whose Initialize/CreatePartition would refuse an offline disk) and goes on.
+/// That the cache lags, and that UpdateHostStorageCache refreshes IsOffline, shows only on
+/// Windows (Wine has no Storage provider).
+#[test]
+fn a_disk_brought_online_by_ioctl_is_partitioned_though_the_cache_says_offline() {
+    for style in [0u16, 2] {
+        let s = Arc::new(Script::new());
+        // The cache: stale (offline) first, current once updated.
+        s.on_query(&disk_query(3), vec![disk_row(style, true, false)]);
+        s.on_query(&disk_query(3), vec![disk_row(style, false, false)]);
+        s.on(GET_ATTRS3, Answer::Bytes(attributes_buf(0)));
+        s.on_call("MSFT_StorageSetting", "UpdateHostStorageCache", returned(0));
+        s.on_query(&partition_query(3), vec![gpt_partition(1, GPT_MSR)]);
+        s.on_query(&partition_query(3), vec![gpt_partition(1, GPT_MSR), gpt_partition(2, GPT_BASIC_DATA)]);
+        s.on_call(DISK_PATH, "Initialize", returned(0));
+        s.on_call(DISK_PATH, "CreatePartition", returned(0));
+        s.on_call(DISK_PATH, "Refresh", returned(0));
+        s.on_call("part2", "Online", returned(0));
+        disks(&s).partition_disk(3).unwrap();
+        s.assert_all_scripted();
+        let log = s.log();
+        let at = |line: &str| log.iter().position(|l| l.starts_with(line)).unwrap_or_else(|| panic!("{line}: {log:?}"));
+        assert!(at(GET_ATTRS3) < at(RESCAN), "{log:?}");
+        let first_write = if style == 0 { "Initialize" } else { "CreatePartition" };
+        assert!(at(RESCAN) < at(&format!("call {DISK_PATH} {first_write}")), "{log:?}");
+        assert_eq!(log.iter().filter(|l| l.starts_with("query SELECT Number")).count(), 2, "{log:?}");
+        assert_eq!(calls(&s).last().unwrap(), "call part2 Online []");
+    }
+}
+
+/// The other way round: a disk taken offline by IOCTL is refused although the cache still says
+/// online; a read-only flag only the provider knows of (write-protected media) is refused too.
+#[test]
+fn the_disk_attribute_and_the_refreshed_cache_decide_before_any_write() {
+    let s = Arc::new(Script::new());
+    s.on_query(&disk_query(3), vec![disk_row(2, false, false)]);
+    s.on_query(&disk_query(3), vec![disk_row(2, true, false)]);
+    s.on(GET_ATTRS3, Answer::Bytes(attributes_buf(DISK_ATTRIBUTE_OFFLINE)));
+    s.on_query(&partition_query(3), vec![]);
+    s.on_call("MSFT_StorageSetting", "UpdateHostStorageCache", returned(0));
+    let err = disks(&s).partition_disk(3).unwrap_err();
+    assert!(matches!(&err, Error::FailedPrecondition(m) if m.contains("disk 3 is offline")), "{err:?}");
+    assert_eq!(calls(&s), [RESCAN]);
+
+    let s = Arc::new(Script::new());
+    s.on_query(&disk_query(3), vec![disk_row(2, false, true)]);
+    s.on(GET_ATTRS3, Answer::Bytes(attributes_buf(0)));
+    s.on_query(&partition_query(3), vec![]);
+    s.on_call("MSFT_StorageSetting", "UpdateHostStorageCache", returned(0));
+    let err = disks(&s).partition_disk(3).unwrap_err();
+    assert!(matches!(&err, Error::FailedPrecondition(m) if m.contains("disk 3 is read-only")), "{err:?}");
+    assert_eq!(calls(&s), [RESCAN]);
 }
 
 #[test]
