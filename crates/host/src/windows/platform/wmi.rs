@@ -1,10 +1,9 @@
 //! The real [`Wmi`]: WMI over COM, in the multithreaded apartment (MTA).
 //!
-//! - Every thread that calls in joins the MTA itself (a thread-local guard leaves it when the
-//!   thread ends); a thread that is already single-threaded hands the work to a short-lived
-//!   helper thread instead. The first caller also pins the MTA for the life of the process
-//!   (`CoIncrementMTAUsage`): the cached proxies belong to it, and it would otherwise be torn
-//!   down whenever the last pool thread that joined it exits.
+//! - Every call joins the MTA on its thread and leaves it before it returns; a thread that is
+//!   already single-threaded hands the work to a short-lived helper thread instead. The first
+//!   caller also pins the MTA for the life of the process (`CoIncrementMTAUsage`): the cached
+//!   proxies belong to it, and it would otherwise be torn down whenever no call is running.
 //! - Process security is set once (packet privacy, impersonation) unless `WMI_COM_SECURITY`
 //!   turns it off, and every `IWbemServices` proxy gets the same blanket anyway, so privacy holds
 //!   even when someone else initialised security first.
@@ -21,7 +20,7 @@ use std::mem::ManuallyDrop;
 use std::sync::{Mutex, Once};
 use std::time::Instant;
 use windows::core::{Interface, BSTR, HRESULT, PCWSTR};
-use windows::Win32::Foundation::{VARIANT_BOOL, VARIANT_FALSE, VARIANT_TRUE};
+use windows::Win32::Foundation::{SysAllocStringLen, VARIANT_BOOL, VARIANT_FALSE, VARIANT_TRUE};
 use windows::Win32::System::Com::{
     CoCreateInstance, CoIncrementMTAUsage, CoInitializeEx, CoInitializeSecurity, CoSetProxyBlanket, CoUninitialize,
     CLSCTX_INPROC_SERVER, COINIT_MULTITHREADED, EOAC_NONE, RPC_C_AUTHN_LEVEL_PKT_PRIVACY, RPC_C_IMP_LEVEL_IMPERSONATE,
@@ -202,7 +201,12 @@ type Attempt<T> = std::result::Result<T, Fail>;
 // ---------------------------------------------------------------------------------------------
 // Apartment and process security.
 
-/// This thread's membership of the MTA.
+/// This thread's membership of the MTA for one call: joined when made, left when dropped, on
+/// the same thread, before the call returns.
+///
+/// Never held in a thread-local: Rust runs thread-local destructors on Windows from a TLS
+/// callback at DLL_THREAD_DETACH, under the loader lock (tokio's blocking threads exit that
+/// way when idle), and CoUninitialize's documentation forbids calling it from DllMain.
 struct Apartment {
     /// CoInitializeEx succeeded (S_OK or S_FALSE), so the thread owes one CoUninitialize.
     joined: bool,
@@ -225,14 +229,11 @@ impl Apartment {
 impl Drop for Apartment {
     fn drop(&mut self) {
         if self.joined {
-            // SAFETY: balances this thread's successful CoInitializeEx; runs at thread exit.
+            // SAFETY: balances the successful CoInitializeEx of this guard, which is a local of
+            // `in_mta` and so is dropped on the thread that made it.
             unsafe { CoUninitialize() };
         }
     }
-}
-
-thread_local! {
-    static APARTMENT: Apartment = Apartment::join();
 }
 
 static PROCESS: Once = Once::new();
@@ -279,13 +280,13 @@ fn process_setup() {
     });
 }
 
-/// Runs `f` on a thread of the MTA: this one, joined on first use, or, if this thread already
-/// lives in a single-threaded apartment, a helper thread for the duration of `f`.
+/// Runs `f` on a thread of the MTA: this one, joined for the duration of `f`, or, if this thread
+/// already lives in a single-threaded apartment, a helper thread.
 fn in_mta<T: Send>(f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-    let refused = APARTMENT
-        .try_with(|a| a.refused)
-        .map_err(|_| Error::internal("WMI called while the calling thread is exiting"))?;
-    match refused {
+    // Per call: the pinned MTA (process_setup) keeps the proxies while no thread is in it, so
+    // joining is cheap, and nothing is left for the thread's exit.
+    let apartment = Apartment::join();
+    match apartment.refused {
         None => {
             process_setup();
             f()
@@ -340,14 +341,27 @@ unsafe impl Send for Services {}
 // SAFETY: as for Send; IWbemServices proxies are free-threaded within the MTA.
 unsafe impl Sync for Services {}
 
-/// Applies packet privacy and impersonation to a proxy. An in-process object (Wine's WMI) has no
-/// proxy to configure and says E_NOINTERFACE, which is fine.
-fn set_blanket(proxy: &windows::core::IUnknown, what: &str) -> Attempt<()> {
+/// Applies packet privacy and impersonation to the interface proxy `proxy` itself. An
+/// in-process object (Wine's WMI) has no proxy to configure and says E_NOINTERFACE, which is fine.
+///
+/// The blanket is per interface proxy (IClientSecurity: "control over the security settings for
+/// each individual interface proxy"; SetBlanket takes "the proxy to be set"), so it must be
+/// given the very pointer later calls go through. QueryInterface for IUnknown would answer the
+/// proxy manager's IUnknown, whose blanket governs only AddRef/Release/QueryInterface: the
+/// IWbemServices proxy would keep the process default (Identify, where CoInitializeSecurity did
+/// not take) and the Storage, SMB and iSCSI providers would refuse it.
+fn set_blanket<I: Interface>(proxy: &I, what: &str) -> Attempt<()> {
+    let raw = proxy.as_raw();
+    // SAFETY: every COM interface pointer is also an IUnknown pointer (its vtable begins with
+    // IUnknown's methods); this borrows `proxy`'s own pointer as one, without QueryInterface
+    // and without touching its reference count, for no longer than `proxy` lives.
+    let unknown = unsafe { windows::core::IUnknown::from_raw_borrowed(&raw) }
+        .ok_or_else(|| Fail::Host(Error::internal(format!("{what}: null interface pointer"))))?;
     // SAFETY: FFI on a live interface; the principal is the documented "default" sentinel and
     // no auth identity is passed.
     let res = unsafe {
         CoSetProxyBlanket(
-            proxy,
+            unknown,
             10, // RPC_C_AUTHN_WINNT
             0,  // RPC_C_AUTHZ_NONE
             PCWSTR::null(),
@@ -385,7 +399,7 @@ fn connect(ns: Namespace) -> Attempt<Services> {
         )
     }
     .map_err(Fail::com("ConnectServer"))?;
-    set_blanket(&svc.cast().map_err(Fail::com("QueryInterface(IUnknown)"))?, "IWbemServices")?;
+    set_blanket(&svc, "IWbemServices")?;
     Ok(Services(svc))
 }
 
@@ -590,6 +604,22 @@ fn put_element(v: &Variant, index: usize, item: *const c_void) -> std::result::R
         .map_err(|_| "SafeArrayPutElement failed")
 }
 
+/// A BSTR of `units`, allocated even when empty. windows-rs turns "" into a null BSTR, and a
+/// VT_BSTR argument holding null is no string at all to the provider that receives it (R8:
+/// MSFT_Volume.Format got a null FileSystemLabel); upstream, through go-ole's SysAllocString,
+/// passes a real empty string, and so does this.
+fn alloc_bstr(units: &[u16]) -> std::result::Result<BSTR, &'static str> {
+    // SysAllocStringLen(NULL, 0) allocates a zero-length string (documented: with a null
+    // source, a string of the requested length is allocated).
+    // SAFETY: FFI; `units` is valid for its length and the call copies it.
+    let raw = unsafe { SysAllocStringLen((!units.is_empty()).then_some(units)) }.into_raw();
+    if raw.is_null() {
+        return Err("SysAllocStringLen failed");
+    }
+    // SAFETY: `raw` is the BSTR just allocated; its ownership goes back into a BSTR.
+    Ok(unsafe { BSTR::from_raw(raw) })
+}
+
 /// The VARIANT for an argument whose declared CIM type is `cim`. Errors never show the value.
 fn arg_variant(value: &Value, cim: i32) -> std::result::Result<Variant, &'static str> {
     let unsigned32 = cim & CIM_TYPE_MASK == CIM_UINT32;
@@ -603,20 +633,20 @@ fn arg_variant(value: &Value, cim: i32) -> std::result::Result<Variant, &'static
             Err(_) => Variant::bstr(BSTR::from(n.to_string())),
         },
         Value::U64(n) => Variant::bstr(BSTR::from(n.to_string())),
-        Value::Str(s) => Variant::bstr(BSTR::from(s.as_str())),
+        Value::Str(s) => Variant::bstr(alloc_bstr(&s.encode_utf16().collect::<Vec<u16>>())?),
         Value::Secret(s) => {
             let mut units: Vec<u16> = s.expose().encode_utf16().collect();
-            let b = BSTR::from_wide(&units);
+            let b = alloc_bstr(&units);
             units.fill(0);
             std::hint::black_box(&units);
-            Variant::bstr(b)
+            Variant::bstr(b?)
         }
         Value::StrArray(items) => {
             let v = vector(VT_BSTR, items.len())?;
             for (i, s) in items.iter().enumerate() {
-                let b = BSTR::from(s.as_str());
-                // SAFETY: reads the BSTR's pointer (null for ""), which is what PutElement takes
-                // for VT_BSTR; `b` stays alive across the call.
+                let b = alloc_bstr(&s.encode_utf16().collect::<Vec<u16>>())?;
+                // SAFETY: reads the BSTR's pointer, which is what PutElement takes for VT_BSTR;
+                // `b` stays alive across the call.
                 let raw: *const c_void = unsafe { std::mem::transmute_copy(&b) };
                 put_element(&v, i, raw)?;
             }
@@ -909,7 +939,7 @@ impl ComWmi {
                     )
                 }
                 .map_err(Fail::com("ExecQuery"))?;
-                set_blanket(&en.cast().map_err(Fail::com("QueryInterface(IUnknown)"))?, "IEnumWbemClassObject")?;
+                set_blanket(&en, "IEnumWbemClassObject")?;
                 collect(&en, props)
             })
             .map_err(|f| f.into_error(&what, instance))

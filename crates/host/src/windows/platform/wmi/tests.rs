@@ -282,12 +282,35 @@ fn single_threaded_callers_are_served_from_the_mta() {
             // SAFETY: test thread joins an STA before anything else touches COM on it.
             let code = unsafe { CoInitializeEx(None, COINIT_APARTMENTTHREADED) };
             assert!(code.is_ok(), "{}", hr_text(code));
-            let refused = APARTMENT.with(|a| a.refused);
+            let refused = Apartment::join().refused;
             assert_eq!(refused.map(|c| c.0 as u32), Some(hr::RPC_E_CHANGED_MODE));
             let rows = w.query(&cimv2("Win32_BIOS", &["Manufacturer"])).unwrap();
             assert_eq!(rows.len(), 1);
             // SAFETY: balances the CoInitializeEx above.
             unsafe { CoUninitialize() };
+        });
+    });
+}
+
+/// R6: a call leaves COM on its thread before it returns, so the thread's exit has nothing to
+/// undo. (A thread-local guard left it at thread exit, from Rust's TLS destructor, which Windows
+/// runs under the loader lock, where CoUninitialize must not be called.) Wine shows the thread's
+/// COM state after the call; a hang or crash at thread exit would show only on Windows.
+#[test]
+fn calls_leave_com_before_they_return() {
+    let w = ComWmi::new();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            assert_eq!(w.query(&cimv2("Win32_BIOS", &["Manufacturer"])).unwrap().len(), 1);
+            // A thread still in the MTA can't join an STA (RPC_E_CHANGED_MODE), and one still
+            // initialised gets S_FALSE: only a thread with COM closed gets S_OK.
+            // SAFETY: FFI with no pointers, on this test thread only; balanced just below.
+            let code = unsafe { CoInitializeEx(None, COINIT_APARTMENTTHREADED) };
+            if code.is_ok() {
+                // SAFETY: balances the successful CoInitializeEx above.
+                unsafe { CoUninitialize() };
+            }
+            assert_eq!(code.0, 0, "the thread is still in COM after the call: {}", hr_text(code));
         });
     });
 }
@@ -343,6 +366,147 @@ fn arguments_become_variants_wmi_reads_back() {
     let uints = Value::IntArray(vec![u32::MAX.into(), 2]);
     assert_eq!(round_trip(&uints, CIM_UINT32 | 0x2000), uints);
     assert!(arg_variant(&Value::IntArray(vec![1 << 33]), 0).is_err());
+}
+
+/// The BSTR pointer a VT_BSTR variant holds, null included (`BSTR::as_ptr` hides null).
+fn bstr_ptr(v: &Variant) -> *const u16 {
+    assert_eq!(v.vt(), VT_BSTR);
+    // SAFETY: the tag says `bstrVal` is live; its pointer is copied, not owned.
+    unsafe { std::mem::transmute_copy(&v.0.Anonymous.Anonymous.Anonymous.bstrVal) }
+}
+
+/// R8: an empty string argument (MSFT_Volume.Format's FileSystemLabel, as upstream sends it)
+/// is a real zero-length BSTR, not the null one windows-rs makes of "". Whether a Storage
+/// provider tells them apart shows only on Windows (Wine has no MSFT_Volume); this checks the
+/// value handed to ExecMethod.
+#[test]
+fn empty_strings_are_allocated_not_null() {
+    for value in [Value::Str(String::new()), Value::Secret(crate::types::Secret::new(""))] {
+        let v = arg_variant(&value, 0).unwrap();
+        assert!(!bstr_ptr(&v).is_null(), "{value:?} became a null BSTR");
+        assert_eq!(to_value(&v, 0).ok().unwrap(), Value::Str(String::new()));
+    }
+    let v = arg_variant(&Value::Str("NTFS".into()), 0).unwrap();
+    assert_eq!(to_value(&v, 0).ok().unwrap(), Value::Str("NTFS".into()));
+}
+
+// A COM object laid out as a proxy manager presents a remote object: an identity IUnknown (slot
+// 0), an interface proxy (slot 1) and IClientSecurity (slot 2), whose SetBlanket records the
+// proxy it was asked to set. Reference counts are not kept: the object outlives every use.
+#[repr(C)]
+#[allow(dead_code)] // the vtable slots are read by COM, through the object's pointers
+struct FakeProxy {
+    identity: &'static windows::core::IUnknown_Vtbl,
+    iface: &'static windows::core::IUnknown_Vtbl,
+    security: &'static windows::Win32::System::Com::IClientSecurity_Vtbl,
+    blanket_set_on: std::sync::atomic::AtomicPtr<c_void>,
+}
+
+const SLOT: usize = std::mem::size_of::<usize>();
+
+unsafe extern "system" fn fake_qi<const K: usize>(
+    this: *mut c_void,
+    iid: *const windows::core::GUID,
+    out: *mut *mut c_void,
+) -> HRESULT {
+    use windows::Win32::System::Com::{IClientSecurity, IPersist};
+    // SAFETY: COM calls this with `this` = slot K of a live FakeProxy, a valid IID and a
+    // writable out pointer.
+    unsafe {
+        let base = this.cast::<u8>().sub(K * SLOT);
+        let iid = *iid;
+        let slot = if iid == windows::core::IUnknown::IID {
+            0
+        } else if iid == IPersist::IID {
+            1
+        } else if iid == IClientSecurity::IID {
+            2
+        } else {
+            *out = std::ptr::null_mut();
+            return HRESULT(hr::E_NOINTERFACE as i32);
+        };
+        *out = base.add(slot * SLOT).cast();
+    }
+    HRESULT(0)
+}
+
+unsafe extern "system" fn fake_ref(_: *mut c_void) -> u32 {
+    1
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "system" fn fake_set_blanket(
+    this: *mut c_void,
+    proxy: *mut c_void,
+    _: u32,
+    _: u32,
+    _: PCWSTR,
+    _: windows::Win32::System::Com::RPC_C_AUTHN_LEVEL,
+    _: windows::Win32::System::Com::RPC_C_IMP_LEVEL,
+    _: *const c_void,
+    _: u32,
+) -> HRESULT {
+    // SAFETY: COM calls this with `this` = slot 2 of a live FakeProxy.
+    let fake = unsafe { &*this.cast::<u8>().sub(2 * SLOT).cast::<FakeProxy>() };
+    fake.blanket_set_on.store(proxy, std::sync::atomic::Ordering::SeqCst);
+    HRESULT(0)
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "system" fn fake_query_blanket(
+    _: *mut c_void,
+    _: *mut c_void,
+    _: *mut u32,
+    _: *mut u32,
+    _: *mut *mut u16,
+    _: *mut windows::Win32::System::Com::RPC_C_AUTHN_LEVEL,
+    _: *mut windows::Win32::System::Com::RPC_C_IMP_LEVEL,
+    _: *mut *mut c_void,
+    _: *mut u32,
+) -> HRESULT {
+    HRESULT(hr::E_NOINTERFACE as i32)
+}
+
+unsafe extern "system" fn fake_copy_proxy(_: *mut c_void, _: *mut c_void, _: *mut *mut c_void) -> HRESULT {
+    HRESULT(hr::E_NOINTERFACE as i32)
+}
+
+const fn unknown_vtbl<const K: usize>() -> windows::core::IUnknown_Vtbl {
+    windows::core::IUnknown_Vtbl { QueryInterface: fake_qi::<K>, AddRef: fake_ref, Release: fake_ref }
+}
+
+static IDENTITY_VTBL: windows::core::IUnknown_Vtbl = unknown_vtbl::<0>();
+static IFACE_VTBL: windows::core::IUnknown_Vtbl = unknown_vtbl::<1>();
+static SECURITY_VTBL: windows::Win32::System::Com::IClientSecurity_Vtbl =
+    windows::Win32::System::Com::IClientSecurity_Vtbl {
+        base__: unknown_vtbl::<2>(),
+        QueryBlanket: fake_query_blanket,
+        SetBlanket: fake_set_blanket,
+        CopyProxy: fake_copy_proxy,
+    };
+
+/// R1: the blanket goes on the interface proxy the calls use, not on the proxy manager's
+/// IUnknown (what QueryInterface for IUnknown answers). CoSetProxyBlanket hands its argument to
+/// IClientSecurity::SetBlanket as "the proxy to be set"; the fake records which one it got.
+/// Whether the Storage providers then accept the calls shows only on Windows (Wine's WMI is
+/// in-process and has no proxy).
+#[test]
+fn the_blanket_is_set_on_the_interface_not_on_iunknown() {
+    let fake = FakeProxy {
+        identity: &IDENTITY_VTBL,
+        iface: &IFACE_VTBL,
+        security: &SECURITY_VTBL,
+        blanket_set_on: Default::default(),
+    };
+    let iface_ptr: *mut c_void = std::ptr::addr_of!(fake.iface).cast_mut().cast();
+    let identity_ptr: *mut c_void = std::ptr::addr_of!(fake.identity).cast_mut().cast();
+    // SAFETY: `iface_ptr` points to a vtable pointer whose table starts with IUnknown's methods
+    // (IPersist's own method is never called); `fake` outlives the borrow.
+    let proxy = unsafe { windows::Win32::System::Com::IPersist::from_raw_borrowed(&iface_ptr) }.unwrap();
+    set_blanket(proxy, "IPersist").unwrap_or_else(|_| panic!("set_blanket failed"));
+    let got = fake.blanket_set_on.load(std::sync::atomic::Ordering::SeqCst);
+    assert_ne!(got, identity_ptr, "the blanket went to the proxy manager's IUnknown");
+    assert_eq!(got, iface_ptr);
 }
 
 #[test]
