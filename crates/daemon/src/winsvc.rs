@@ -58,21 +58,29 @@ fn run_service() -> anyhow::Result<()> {
         _ => ServiceControlHandlerResult::NotImplemented,
     };
     let status = service_control_handler::register(SERVICE_NAME, handler)?;
-    report(status, ServiceState::StartPending, ServiceControlAccept::empty(), 0, Duration::from_secs(10))?;
+    report(
+        status,
+        ServiceState::StartPending,
+        ServiceControlAccept::empty(),
+        ServiceExitCode::NO_ERROR,
+        Duration::from_secs(10),
+    )?;
     // Running only once every pipe exists, so that a dependent service (or `sc start` followed by
     // a client) never finds a pipe missing. If a pipe cannot be created, Running is never
-    // reported: the service goes from StartPending to Stopped with exit code 1.
+    // reported: the service goes from StartPending to Stopped with service-specific exit code 1.
     let running = move || {
         // ParamChange is accepted, as upstream does, and ignored: there is nothing to reload.
         let accepted = ServiceControlAccept::STOP | ServiceControlAccept::SHUTDOWN | ServiceControlAccept::PARAM_CHANGE;
-        if let Err(e) = report(status, ServiceState::Running, accepted, 0, Duration::ZERO) {
+        if let Err(e) = report(status, ServiceState::Running, accepted, ServiceExitCode::NO_ERROR, Duration::ZERO) {
             tracing::warn!("reporting Running to the service control manager: {e}");
         }
     };
     let stopping = move || {
         // Draining is bounded (the transport's drain, then crate::STOP_BUDGET); the hint covers both.
         let hint = crate::STOP_BUDGET * 2;
-        if let Err(e) = report(status, ServiceState::StopPending, ServiceControlAccept::empty(), 0, hint) {
+        if let Err(e) =
+            report(status, ServiceState::StopPending, ServiceControlAccept::empty(), ServiceExitCode::NO_ERROR, hint)
+        {
             tracing::warn!("reporting StopPending to the service control manager: {e}");
         }
     };
@@ -84,9 +92,20 @@ fn run_service() -> anyhow::Result<()> {
     if let Err(e) = &result {
         tracing::error!("{}", crate::startup::error_chain(e));
     }
-    // ERROR_SERVICE_SPECIFIC_ERROR-style exit: 1 tells the SCM (and its restart policy) we failed.
-    report(status, ServiceState::Stopped, ServiceControlAccept::empty(), u32::from(result.is_err()), Duration::ZERO)?;
+    report(status, ServiceState::Stopped, ServiceControlAccept::empty(), exit_code(result.is_err()), Duration::ZERO)?;
     result
+}
+
+/// The exit code the Stopped report carries. A failure is service-specific code 1: SetServiceStatus
+/// takes it in dwServiceSpecificExitCode only when dwWin32ExitCode is ERROR_SERVICE_SPECIFIC_ERROR
+/// (1066), which is what `ServiceSpecific` sets. `Win32(1)` would claim ERROR_INVALID_FUNCTION, and
+/// the event log and `sc query` would name that. Either way the SCM sees a failure (non-zero).
+fn exit_code(failed: bool) -> ServiceExitCode {
+    if failed {
+        ServiceExitCode::ServiceSpecific(1)
+    } else {
+        ServiceExitCode::NO_ERROR
+    }
 }
 
 /// One status report. Pending states carry checkpoint 1 and a wait hint: the SCM gives the
@@ -95,7 +114,7 @@ fn report(
     status: ServiceStatusHandle,
     state: ServiceState,
     accept: ServiceControlAccept,
-    exit: u32,
+    exit: ServiceExitCode,
     wait_hint: Duration,
 ) -> windows_service::Result<()> {
     let pending = matches!(state, ServiceState::StartPending | ServiceState::StopPending);
@@ -103,9 +122,24 @@ fn report(
         service_type: ServiceType::OWN_PROCESS,
         current_state: state,
         controls_accepted: accept,
-        exit_code: ServiceExitCode::Win32(exit),
+        exit_code: exit,
         checkpoint: u32::from(pending),
         wait_hint,
         process_id: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// R9: a failed start is reported as ERROR_SERVICE_SPECIFIC_ERROR with code 1, not as
+    /// Win32 error 1 (ERROR_INVALID_FUNCTION). The SCM's side (event 7024 naming
+    /// "service-specific error 1") shows only on Windows; tests/winsvc.rs reads the code back
+    /// through the SCM under Wine.
+    #[test]
+    fn a_failure_is_a_service_specific_exit_code() {
+        assert_eq!(exit_code(true), ServiceExitCode::ServiceSpecific(1));
+        assert_eq!(exit_code(false), ServiceExitCode::Win32(0));
+    }
 }

@@ -2,7 +2,7 @@
 //! `-windows-service` under the real service control manager (Wine's, in CI): the daemon is
 //! installed as `csiproxy`, started, serves its pipes, and on Stop closes them, reports Stopped
 //! and exits. Running is reported only once every pipe exists; a pipe it cannot create makes the
-//! start fail (Stopped, exit code 1) without ever reporting Running.
+//! start fail (Stopped, service-specific exit code 1) without ever reporting Running.
 
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
@@ -115,5 +115,5 @@ fn installed_service_serves_and_stops_for_real() {
     });
     assert!(!seen.contains(&ServiceState::Running), "{seen:?}");
     let status = service.query_status().unwrap();
-    assert_eq!(status.exit_code, windows_service::service::ServiceExitCode::Win32(1), "{status:?}");
+    assert_eq!(status.exit_code, windows_service::service::ServiceExitCode::ServiceSpecific(1), "{status:?}");
 }
