@@ -24,6 +24,20 @@ Commands (read-only):
   methods [<group>/<version>]
                           Every method of every API (or of one), read-only or mutating.
 
+Node check (changes the host: run it on a node you may test on, as root on Linux):
+  conformance             Runs every group's calls and each block driver's node flow (azuredisk,
+                          GCE PD, EBS, vSphere) against the daemon, on scratch disks it makes
+                          (Linux: loop devices over sparse files under -scratch-dir) and in a
+                          scratch directory under -kubelet-path. Prints check, step, result
+                          (ok, FAILED: <code: message>, skipped: <why>, needs Windows: <API>) and
+                          time, then 'N passed, M failed, K skipped'. It touches no disk it did
+                          not make, and removes everything it made when done, on failure, and on
+                          Ctrl-C or SIGTERM. Exit status 0 only if no step failed. Options:
+    -kubelet-path <dir>   The daemon's -kubelet-path (default /var/lib/kubelet, on Windows
+                          C:\\var\\lib\\kubelet); the scratch directory is made inside it.
+    -scratch-dir <dir>    Where the disks' backing files go (default the temp directory).
+                          The -timeout applies to each step.
+
 Any call:
   call <group>/<version> <Method> ['<json request>']
                           Calls any method of any API with the request as JSON (field names as
@@ -64,6 +78,7 @@ pub enum Command {
     Service(String),
     Methods(Option<Api>),
     Call { api: Api, method: String, request: String },
+    Conformance { kubelet_path: std::path::PathBuf, scratch_dir: std::path::PathBuf },
 }
 
 #[derive(Debug)]
@@ -88,6 +103,8 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
     let mut yes = false;
     let mut timeout = Duration::from_secs(60);
     let mut socket_dir = None;
+    let mut kubelet_path = None;
+    let mut scratch_dir = None;
     let mut words = Vec::new();
     let mut it = argv.iter();
     let mut flags_done = false;
@@ -118,6 +135,8 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
             "y" | "yes" => yes = bool_flag(name, inline.as_deref())?,
             "timeout" => timeout = duration(&value("duration")?)?,
             "socket-dir" => socket_dir = Some(std::path::PathBuf::from(value("dir")?)),
+            "kubelet-path" => kubelet_path = Some(std::path::PathBuf::from(value("dir")?)),
+            "scratch-dir" => scratch_dir = Some(std::path::PathBuf::from(value("dir")?)),
             _ => return Err(format!("unknown option {:?}", bounded(arg))),
         }
     }
@@ -143,12 +162,45 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
             let request = words.next().unwrap_or_else(|| "{}".into());
             Command::Call { api, method, request }
         }
+        "conformance" => Command::Conformance {
+            kubelet_path: kubelet_path.take().unwrap_or_else(|| DEFAULT_KUBELET_PATH.into()),
+            scratch_dir: scratch_dir.take().unwrap_or_else(std::env::temp_dir),
+        },
         other => return Err(format!("unknown command {:?}", bounded(other))),
     };
+    if kubelet_path.is_some() || scratch_dir.is_some() {
+        return Err("-kubelet-path and -scratch-dir are options of the conformance command".into());
+    }
+    if let Command::Conformance { kubelet_path, .. } = &command {
+        check_kubelet_path(kubelet_path)?;
+    }
     if let Some(extra) = words.next() {
         return Err(format!("unexpected argument {:?}", bounded(&extra)));
     }
     Ok(Parsed::Run(Options { command, json, yes, timeout, socket_dir }))
+}
+
+/// The daemon's default `-kubelet-path`.
+#[cfg(windows)]
+const DEFAULT_KUBELET_PATH: &str = r"C:\var\lib\kubelet";
+#[cfg(not(windows))]
+const DEFAULT_KUBELET_PATH: &str = "/var/lib/kubelet";
+
+/// The flows spell the kubelet's paths from this root as the kubelet does, which needs an
+/// absolute path (on Windows one with a drive: `C:\var\lib\kubelet`).
+fn check_kubelet_path(path: &std::path::Path) -> Result<(), String> {
+    let text = path.to_str().ok_or("-kubelet-path is not valid UTF-8")?;
+    let ok = if cfg!(windows) {
+        let b = text.as_bytes();
+        b.len() >= 3 && b[0].is_ascii_alphabetic() && b[1] == b':' && b[2] == b'\\'
+    } else {
+        text.starts_with('/')
+    };
+    if !ok {
+        let want = if cfg!(windows) { "a path with a drive, as C:\\var\\lib\\kubelet" } else { "an absolute path" };
+        return Err(format!("-kubelet-path {:?} is not {want}", bounded(text)));
+    }
+    Ok(())
 }
 
 fn bounded(s: &str) -> String {
@@ -218,5 +270,15 @@ mod tests {
         assert!(run(&["-timeout", "soon", "disks"]).unwrap_err().contains("soon"));
         assert!(run(&["service"]).unwrap_err().contains("name"));
         assert!(run(&[]).unwrap_err().contains("no command"));
+        assert!(run(&["-kubelet-path", "/k", "disks"]).unwrap_err().contains("conformance"));
+        assert!(run(&["-kubelet-path", "kubelet", "conformance"]).unwrap_err().contains("\"kubelet\""));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn conformance_takes_its_directories() {
+        let o = run(&["conformance", "-kubelet-path=/k", "-scratch-dir", "/s", "-json"]).unwrap();
+        assert!(o.json);
+        assert_eq!(o.command, Command::Conformance { kubelet_path: "/k".into(), scratch_dir: "/s".into() });
     }
 }

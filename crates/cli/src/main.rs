@@ -3,6 +3,7 @@
 //! the `csi-proxy-client` crate; `csi-proxyctl --help` describes the commands.
 
 mod args;
+mod conformance;
 mod dynamic;
 mod list;
 mod table;
@@ -129,6 +130,10 @@ async fn run(o: args::Options) -> Result<(), Failure> {
     let ctx = Ctx { connector, json: o.json, timeout: o.timeout };
     // A call's request is read and confirmed before the time limit starts: it bounds the
     // daemon's answer, not the person at the prompt.
+    // Its -timeout bounds each step; the whole run takes as long as its steps.
+    if let Command::Conformance { kubelet_path, scratch_dir } = &o.command {
+        return conformance::run(&ctx, kubelet_path, scratch_dir).await;
+    }
     let prepared = match &o.command {
         Command::Call { api, method, request } => Some(prepare_call(*api, method, request, o.yes)?),
         _ => None,
@@ -142,6 +147,7 @@ async fn run(o: args::Options) -> Result<(), Failure> {
             Command::BiosSerial => list::bios_serial(&ctx).await,
             Command::Service(name) => list::service(&ctx, &name).await,
             Command::Methods(api) => methods(&ctx, api),
+            Command::Conformance { .. } => Err(Failure::Other(anyhow::anyhow!("conformance runs above"))),
             Command::Call { api, .. } => match prepared {
                 Some(prepared) => call(&ctx, api, prepared).await,
                 None => Err(Failure::Other(anyhow::anyhow!("the call was not prepared"))),

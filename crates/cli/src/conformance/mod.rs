@@ -1,0 +1,617 @@
+//! `csi-proxyctl conformance`: named checks of the daemon running on this node. Each group's calls
+//! and each block driver's node flow (the `csi-proxy-flows` crate, the sequences the stack tests
+//! run) go to the daemon on scratch disks and in a scratch directory under the kubelet path, all
+//! made by this run and removed by it (see [`scratch`]). A step that fails ends its check (the
+//! rest of it is listed as skipped); the other checks still run.
+
+mod scratch;
+
+use crate::{table, Ctx, Failure};
+use csi_proxy_client::{v1, Code, Group, Status};
+use csi_proxy_flows::{self as flows, azuredisk, ebs, gce_pd, vsphere, BlockVolume, Local, Node, Proxy};
+use scratch::{Made, Unavailable};
+use serde_json::json;
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+/// Each scratch disk's size, then its size after it grows (XFS needs 300 MB at least, and the
+/// daemon's -linux-fs-type may be XFS). The backing files are sparse.
+const SIZE: u64 = 320 * MIB;
+const GROWN: u64 = 640 * MIB;
+/// The kubelet's names for a volume's folders (a SHA-256 hex and a pod UID).
+const HASH: &str = "7d5f1c0a3b9e8d2f4a6c1e0b9d8f7a6c5e4d3b2a19f8e7d6c5b4a39281706f5e";
+const POD: &str = "2c9b8a7f-6e5d-4c3b-a291-8f7e6d5c4b3a";
+/// Most of a daemon's message quoted in a result.
+const MAX_QUOTE: usize = 300;
+/// Most of a result shown in the table.
+const CELL: usize = 72;
+
+/// A step's result.
+#[derive(Debug, Clone)]
+enum Res {
+    Ok,
+    Failed(String),
+    Skipped(String),
+    NeedsWindows(String),
+}
+
+impl Res {
+    fn text(&self) -> String {
+        match self {
+            Res::Ok => "ok".into(),
+            Res::Failed(why) => format!("FAILED: {why}"),
+            Res::Skipped(why) => format!("skipped: {why}"),
+            Res::NeedsWindows(api) => format!("needs Windows: {api}"),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Res::Ok => "ok",
+            Res::Failed(_) => "failed",
+            Res::Skipped(_) => "skipped",
+            Res::NeedsWindows(_) => "needs-windows",
+        }
+    }
+}
+
+/// Why a step did not succeed: it failed, or it could not be checked here.
+enum StepErr {
+    Failed(String),
+    Skip(String),
+}
+
+fn bounded(s: &str) -> String {
+    let mut out: String = s.chars().take(MAX_QUOTE).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    out
+}
+
+impl From<Status> for StepErr {
+    fn from(s: Status) -> Self {
+        StepErr::Failed(format!("{:?}: {}", s.code(), bounded(s.message())))
+    }
+}
+
+impl From<flows::Failure> for StepErr {
+    fn from(f: flows::Failure) -> Self {
+        StepErr::Failed(format!("{:?}: {}", f.code, bounded(&f.message)))
+    }
+}
+
+impl From<anyhow::Error> for StepErr {
+    fn from(e: anyhow::Error) -> Self {
+        StepErr::Failed(bounded(&format!("{e:#}")))
+    }
+}
+
+fn wrong(what: impl Into<String>) -> StepErr {
+    StepErr::Failed(what.into())
+}
+
+type Step<T = ()> = Result<T, StepErr>;
+
+struct Row {
+    check: &'static str,
+    step: String,
+    res: Res,
+    time: Duration,
+}
+
+struct Report {
+    rows: Vec<Row>,
+    timeout: Duration,
+    /// The step running, for the report when a stop signal ends it.
+    running: Option<(&'static str, String, Instant)>,
+}
+
+/// One named check: its steps run in order until one fails.
+struct Check<'r> {
+    report: &'r mut Report,
+    name: &'static str,
+    /// What the remaining steps get instead of running.
+    blocked: Option<Res>,
+}
+
+impl Report {
+    fn check(&mut self, name: &'static str) -> Check<'_> {
+        Check { report: self, name, blocked: None }
+    }
+
+    fn count(&self, kind: &str) -> usize {
+        self.rows.iter().filter(|r| r.res.kind() == kind).count()
+    }
+}
+
+impl Check<'_> {
+    fn row(&mut self, step: &str, res: Res, time: Duration) {
+        self.report.rows.push(Row { check: self.name, step: step.to_owned(), res, time });
+    }
+
+    /// Runs `step` (bounded by the timeout) unless an earlier step failed; its value on success.
+    async fn run<T>(&mut self, step: &str, fut: impl Future<Output = Step<T>>) -> Option<T> {
+        if let Some(res) = self.blocked.clone() {
+            self.row(step, res, Duration::ZERO);
+            return None;
+        }
+        let start = Instant::now();
+        let limit = self.report.timeout;
+        self.report.running = Some((self.name, step.to_owned(), start));
+        let answer = tokio::time::timeout(limit, fut).await;
+        self.report.running = None;
+        let (res, value) = match answer {
+            Ok(Ok(v)) => (Res::Ok, Some(v)),
+            Ok(Err(StepErr::Skip(why))) => (Res::Skipped(why), None),
+            Ok(Err(StepErr::Failed(why))) => (Res::Failed(why), None),
+            Err(_) => (Res::Failed(format!("no answer within {limit:?} (raise it with -timeout)")), None),
+        };
+        if matches!(res, Res::Failed(_)) {
+            self.blocked = Some(Res::Skipped("an earlier step failed".into()));
+        }
+        self.row(step, res, start.elapsed());
+        value
+    }
+
+    /// The remaining steps get `res` instead of running.
+    fn block(&mut self, res: Res) {
+        self.blocked.get_or_insert(res);
+    }
+
+    fn failed(&self) -> bool {
+        self.blocked.is_some()
+    }
+}
+
+/// What the drivers do on the node themselves.
+struct FsLocal;
+
+impl Local for FsLocal {
+    fn mkdir_all(&self, path: &str) {
+        // A failure shows in the csi-proxy call that follows.
+        let _ = std::fs::create_dir_all(path);
+    }
+    fn readlink(&self, path: &str) -> Option<String> {
+        std::fs::read_link(path).ok().and_then(|p| p.to_str().map(str::to_owned))
+    }
+}
+
+/// The run: connects, makes the scratch directories, runs the checks until they end or a stop
+/// signal comes, removes what it made, and prints the report.
+pub async fn run(ctx: &Ctx, kubelet_path: &Path, scratch_dir: &Path) -> Result<(), Failure> {
+    // Handlers first: a stop from here on goes through the cleanup.
+    let mut stop = StopSignals::new()?;
+    let mut channels = Vec::new();
+    for (group, version) in flows::APIS {
+        let api = csi_proxy_client::find_api(group.name(), version).expect("a served API");
+        channels.push(((group, version), ctx.connect(api).await?));
+    }
+    let mut proxy = Proxy::connect(|g: Group, v| {
+        let ch = channels.iter().find(|(k, _)| *k == (g, v)).map(|(_, c)| c.clone()).expect("connected above");
+        std::future::ready(ch)
+    })
+    .await;
+    if cfg!(target_os = "linux") {
+        proxy.not_sent.push(("disk/v1.SetDiskState", "a loop disk has no online state"));
+    }
+    let mut made = Made::new(kubelet_path, scratch_dir)?;
+    let mut report = Report { rows: Vec::new(), timeout: ctx.timeout, running: None };
+    let stopped = tokio::select! {
+        () = checks(&mut report, &mut proxy, &mut made) => None,
+        sig = stop.recv() => Some(sig),
+    };
+    if let (Some(sig), Some((check, step, start))) = (stopped, report.running.take()) {
+        let res = Res::Failed(format!("stopped by {sig}"));
+        report.rows.push(Row { check, step, res, time: start.elapsed() });
+    }
+    let mut c = report.check("cleanup");
+    if let Some(sig) = stopped {
+        c.row("run", Res::Failed(format!("stopped by {sig}")), Duration::ZERO);
+    }
+    let start = Instant::now();
+    let problems = made.clean();
+    let res = if problems.is_empty() { Res::Ok } else { Res::Failed(bounded(&problems.join("; "))) };
+    c.row("remove mounts, links, directories, disks, files", res, start.elapsed());
+    print(ctx, &report, stopped);
+    match report.count("failed") {
+        0 => Ok(()),
+        n => Err(Failure::Other(anyhow::anyhow!("{n} step(s) failed"))),
+    }
+}
+
+fn print(ctx: &Ctx, report: &Report, stopped: Option<&'static str>) {
+    let (passed, failed) = (report.count("ok"), report.count("failed"));
+    let needs_windows = report.count("needs-windows");
+    let skipped = report.count("skipped") + needs_windows;
+    if ctx.json {
+        let steps: Vec<_> = report
+            .rows
+            .iter()
+            .map(|r| {
+                let detail = match &r.res {
+                    Res::Ok => None,
+                    Res::Failed(s) | Res::Skipped(s) | Res::NeedsWindows(s) => Some(s.clone()),
+                };
+                json!({"check": r.check, "step": r.step, "result": r.res.kind(), "detail": detail,
+                       "seconds": r.time.as_secs_f64()})
+            })
+            .collect();
+        let out = json!({"steps": steps, "passed": passed, "failed": failed, "skipped": skipped,
+                         "needs_windows": needs_windows, "stopped_by": stopped});
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return;
+    }
+    // Long reasons would widen every line: the table shows their start, the failures follow
+    // it in full (as bounded as the JSON's).
+    let rows: Vec<Vec<String>> = report
+        .rows
+        .iter()
+        .map(|r| {
+            let mut result: String = r.res.text().chars().take(CELL).collect();
+            if result.chars().count() < r.res.text().chars().count() {
+                result.push('…');
+            }
+            vec![r.check.to_owned(), r.step.clone(), result, format!("{:.2}s", r.time.as_secs_f64())]
+        })
+        .collect();
+    print!("{}", table::render(&["CHECK", "STEP", "RESULT", "TIME"], &rows));
+    for r in report.rows.iter().filter(|r| matches!(r.res, Res::Failed(_)) && r.res.text().chars().count() > CELL) {
+        println!("{} / {}: {}", r.check, r.step, r.res.text());
+    }
+    let mut last = format!("{passed} passed, {failed} failed, {skipped} skipped");
+    if needs_windows > 0 {
+        last.push_str(&format!(" ({needs_windows} need Windows APIs this host lacks)"));
+    }
+    println!("{last}");
+}
+
+/// Ctrl-C, and SIGTERM on unix (what a pod's stop and `kill` send).
+struct StopSignals {
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+    #[cfg(windows)]
+    c: tokio::signal::windows::CtrlC,
+    #[cfg(windows)]
+    brk: tokio::signal::windows::CtrlBreak,
+}
+
+impl StopSignals {
+    fn new() -> Result<StopSignals, Failure> {
+        let e = |e: std::io::Error| Failure::Other(anyhow::anyhow!("installing the stop handlers: {e}"));
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(StopSignals {
+                int: signal(SignalKind::interrupt()).map_err(e)?,
+                term: signal(SignalKind::terminate()).map_err(e)?,
+            })
+        }
+        #[cfg(windows)]
+        {
+            Ok(StopSignals {
+                c: tokio::signal::windows::ctrl_c().map_err(e)?,
+                brk: tokio::signal::windows::ctrl_break().map_err(e)?,
+            })
+        }
+    }
+
+    async fn recv(&mut self) -> &'static str {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => "SIGINT",
+            _ = self.term.recv() => "SIGTERM",
+        }
+        #[cfg(windows)]
+        tokio::select! {
+            _ = self.c.recv() => "Ctrl-C",
+            _ = self.brk.recv() => "Ctrl-Break",
+        }
+    }
+}
+
+fn text(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made) {
+    let root = text(&made.kubelet_dir);
+    let node = if cfg!(windows) { Node::windows(&root) } else { Node::linux(&root) };
+    filesystem(report, p, &node).await;
+    disk_and_volume(report, p, made, &node).await;
+    system(report, p).await;
+    for driver in [Driver::AzureDisk, Driver::GcePd, Driver::Ebs, Driver::Vsphere] {
+        block_flow(report, p, made, &node, driver).await;
+    }
+    let mut c = report.check("smb");
+    c.row(
+        "csi-driver-smb and azurefile flows",
+        Res::Skipped("needs a test share; a run against one is not implemented yet".into()),
+        Duration::ZERO,
+    );
+    let mut c = report.check("iscsi");
+    c.row(
+        "portal, discovery, login, disk",
+        Res::Skipped("needs a test target; a run against one is not implemented yet".into()),
+        Duration::ZERO,
+    );
+}
+
+/// Mkdir, PathExists, CreateSymlink, IsSymlink, Rmdir in the scratch directory.
+async fn filesystem(report: &mut Report, p: &mut Proxy, node: &Node) {
+    let mut c = report.check("filesystem");
+    let base = format!("{}{}filesystem", node.publish_root, sep(node));
+    let dir = format!("{base}{}dir", sep(node));
+    let link = format!("{base}{}link", sep(node));
+    c.run("Mkdir", async { Ok(p.mkdir(&dir).await?) }).await;
+    c.run("PathExists", async { expect(p.path_exists(&dir).await?, true, "PathExists of the new directory") }).await;
+    c.run("CreateSymlink", async { Ok(p.create_symlink(&dir, &link).await?) }).await;
+    c.run("IsSymlink", async { expect(p.is_symlink(&link).await?, true, "IsSymlink of the new link") }).await;
+    c.run("IsSymlink of a directory", async { expect(p.is_symlink(&dir).await?, false, "IsSymlink of a directory") })
+        .await;
+    c.run("Rmdir of the link", async { Ok(p.rmdir(&link, true).await?) }).await;
+    c.run("Rmdir", async { Ok(p.rmdir(&dir, false).await?) }).await;
+    c.run("PathExists after Rmdir", async {
+        expect(p.path_exists(&dir).await?, false, "PathExists of the removed directory")
+    })
+    .await;
+    c.run("Rmdir of the parent", async { Ok(p.rmdir(&base, false).await?) }).await;
+}
+
+fn sep(node: &Node) -> char {
+    match node.os {
+        flows::Os::Windows => '\\',
+        flows::Os::Linux => '/',
+    }
+}
+
+fn expect<T: PartialEq + std::fmt::Debug>(got: T, want: T, what: &str) -> Step {
+    if got == want {
+        Ok(())
+    } else {
+        Err(wrong(format!("{what} answered {got:?}, expected {want:?}")))
+    }
+}
+
+/// Makes a scratch disk as `step`; a host that cannot blocks the check with why.
+async fn new_disk(c: &mut Check<'_>, made: &mut Made) -> Option<u32> {
+    let step = format!("make a {} MiB scratch disk", SIZE / MIB);
+    let made_disk = c.run(&step, async { Ok(made.disks.create(SIZE)?) }).await?;
+    match made_disk {
+        Ok(n) => Some(n),
+        Err(Unavailable::NeedsWindows(api)) => {
+            if let Some(last) = c.report.rows.last_mut() {
+                last.res = Res::NeedsWindows(api.into());
+            }
+            c.block(Res::NeedsWindows(api.into()));
+            None
+        }
+    }
+}
+
+/// The disk group on a scratch disk, then the volume group on it.
+async fn disk_and_volume(report: &mut Report, p: &mut Proxy, made: &mut Made, node: &Node) {
+    let mut c = report.check("disk");
+    let disk = new_disk(&mut c, made).await;
+    let n = disk.unwrap_or(u32::MAX);
+    c.run("ListDiskIDs lists it", async {
+        let ids = p.disk.list_disk_i_ds(v1::ListDiskIDsRequest {}).await?.into_inner();
+        if ids.disk_i_ds.contains_key(&n) {
+            Ok(())
+        } else {
+            Err(wrong(format!("disk {n} is not in the list")))
+        }
+    })
+    .await;
+    c.run("ListDiskLocations lists it", async {
+        let l = p.disk.list_disk_locations(v1::ListDiskLocationsRequest {}).await?.into_inner();
+        if l.disk_locations.contains_key(&n) {
+            Ok(())
+        } else {
+            Err(wrong(format!("disk {n} is not in the list")))
+        }
+    })
+    .await;
+    c.run("GetDiskStats", async { expect(p.disk_stats(n).await?, SIZE as i64, "GetDiskStats") }).await;
+    c.run("PartitionDisk", async { Ok(p.partition_disk(n).await?) }).await;
+    let disk_failed = c.failed();
+
+    let mut c = report.check("volume");
+    if disk_failed {
+        c.block(Res::Skipped("the disk check did not pass".into()));
+    }
+    let target = format!("{}{}volume", node.publish_root, sep(node));
+    let id = c
+        .run("ListVolumesOnDisk", async {
+            let ids = p.list_volumes_on_disk(n).await?;
+            match &ids[..] {
+                [id] => Ok(id.clone()),
+                _ => Err(wrong(format!("expected the one volume of the new partition, got {}", ids.len()))),
+            }
+        })
+        .await
+        .unwrap_or_default();
+    c.run("IsVolumeFormatted (new)", async { expect(p.is_volume_formatted(&id).await?, false, "IsVolumeFormatted") })
+        .await;
+    c.run("FormatVolume", async { Ok(p.format_volume(&id).await?) }).await;
+    c.run("IsVolumeFormatted", async { expect(p.is_volume_formatted(&id).await?, true, "IsVolumeFormatted") }).await;
+    c.run("MountVolume", async {
+        std::fs::create_dir_all(&target).map_err(|e| wrong(format!("making the target folder: {e}")))?;
+        Ok(p.mount_volume(&id, &target).await?)
+    })
+    .await;
+    c.run("GetVolumeIDFromTargetPath", async {
+        expect(p.volume_at(&target).await?, id.clone(), "the target's volume")
+    })
+    .await;
+    c.run("GetDiskNumberFromVolumeID", async { expect(p.disk_of_volume(&id).await?, n, "the volume's disk") }).await;
+    let before = c.run("GetVolumeStats", async { Ok(p.volume_stats(&id).await?.0) }).await.unwrap_or(0);
+    c.run(&format!("grow the disk to {} MiB", GROWN / MIB), async { Ok(made.disks.grow(n, GROWN)?) }).await;
+    c.run("Rescan", async { Ok(p.rescan().await?) }).await;
+    c.run("GetDiskStats after growing", async { expect(p.disk_stats(n).await?, GROWN as i64, "GetDiskStats") }).await;
+    c.run("ResizeVolume", async { Ok(p.resize_volume(&id, 0).await?) }).await;
+    c.run("GetVolumeStats after ResizeVolume", async {
+        let (after, _) = p.volume_stats(&id).await?;
+        if after > before {
+            Ok(())
+        } else {
+            Err(wrong(format!("size {after} is not above {before}")))
+        }
+    })
+    .await;
+    c.run("UnmountVolume", async { Ok(p.unmount_volume(&id, &target).await?) }).await;
+    c.run("Rmdir of the target", async { Ok(p.rmdir(&target, false).await?) }).await;
+    if let Some(n) = disk {
+        // Removed whatever failed before (what is still mounted from it goes with it).
+        c.blocked = None;
+        c.run("remove the scratch disk", async { Ok(made.disks.remove(n)?) }).await;
+    }
+}
+
+/// GetBIOSSerialNumber. A firmware without a serial is NotFound, as documented
+/// (docs/migrating.md): that is no failure, and no serial to check either.
+async fn system(report: &mut Report, p: &mut Proxy) {
+    let mut c = report.check("system");
+    c.run("GetBIOSSerialNumber", async {
+        match p.bios_serial().await {
+            Ok(s) if !s.is_empty() => Ok(()),
+            Ok(_) => Err(wrong("an empty serial number (the daemon documents NotFound for none)")),
+            Err(s) if s.code() == Code::NotFound => {
+                Err(StepErr::Skip(format!("the firmware has no serial number (NotFound: {})", bounded(s.message()))))
+            }
+            Err(s) => Err(s.into()),
+        }
+    })
+    .await;
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Driver {
+    AzureDisk,
+    GcePd,
+    Ebs,
+    Vsphere,
+}
+
+impl Driver {
+    fn check(self) -> &'static str {
+        match self {
+            Driver::AzureDisk => "flow azuredisk",
+            Driver::GcePd => "flow gce-pd",
+            Driver::Ebs => "flow ebs",
+            Driver::Vsphere => "flow vsphere",
+        }
+    }
+
+    /// The CSI driver's name (the kubelet's folder for it) and the PV's.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Driver::AzureDisk => ("disk.csi.azure.com", "pvc-azuredisk"),
+            Driver::GcePd => ("pd.csi.storage.gke.io", "pvc-gce"),
+            Driver::Ebs => ("ebs.csi.aws.com", "pvc-ebs"),
+            Driver::Vsphere => ("csi.vsphere.vmware.com", "pvc-vsphere"),
+        }
+    }
+}
+
+/// One block driver's node RPCs, as the stack tests drive them (driver_flows_linux.rs), on a
+/// fresh scratch disk: stage, publish, stats, the disk grows, expand, unpublish, unstage.
+async fn block_flow(report: &mut Report, p: &mut Proxy, made: &mut Made, node: &Node, driver: Driver) {
+    let mut c = report.check(driver.check());
+    let disk = new_disk(&mut c, made).await;
+    let (name, pv) = driver.names();
+    let v = BlockVolume {
+        disk: disk.unwrap_or(u32::MAX),
+        staging: node.staging(name, HASH),
+        publish: node.publish(POD, pv),
+    };
+    if disk.is_some() {
+        // The kubelet makes both folders; EBS makes its staging folder itself.
+        let made_dirs = std::fs::create_dir_all(&v.staging).and_then(|()| std::fs::create_dir_all(&v.publish));
+        if let Err(e) = made_dirs {
+            c.row("the kubelet's folders", Res::Failed(bounded(&e.to_string())), Duration::ZERO);
+            c.block(Res::Skipped("an earlier step failed".into()));
+        } else if matches!(driver, Driver::Ebs) {
+            let _ = std::fs::remove_dir(&v.staging);
+        }
+    }
+    let warnings = p.warnings.len();
+    let grown = GROWN as i64;
+    let grow = format!("grow the disk to {} MiB (the cloud's part)", GROWN / MIB);
+    match driver {
+        Driver::AzureDisk => {
+            c.run("NodeStageVolume", async { Ok(azuredisk::stage(p, node, &v).await?) }).await;
+            c.run("NodePublishVolume", async { Ok(azuredisk::publish(p, node, &v).await?) }).await;
+            c.run("NodeGetVolumeStats", async { Ok(azuredisk::stats(p, &v).await.map(drop)?) }).await;
+            c.run(&grow, async { Ok(made.disks.grow(v.disk, GROWN)?) }).await;
+            let required = (GROWN - 80 * MIB) as i64;
+            c.run("NodeExpandVolume", async { Ok(azuredisk::expand(p, node, &v, required).await.map(drop)?) }).await;
+            c.run("NodeUnpublishVolume", async { Ok(azuredisk::unpublish(p, node, &v).await?) }).await;
+            c.run("NodeUnstageVolume", async { Ok(azuredisk::unstage(p, node, &v).await?) }).await;
+        }
+        Driver::GcePd => {
+            c.run("NodeStageVolume", async { Ok(gce_pd::stage(p, &v).await?) }).await;
+            c.run("NodePublishVolume", async { Ok(gce_pd::publish(p, node, &FsLocal, &v).await?) }).await;
+            c.run("NodeGetVolumeStats", async { Ok(gce_pd::stats(p, &v).await.map(drop)?) }).await;
+            c.run(&grow, async { Ok(made.disks.grow(v.disk, GROWN)?) }).await;
+            c.run("NodeExpandVolume", async { expect(gce_pd::expand(p, &v, grown).await?, grown, "the disk's size") })
+                .await;
+            c.run("NodeUnpublishVolume", async { Ok(gce_pd::unpublish(p, node, &v).await?) }).await;
+            c.run("NodeUnstageVolume", async { Ok(gce_pd::unstage(p, node, &v).await?) }).await;
+        }
+        Driver::Ebs => {
+            c.run("NodeStageVolume", async { Ok(ebs::stage(p, node, &v).await?) }).await;
+            c.run("NodeStageVolume again", async { Ok(ebs::stage(p, node, &v).await?) }).await;
+            c.run("NodePublishVolume", async { Ok(ebs::publish(p, node, &v).await?) }).await;
+            c.run("NodeGetVolumeStats", async { Ok(ebs::stats_exists(p, node, &v).await?) }).await;
+            c.run(&grow, async { Ok(made.disks.grow(v.disk, GROWN)?) }).await;
+            c.run("NodeExpandVolume", async { expect(ebs::expand(p, node, &v).await?, grown, "the disk's size") })
+                .await;
+            c.run("NodeUnpublishVolume", async { Ok(ebs::unpublish(p, node, &v).await?) }).await;
+            c.run("NodeUnstageVolume", async { Ok(ebs::unstage(p, node, &v).await?) }).await;
+            c.run("NodeUnstageVolume again", async { Ok(ebs::unstage(p, node, &v).await?) }).await;
+        }
+        Driver::Vsphere => {
+            c.run("NodeGetInfo", async {
+                match vsphere::node_info(p).await {
+                    Ok(_) => Ok(()),
+                    // NotFound (no firmware serial) is reported by the system check.
+                    Err(f) if f.message.contains("code = NotFound") => {
+                        Err(StepErr::Skip("the firmware has no serial number (see system)".into()))
+                    }
+                    Err(f) => Err(f.into()),
+                }
+            })
+            .await;
+            c.run("NodeStageVolume", async { Ok(vsphere::stage(p, node, &v).await?) }).await;
+            c.run("NodePublishVolume", async { Ok(vsphere::publish(p, node, &v).await?) }).await;
+            c.run("NodeGetVolumeStats", async { Ok(vsphere::stats(p, &v).await.map(drop)?) }).await;
+            c.run(&grow, async { Ok(made.disks.grow(v.disk, GROWN)?) }).await;
+            c.run("NodeExpandVolume", async { Ok(vsphere::expand(p, node, &v, grown).await?) }).await;
+            c.run("NodeUnpublishVolume", async { Ok(vsphere::unpublish(p, node, &v).await?) }).await;
+            c.run("NodeUnstageVolume", async { Ok(vsphere::unstage(p, node, &v).await?) }).await;
+        }
+    }
+    // What the kubelet relies on afterwards: the staging folder (and its mount) is gone.
+    c.run("staging folder gone", async {
+        expect(p.path_exists(&node.n(&v.staging)).await?, false, "PathExists of the staging folder")
+    })
+    .await;
+    let new_warnings = p.warnings[warnings..].to_vec();
+    c.run("no driver warnings", async {
+        match new_warnings.first() {
+            None => Ok(()),
+            Some(w) => Err(wrong(format!("the driver would log: {}", bounded(w)))),
+        }
+    })
+    .await;
+    if let Some(n) = disk {
+        // Whatever the flow left mounted goes with the disk (it is ours by its backing file).
+        c.blocked = None;
+        c.run("remove the scratch disk", async { Ok(made.disks.remove(n)?) }).await;
+    }
+}
