@@ -4,96 +4,11 @@
 //! refused without a terminal and run with --yes, requests from standard input or a file, every
 //! listing, and reflection on every endpoint.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-const CTL: &str = env!("CARGO_BIN_EXE_csi-proxyctl");
-
-/// The daemon's binary, next to ours in the target directory (`cargo test --workspace` builds
-/// it; built here when only this package's tests were built).
-fn daemon_binary() -> PathBuf {
-    let bin = Path::new(CTL).with_file_name("csi-proxy");
-    if !bin.exists() {
-        let target = Path::new(CTL).parent().and_then(Path::parent).expect("target/<profile>/");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let profile = Path::new(CTL).parent().unwrap().file_name().unwrap().to_str().unwrap().to_string();
-        let mut build = Command::new(cargo);
-        build.args(["build", "-p", "csi-proxy", "--bin", "csi-proxy", "--target-dir"]).arg(target);
-        if profile == "release" {
-            build.arg("--release");
-        }
-        let status = build.status().expect("running cargo build -p csi-proxy");
-        assert!(status.success() && bin.exists(), "could not build {}", bin.display());
-    }
-    bin
-}
-
-/// A running daemon serving every API in `dir/sock`, with `dir/kubelet` as its kubelet path;
-/// killed, and `dir` removed, on drop.
-struct Daemon {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Daemon {
-    fn start(tag: &str) -> Daemon {
-        let dir = std::env::temp_dir().join(format!("csi-proxyctl-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("kubelet")).unwrap();
-        let child = Command::new(daemon_binary())
-            .arg("-socket-dir")
-            .arg(dir.join("sock"))
-            .arg("-kubelet-path")
-            .arg(dir.join("kubelet"))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let d = Daemon { child, dir };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::fs::read_dir(d.dir.join("sock"))
-            .map(|r| r.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sock")).count())
-            .unwrap_or(0)
-            < 23
-        {
-            assert!(Instant::now() < deadline, "the daemon did not create its sockets");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Health turns SERVING once every endpoint is served, a moment after the sockets exist.
-        while text(&d.ctl(&["apis"]).stdout).contains("NOT_SERVING") {
-            assert!(Instant::now() < deadline, "the daemon did not turn SERVING");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        d
-    }
-
-    /// `csi-proxyctl -socket-dir <ours> <args>`, stdin not a terminal.
-    fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(CTL)
-            .arg("-socket-dir")
-            .arg(self.dir.join("sock"))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    fn kubelet(&self, name: &str) -> String {
-        self.dir.join("kubelet").join(name).display().to_string()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{text, Daemon, CTL};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 #[test]
 fn discovery_lists_the_23_apis_and_a_json_call_round_trips() {

@@ -1,0 +1,193 @@
+#![cfg(target_os = "linux")]
+//! `csi-proxyctl conformance` against the real daemon on loop disks (root only; CI runs as root):
+//! every check passes or is skipped for a documented reason, a broken node fails the run, and
+//! nothing the run made (loop device, backing file, mount, link, directory) is left behind:
+//! after a normal run, after failed steps, and after a SIGTERM in the middle of a step.
+
+mod common;
+
+use common::{text, Daemon, CTL};
+use rustix::process::{kill_process, Pid, Signal};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+macro_rules! needs_root {
+    () => {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root for loop devices and mounts (CI runs as root)");
+            return;
+        }
+    };
+}
+
+/// A daemon whose volumes are XFS: ext4 grows online only with CAP_SYS_RESOURCE, which
+/// containers often lack (the run reports that as a failure, rightly, on such a node).
+fn daemon(tag: &str) -> (Daemon, PathBuf) {
+    let d = Daemon::start_with(tag, &["-linux-fs-type", "xfs"]);
+    let scratch = d.dir.join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    (d, scratch)
+}
+
+fn conformance(d: &Daemon, kubelet: &Path, scratch: &Path, json: bool) -> Command {
+    let mut c = Command::new(CTL);
+    c.arg("-socket-dir").arg(d.dir.join("sock"));
+    if json {
+        c.arg("-json");
+    }
+    c.arg("conformance").arg("-kubelet-path").arg(kubelet).arg("-scratch-dir").arg(scratch);
+    c.stdin(Stdio::null());
+    c
+}
+
+/// The loop devices whose backing file is below `dir`.
+fn loops_below(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        if let Ok(b) = std::fs::read_to_string(e.path().join("loop/backing_file")) {
+            if Path::new(b.trim().trim_end_matches(" (deleted)")).starts_with(dir) {
+                found.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    found
+}
+
+fn mounts_below(dir: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dir = dir.to_str().unwrap();
+    info.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| p.starts_with(dir)).map(str::to_owned).collect()
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+}
+
+/// Nothing of the run's is left: no loop device over its files, no mount, no file or directory
+/// in the kubelet or scratch directory. A loop device still open when detached goes when the
+/// last user closes it, so that part is waited for a little.
+fn assert_nothing_left(d: &Daemon, scratch: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !loops_below(scratch).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(loops_below(scratch), Vec::<String>::new(), "loop devices left");
+    assert_eq!(mounts_below(&d.dir), Vec::<String>::new(), "mounts left");
+    assert_eq!(entries(&d.dir.join("kubelet")), Vec::<String>::new(), "left in the kubelet directory");
+    assert_eq!(entries(scratch), Vec::<String>::new(), "left in the scratch directory");
+}
+
+fn report(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)))
+}
+
+/// Skips the daemon documents, or this test environment has: no firmware serial (a container or
+/// VM without DMI), no SMB share or iSCSI target given.
+fn documented_skip(step: &Value) -> bool {
+    let detail = step["detail"].as_str().unwrap_or("");
+    detail.contains("the firmware has no serial number")
+        || (step["check"] == "smb" && detail.starts_with("needs a test share"))
+        || (step["check"] == "iscsi" && detail.starts_with("needs a test target"))
+}
+
+#[test]
+fn every_check_passes_on_loop_disks_and_nothing_is_left() {
+    needs_root!();
+    let (d, scratch) = daemon("conformance");
+    let kubelet = d.dir.join("kubelet");
+    let out = conformance(&d, &kubelet, &scratch, true).output().unwrap();
+    let r = report(&out);
+    let steps = r["steps"].as_array().unwrap();
+    for s in steps {
+        assert!(s["result"] == "ok" || (s["result"] == "skipped" && documented_skip(s)), "{s}\n{r:#}");
+    }
+    assert_eq!(out.status.code(), Some(0), "{r:#}{}", text(&out.stderr));
+    assert_eq!(r["failed"], 0);
+    for check in ["filesystem", "disk", "volume", "flow azuredisk", "flow gce-pd", "flow ebs", "flow vsphere"] {
+        let ok = steps.iter().filter(|s| s["check"] == check && s["result"] == "ok").count();
+        assert!(ok >= 5, "{check}: {ok} steps passed\n{r:#}");
+    }
+    for step in ["NodeStageVolume", "NodeExpandVolume", "NodeUnstageVolume"] {
+        let n = steps.iter().filter(|s| s["step"] == step && s["result"] == "ok").count();
+        assert_eq!(n, 4, "{step} of every block driver");
+    }
+    assert_eq!(steps.last().unwrap()["check"], "cleanup");
+    assert_nothing_left(&d, &scratch);
+
+    // The table says the same, and ends with the counts.
+    let out = conformance(&d, &kubelet, &scratch, false).output().unwrap();
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
+    assert!(table.starts_with("CHECK") && table.contains("RESULT") && table.contains("TIME"), "{table}");
+    let last = table.lines().last().unwrap();
+    let want = format!("{} passed, 0 failed, {} skipped", r["passed"], r["skipped"]);
+    assert_eq!(last, want, "{table}");
+    assert_nothing_left(&d, &scratch);
+}
+
+/// A node whose daemon refuses the kubelet path the run was given (here: a -kubelet-path that is
+/// not the daemon's) fails: the steps say why, the exit status is 1, and the run still removes
+/// its disks and directories. The -scratch-dir is given through a link (the kernel names a loop
+/// device's backing file with links resolved).
+#[test]
+fn a_broken_node_fails_the_run_and_nothing_is_left() {
+    needs_root!();
+    let (d, scratch) = daemon("conformance-broken");
+    let elsewhere = d.dir.join("not-the-kubelet");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let link = d.dir.join("scratch-link");
+    std::os::unix::fs::symlink(&scratch, &link).unwrap();
+    let out = conformance(&d, &elsewhere, &link, false).output().unwrap();
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{table}{}", text(&out.stderr));
+    let mkdir = table.lines().find(|l| l.starts_with("filesystem") && l.contains(" Mkdir ")).unwrap();
+    assert!(mkdir.contains("FAILED: PermissionDenied") || mkdir.contains("FAILED: InvalidArgument"), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("flow ebs") && l.contains("FAILED")), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("cleanup") && l.contains(" ok ")), "{table}");
+    assert!(text(&out.stderr).contains("step(s) failed"), "{}", text(&out.stderr));
+    assert_eq!(entries(&elsewhere), Vec::<String>::new(), "left in the directory given");
+    assert_nothing_left(&d, &scratch);
+}
+
+/// SIGTERM while a step waits on the daemon (stopped here with SIGSTOP, after the run mounted a
+/// volume): the run stops, removes what it made without the daemon's help, reports the stop,
+/// and exits 1.
+#[test]
+fn sigterm_in_the_middle_removes_everything() {
+    needs_root!();
+    let (d, scratch) = daemon("conformance-stop");
+    let kubelet = d.dir.join("kubelet");
+    let run = conformance(&d, &kubelet, &scratch, false).stdout(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while mounts_below(&kubelet).is_empty() {
+        assert!(Instant::now() < deadline, "the run mounted nothing");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let daemon_pid = Pid::from_raw(d.child.id() as i32).unwrap();
+    kill_process(daemon_pid, Signal::STOP).unwrap();
+    assert!(!loops_below(&scratch).is_empty() && !entries(&kubelet).is_empty(), "made something before the stop");
+    kill_process(Pid::from_raw(run.id() as i32).unwrap(), Signal::TERM).unwrap();
+    let out = run.wait_with_output().unwrap();
+    kill_process(daemon_pid, Signal::CONT).unwrap();
+    let table = text(&out.stdout);
+    eprintln!("{table}");
+    assert_eq!(out.status.code(), Some(1), "{table}{}", text(&out.stderr));
+    assert!(table.lines().any(|l| l.starts_with("cleanup") && l.contains("FAILED: stopped by SIGTERM")), "{table}");
+    assert!(
+        table.lines().any(|l| l.starts_with("cleanup") && l.contains("remove mounts") && l.contains(" ok ")),
+        "{table}"
+    );
+    assert_nothing_left(&d, &scratch);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in
+        [&["conformance", "extra"][..], &["conformance", "-kubelet-path", "relative"], &["disks", "-scratch-dir", "/x"]]
+    {
+        let out = Command::new(CTL).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+    }
+}
