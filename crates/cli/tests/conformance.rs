@@ -105,9 +105,18 @@ fn every_check_passes_on_loop_disks_and_nothing_is_left() {
     }
     assert_eq!(out.status.code(), Some(0), "{r:#}{}", text(&out.stderr));
     assert_eq!(r["failed"], 0);
-    for check in ["filesystem", "disk", "volume", "flow azuredisk", "flow gce-pd", "flow ebs", "flow vsphere"] {
+    for check in [
+        "filesystem",
+        "filesystem links",
+        "disk",
+        "volume",
+        "flow azuredisk",
+        "flow gce-pd",
+        "flow ebs",
+        "flow vsphere",
+    ] {
         let ok = steps.iter().filter(|s| s["check"] == check && s["result"] == "ok").count();
-        assert!(ok >= 5, "{check}: {ok} steps passed\n{r:#}");
+        assert!(ok >= 3, "{check}: {ok} steps passed\n{r:#}");
     }
     for step in ["NodeStageVolume", "NodeExpandVolume", "NodeUnstageVolume"] {
         let n = steps.iter().filter(|s| s["step"] == step && s["result"] == "ok").count();

@@ -186,6 +186,8 @@ fn help_names_every_command() {
         "bios-serial",
         "service <name>",
         "call <group>/<version>",
+        "conformance",
+        "-kubelet-path",
         "--yes",
         "-socket-dir",
         "-json",

@@ -350,9 +350,7 @@ mod platform {
 
     impl ScratchDisks for Disks {
         fn create(&mut self, _size: u64) -> Result<Result<u32, Unavailable>> {
-            Ok(Err(Unavailable::NeedsWindows(
-                "CreateVirtualDisk/AttachVirtualDisk (scratch VHDX: not implemented yet)",
-            )))
+            Ok(Err(Unavailable::NeedsWindows("CreateVirtualDisk (the scratch VHDX is a follow-up)")))
         }
         fn grow(&mut self, _disk: u32, _size: u64) -> Result<()> {
             bail!("no scratch disk")
