@@ -31,12 +31,12 @@
 
 use super::block::{disk_number, tools};
 use crate::error::clip;
-use crate::turns::Turns;
+use crate::turns::{Turn, Turns};
 use crate::types::{AuthType, ConnectTarget, Secret, TargetPortal};
 use crate::{Error, IscsiHost, Result};
 use std::ffi::OsString;
 use std::io::Write;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -402,7 +402,7 @@ impl Iscsi {
 impl IscsiHost for Iscsi {
     fn add_target_portal(&self, portal: &TargetPortal) -> Result<()> {
         let portal = Portal::new(portal)?;
-        let _turn = self.turns.take(&portal.key());
+        let _turns = portal.turns(&self.turns)?;
         if self.portal_exists(&portal)? {
             info!(%portal, "the iSCSI target portal exists already");
             return Ok(());
@@ -424,14 +424,14 @@ impl IscsiHost for Iscsi {
 
     fn discover_target_portal(&self, portal: &TargetPortal) -> Result<Vec<String>> {
         let portal = Portal::new(portal)?;
-        let _turn = self.turns.take(&portal.key());
+        let _turns = portal.turns(&self.turns)?;
         self.require_portal(&portal)?;
         self.discover(&portal)
     }
 
     fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
         let portal = Portal::new(portal)?;
-        let _turn = self.turns.take(&portal.key());
+        let _turns = portal.turns(&self.turns)?;
         self.require_portal(&portal)?;
         let p = portal.arg();
         let out = self.run(&["-m", "discoverydb", "-t", "sendtargets", "-p", &p, "-o", "delete"])?;
@@ -458,7 +458,7 @@ impl IscsiHost for Iscsi {
         }
         // The portal's turn, then the target's (always in that order): removing or rediscovering
         // the portal rewrites the node records this login reads and fills with credentials.
-        let _portal_turn = self.turns.take(&portal.key());
+        let _portal_turns = portal.turns(&self.turns)?;
         let _turn = self.turns.take(&target_key(iqn));
         if !self.sessions(&portal, iqn)?.is_empty() {
             info!(iqn, %portal, "the iSCSI target is connected already");
@@ -473,7 +473,7 @@ impl IscsiHost for Iscsi {
     fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()> {
         let portal = Portal::new(portal)?;
         check_name(iqn)?;
-        let _portal_turn = self.turns.take(&portal.key());
+        let _portal_turns = portal.turns(&self.turns)?;
         let _turn = self.turns.take(&target_key(iqn));
         let ended = self.logout_all(&portal, iqn)?;
         let nodes = self.nodes(&portal, iqn)?;
@@ -660,8 +660,15 @@ impl Portal {
         }
     }
 
-    fn key(&self) -> String {
-        format!("portal {}", self.arg())
+    /// The turns of the portal's addresses (sorted, so that calls taking several always take them
+    /// in the same order): one portal spelled as a host name, an address or another form of the
+    /// same IPv6 address is one set of turns, whatever the request's spelling.
+    fn turns<'t>(&self, turns: &'t Turns) -> Result<Vec<Turn<'t>>> {
+        let mut keys: Vec<String> =
+            self.ips()?.into_iter().map(|ip| format!("portal {}", SocketAddr::new(ip, self.port))).collect();
+        keys.sort();
+        keys.dedup();
+        Ok(keys.iter().map(|k| turns.take(k)).collect())
     }
 
     fn is(&self, other: &TargetPortal) -> bool {

@@ -473,3 +473,33 @@ fn a_portal_is_not_removed_while_a_login_through_it_runs() {
     let delete_at = all.iter().position(|c| c.ends_with("-o delete")).unwrap();
     assert!(login_at < delete_at, "{all:?}");
 }
+
+#[test]
+fn one_portal_spelled_two_ways_takes_one_turn() {
+    // "::1" and "0:0:0:0:0:0:0:1" are one portal: the second call waits for the first, as it would
+    // if both were spelled alike (before, the turns were keyed by the spelling).
+    let s = Scratch::new();
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (entered_tx, go_rx) = (Mutex::new(entered_tx), Mutex::new(go_rx));
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let respond: Respond = Box::new(move |_: &[String]| {
+        if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            entered_tx.lock().unwrap().send(()).unwrap();
+            go_rx.lock().unwrap().recv().unwrap();
+        }
+        ok("[::1]:3260 via sendtargets\n")
+    });
+    let (iscsi, script) = backend(&s, respond);
+    let spelled = |address: &str| TargetPortal { address: address.into(), port: 3260 };
+    std::thread::scope(|scope| {
+        let a = scope.spawn(|| iscsi.discover_target_portal(&spelled("::1")));
+        entered_rx.recv().unwrap();
+        let b = scope.spawn(|| iscsi.discover_target_portal(&spelled("0:0:0:0:0:0:0:1")));
+        std::thread::sleep(Duration::from_millis(200));
+        let during = calls(&script);
+        go_tx.send(()).unwrap();
+        let _ = (a.join().unwrap(), b.join().unwrap());
+        assert_eq!(during.len(), 1, "the second spelling ran while the first held the portal: {during:?}");
+    });
+}
