@@ -225,6 +225,36 @@ pub fn verbatim<S: AsRef<str>>(components: &[S]) -> String {
     s
 }
 
+/// MAX_PATH: what a path without the `\\?\` prefix may hold, the terminating NUL included.
+const MAX_PATH: usize = 260;
+
+/// The plain spelling `C:\a\b\` of drive-path [`components`], with the trailing backslash: the
+/// form SetVolumeMountPointW, DeleteVolumeMountPointW and GetVolumeNameForVolumeMountPointW
+/// document for a mounted folder ("Y:\MountX\"), and what upstream passes them. `None` when
+/// Win32 would not read the plain path back as these components: a first component that is no
+/// drive (a volume without a drive letter), a name [`parse`] refuses (Win32 strips trailing dots
+/// and spaces and maps device names in plain paths; the OS may report such names), or a path
+/// that does not fit in MAX_PATH. Callers then keep the `\\?\` spelling.
+pub fn plain_dir<S: AsRef<str>>(components: &[S]) -> Option<String> {
+    let (drive, names) = components.split_first()?;
+    let reread = |n: &str| !n.chars().any(|c| c < ' ') && check_name("", n).is_ok();
+    if !is_drive(drive.as_ref()) || !names.iter().all(|n| reread(n.as_ref())) {
+        return None;
+    }
+    let mut s = format!("{}\\", drive.as_ref().to_ascii_uppercase());
+    for n in names {
+        s.push_str(n.as_ref());
+        s.push('\\');
+    }
+    (s.encode_utf16().count() < MAX_PATH).then_some(s)
+}
+
+/// The argument for the mount-point calls: [`plain_dir`], or where there is none the `\\?\`
+/// spelling with the trailing backslash they require.
+pub fn mount_point_dir<S: AsRef<str>>(components: &[S]) -> String {
+    plain_dir(components).unwrap_or_else(|| format!("{}\\", verbatim(components).trim_end_matches('\\')))
+}
+
 fn is_drive(s: &str) -> bool {
     matches!(s.as_bytes(), [l, b':'] if l.is_ascii_alphabetic())
 }
@@ -559,5 +589,22 @@ mod property {
             .unwrap();
         // The generator must reach both sides of the question, or the property says nothing.
         assert!(accepted.get() > 300 && inside.get() > 100, "accepted {}, inside {}", accepted.get(), inside.get());
+    }
+
+    /// R3: the mount-point calls get `C:\a\b\`, as documented and as upstream passes them; the
+    /// `\\?\` form stays only for what a plain path cannot name.
+    #[test]
+    fn mount_point_arguments_are_plain_drive_paths_with_a_trailing_backslash() {
+        let dir = |c: &[&str]| mount_point_dir(c);
+        assert_eq!(dir(&["C:", "var", "lib", "kubelet", "globalmount"]), r"C:\var\lib\kubelet\globalmount\");
+        assert_eq!(dir(&["c:"]), r"C:\");
+        // No drive letter, a name Win32 would change, a path beyond MAX_PATH: verbatim.
+        let guid = "Volume{0a1b2c3d-0000-1111-2222-333344445555}";
+        assert_eq!(dir(&[guid, "pv"]), format!(r"\\?\{guid}\pv\"));
+        assert_eq!(dir(&["C:", "pv", "x."]), r"\\?\C:\pv\x.\");
+        assert_eq!(dir(&["C:", "pv", "NUL"]), r"\\?\C:\pv\NUL\");
+        let long = "n".repeat(150);
+        assert_eq!(plain_dir(&["C:", &long, &long]), None);
+        assert!(plain_dir(&["C:", &long, &long[..100]]).is_some());
     }
 }

@@ -13,11 +13,13 @@
 //! targets): the final name is opened relative to the held directory without following a link
 //! there, and held the same way, so the entry checked is the entry acted on — [`Held`].
 //!
-//! Callers act relative to the held handles. The Win32 calls that only take a path string
-//! (SetVolumeMountPointW, DeleteVolumeMountPointW, GetVolumeNameForVolumeMountPointW,
-//! CreateSymbolicLinkW) get the canonical path of the held handles ([`Held::verbatim`],
-//! [`Located::canonical_path`]): it has no link left to follow, and nothing on it can be renamed,
-//! removed or swapped for a link while the handles are held.
+//! Callers act relative to the held handles. The Win32 calls that only take a path string get
+//! the canonical path of the held handles: it has no link left to follow, and nothing on it can
+//! be renamed, removed or swapped for a link while the handles are held. CreateSymbolicLinkW gets
+//! it as `\\?\C:\…` ([`Located::canonical_path`]); the mount-point calls (SetVolumeMountPointW,
+//! DeleteVolumeMountPointW, GetVolumeNameForVolumeMountPointW) as the plain `C:\…\` their
+//! documentation gives and upstream passes ([`Held::mount_point_dir`], `\\?\` only where a plain
+//! path cannot name the place).
 //!
 //! Roots are canonicalised the same way, and the result is reused for at most [`ROOT_RECHECK`]
 //! ([`RootCache`]), as they may be created or re-linked while the daemon runs. A root that does
@@ -81,6 +83,11 @@ pub enum Open {
     /// The final entry, to remove it (or, a plain directory, its contents): delete, listing and
     /// attribute access, a link opened as the link, never followed.
     Remove,
+    /// The final entry, kept open while another opener (the mount manager) needs it: attribute
+    /// access only, a link opened as the link, sharing read, write and delete. A handle without
+    /// data or delete access takes part in no sharing check (MS-FSA 2.1.5.1.2.2), so whatever
+    /// access and share mode the other opener asks for, it gets no sharing violation (32).
+    Peek,
 }
 
 impl Open {
@@ -90,6 +97,7 @@ impl Open {
             Open::Entry => "entry",
             Open::Look => "look",
             Open::Remove => "remove",
+            Open::Peek => "peek",
         }
     }
 }
@@ -120,6 +128,9 @@ pub trait Nt: Send + Sync {
     /// IO_REPARSE_TAG_MOUNT_POINT reparse data: `\??\Volume{…}\` for a volume mounted folder,
     /// a directory for a junction); `None` when `h` is no mount point.
     fn mount_point_target(&self, h: &Self::Handle) -> io::Result<Option<String>>;
+    /// The file ID of what `h` refers to (FileInternalInformation), unique on its volume while
+    /// a handle is open: tells whether a name still refers to the object checked.
+    fn file_id(&self, h: &Self::Handle) -> io::Result<u64>;
 }
 
 impl<T: Nt + ?Sized> Nt for Arc<T> {
@@ -147,6 +158,9 @@ impl<T: Nt + ?Sized> Nt for Arc<T> {
     }
     fn mount_point_target(&self, h: &Self::Handle) -> io::Result<Option<String>> {
         (**self).mount_point_target(h)
+    }
+    fn file_id(&self, h: &Self::Handle) -> io::Result<u64> {
+        (**self).file_id(h)
     }
 }
 
@@ -224,6 +238,12 @@ impl<H> Held<H> {
     /// [`Held::canonical`] spelled for Win32 calls that take a path: `\\?\C:\…`.
     pub fn verbatim(&self) -> String {
         wp::verbatim(&self.canonical())
+    }
+
+    /// [`Held::canonical`] spelled for the mount-point calls: `C:\…\` ([`wp::mount_point_dir`]),
+    /// from the held parent's canonical path, so it names the place that was checked.
+    pub fn mount_point_dir(&self) -> String {
+        wp::mount_point_dir(&self.canonical())
     }
 
     /// The entry's attributes; `None` when it does not exist.

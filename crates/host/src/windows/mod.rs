@@ -41,6 +41,9 @@ pub mod code {
     pub const ERROR_NOT_SUPPORTED: i32 = 50;
     pub const ERROR_UNRECOGNIZED_VOLUME: i32 = 1005;
     pub const ERROR_NOT_A_REPARSE_POINT: i32 = 4390;
+    pub const ERROR_INVALID_REPARSE_DATA: i32 = 4392;
+    pub const ERROR_REPARSE_TAG_INVALID: i32 = 4393;
+    pub const ERROR_REPARSE_TAG_MISMATCH: i32 = 4394;
 }
 
 /// An OS error with a Win32 code, as the real layer returns them.

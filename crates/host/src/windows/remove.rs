@@ -12,9 +12,18 @@
 //! point reparse data naming `\??\Volume{GUID}\`) is taken out of the mount manager with
 //! DeleteVolumeMountPointW before the directory goes; deleting the directory alone leaves the
 //! mount manager's database naming a mount point that no longer exists. We do the same: the
-//! mount point is deleted through the held entry's canonical place (`\\?\C:\…\`, which nothing
-//! can rename while its parent is held), then the directory through its handle. A junction
-//! (mount point reparse data naming a directory) is no volume mount point and is just removed.
+//! mount point is deleted at the held entry's canonical place, spelled `C:\…\` as
+//! DeleteVolumeMountPointW documents (the held parent cannot be renamed, so the place is the one
+//! checked), then the directory through a handle. A junction (mount point reparse data naming a
+//! directory) is no volume mount point and is just removed.
+//!
+//! DeleteVolumeMountPointW opens the folder itself, with an access and share mode Microsoft does
+//! not document. Our DELETE handle would refuse an opener that does not share delete, and no
+//! share mode of ours helps with that (CreateFileW: a requested share mode that conflicts with
+//! the access of an open handle fails with ERROR_SHARING_VIOLATION). So while the mount manager
+//! works we keep the entry open with attribute access only ([`Open::Peek`]), which takes part in
+//! no sharing check, and then reopen it for deletion relative to the held parent, acting only if
+//! the file ID is still the one checked.
 //! azuredisk unstages this way: Rmdir(force) of the staging folder with the volume still
 //! mounted (pkg/mounter/safe_mounter_windows.go, `Rmdir`).
 
@@ -43,7 +52,7 @@ pub fn rmdir<N: Nt>(contain: &Containment<N>, win32: &dyn Win32, path: &str, for
     if force && is_plain_dir(attrs) {
         removal.contents(&h, &place, path)?;
     }
-    removal.remove(&h, attrs, &place, path)
+    removal.remove(parent, loc.name(), h, attrs, &place, path)
 }
 
 /// Removes what is in held directories, as RemoveDirectoryW would.
@@ -67,7 +76,7 @@ impl<N: Nt> Removal<'_, N> {
             let Some(name) = names.pop() else {
                 match stack.pop() {
                     Some(d) => {
-                        self.remove(&d.handle, attr::DIRECTORY, &d.place, &d.shown)?;
+                        self.delete(&d.handle, &d.shown)?;
                         continue;
                     }
                     None => return Ok(()),
@@ -85,17 +94,32 @@ impl<N: Nt> Removal<'_, N> {
                 let names = self.list(&h, &entry_shown)?;
                 stack.push(Emptying { handle: h, place: entry_place, shown: entry_shown, names });
             } else {
-                self.remove(&h, attrs, &entry_place, &entry_shown)?;
+                self.remove(dir, &name, h, attrs, &entry_place, &entry_shown)?;
             }
         }
     }
 
-    /// Deletes the entry `h` (attributes `attrs`) at `place`: a volume mount point is first taken
-    /// out of the mount manager.
-    fn remove(&self, h: &N::Handle, attrs: u32, place: &[String], shown: &str) -> Result<()> {
-        if attrs & attr::REPARSE_POINT != 0 && attrs & attr::DIRECTORY != 0 {
-            self.release_mount_point(h, place, shown)?;
-        }
+    /// Deletes the entry `name` of the held directory `dir`, open as `h` ([`Open::Remove`]) with
+    /// attributes `attrs`, at `place`: a volume mount point is first taken out of the mount
+    /// manager.
+    fn remove(
+        &self,
+        dir: &N::Handle,
+        name: &str,
+        h: N::Handle,
+        attrs: u32,
+        place: &[String],
+        shown: &str,
+    ) -> Result<()> {
+        let h = if attrs & attr::REPARSE_POINT != 0 && attrs & attr::DIRECTORY != 0 {
+            self.release_mount_point(dir, name, h, place, shown)?
+        } else {
+            h
+        };
+        self.delete(&h, shown)
+    }
+
+    fn delete(&self, h: &N::Handle, shown: &str) -> Result<()> {
         self.nt.delete(h).map_err(|e| {
             if e.raw_os_error() == Some(code::ERROR_DIR_NOT_EMPTY) {
                 Error::precondition(format!("directory {shown} is not empty"))
@@ -106,20 +130,44 @@ impl<N: Nt> Removal<'_, N> {
     }
 
     /// RemoveDirectoryW's first step: DeleteVolumeMountPointW when `h` is a volume mount point.
-    fn release_mount_point(&self, h: &N::Handle, place: &[String], shown: &str) -> Result<()> {
+    /// Hands back a handle to delete it through: `h`, or when the mount manager was called, a
+    /// new one to the same file (see the module comment).
+    fn release_mount_point(
+        &self,
+        dir: &N::Handle,
+        name: &str,
+        h: N::Handle,
+        place: &[String],
+        shown: &str,
+    ) -> Result<N::Handle> {
         let target =
-            self.nt.mount_point_target(h).map_err(|e| failure(format!("reading the mount point {shown}"), e))?;
-        let Some(target) = target else { return Ok(()) };
+            self.nt.mount_point_target(&h).map_err(|e| failure(format!("reading the mount point {shown}"), e))?;
+        let Some(target) = target else { return Ok(h) };
         let is_volume = wp::components(&target).is_some_and(|c| c.len() == 1 && wp::is_volume_guid(&c[0]));
         if !is_volume {
-            return Ok(());
+            return Ok(h);
         }
-        let dir = format!("{}\\", wp::verbatim(place).trim_end_matches('\\'));
-        self.win32.delete_mount_point(&dir).map_err(|e| {
-            failure(format!("removing the volume mount point {shown} (of {}) from the mount manager", target), e)
+        // Opened while `h` still refuses delete sharing, so it is the same file.
+        let kept = (self.nt.open_at(dir, name, Open::Peek)).map_err(|e| failure(format!("opening {shown}"), e))?;
+        let id = self.file_id(&kept, shown)?;
+        drop(h);
+        let mount_point = wp::mount_point_dir(place);
+        self.win32.delete_mount_point(&mount_point).map_err(|e| {
+            failure(format!("removing the volume mount point {shown} (of {target}) from the mount manager"), e)
         })?;
         tracing::info!(path = %crate::error::clip(shown), volume = %crate::error::clip(&target), "volume mount point removed");
-        Ok(())
+        let h =
+            (self.nt.open_at(dir, name, Open::Remove)).map_err(|e| failure(format!("opening to remove {shown}"), e))?;
+        if self.file_id(&h, shown)? != id {
+            return Err(Error::Aborted(format!(
+                "{shown} was replaced while its volume mount point was being removed; left alone"
+            )));
+        }
+        Ok(h)
+    }
+
+    fn file_id(&self, h: &N::Handle, shown: &str) -> Result<u64> {
+        self.nt.file_id(h).map_err(|e| failure(format!("reading the file ID of {shown}"), e))
     }
 
     fn attributes(&self, h: &N::Handle, shown: &str) -> Result<u32> {

@@ -11,7 +11,7 @@
 //! - `attributes <path>`
 //! - [`Nt`]: `open <path> <how>`, `open_at <dir> <name> <how>` (`how`: [`Open::name`]),
 //!   `final_path <handle>`, `attributes_of <handle>`, `system_drive`, `list <handle>`,
-//!   `delete <handle>`, `mount_point_target <handle>`, and `close <handle>` when a handle is
+//!   `delete <handle>`, `mount_point_target <handle>`, `file_id <handle>`, and `close <handle>` when a handle is
 //!   dropped. A handle is named by what opened it: the path, or `<dir>\<name>`; an open
 //!   answered [`Answer::Str`] names it that instead (a link followed somewhere else).
 //! - `query <WQL>` (namespace omitted: the class names it)
@@ -47,6 +47,8 @@ pub enum Answer {
     WmiError(fn(String) -> Error, String),
     /// What [`Nt::mount_point_target`] answers: a mount point's substitute name, or `None`.
     Target(Option<String>),
+    /// What [`Nt::file_id`] answers.
+    Id(u64),
     /// The call waits at `Gate` until the test opens it, then answers the inner answer: a call
     /// that hangs (an unreachable server), for tests with real threads.
     Held(Gate, Box<Answer>),
@@ -332,6 +334,9 @@ impl Nt for Script {
     }
     fn mount_point_target(&self, h: &Handle) -> io::Result<Option<String>> {
         expect!(self, format!("mount_point_target {}", h.name), Answer::Target(t) => t)
+    }
+    fn file_id(&self, h: &Handle) -> io::Result<u64> {
+        expect!(self, format!("file_id {}", h.name), Answer::Id(id) => id)
     }
 }
 

@@ -27,8 +27,9 @@
 //!   be inside too. Mount and Unmount refuse a root itself. The handles are held until the RPC
 //!   is done, and the path-taking Win32 calls (SetVolumeMountPointW, DeleteVolumeMountPointW,
 //!   GetVolumeNameForVolumeMountPointW, GetVolumePathNameW) get the held target's canonical
-//!   path, `\\?\C:\…\`: nothing on it can be renamed, removed or swapped for a link between
-//!   the check and the call.
+//!   path (the mount-point calls as the plain `C:\…\` they document, GetVolumePathNameW as
+//!   `\\?\C:\…`): nothing on it can be renamed, removed or swapped for a link between the check
+//!   and the call.
 //! - **MountVolume**: the target must exist (NotFound) and be a directory; SetVolumeMountPointW
 //!   wants it empty, and a link (a junction or symbolic link that is no mount point) is refused
 //!   rather than handed to it. The same volume already mounted there is success (upstream's
@@ -157,9 +158,22 @@ fn is_not_found(e: &io::Error) -> bool {
     matches!(raw(e), Some(code::ERROR_FILE_NOT_FOUND | code::ERROR_PATH_NOT_FOUND | code::ERROR_INVALID_NAME))
 }
 
-/// What GetVolumeNameForVolumeMountPointW reports for a directory that is no mount point.
+/// What GetVolumeNameForVolumeMountPointW reports for a directory that is no volume mount point.
+/// Its page lists no codes; these are the System Error Codes that say so: no reparse point at
+/// all (4390), a reparse point of another kind (a symbolic link: ERROR_REPARSE_TAG_MISMATCH,
+/// 4394; ERROR_REPARSE_TAG_INVALID, 4393) or data that names no volume (a junction:
+/// ERROR_INVALID_REPARSE_DATA, 4392; ERROR_INVALID_PARAMETER, 87), and nothing there (2, 3, 123).
 fn is_not_mount_point(e: &io::Error) -> bool {
-    matches!(raw(e), Some(code::ERROR_NOT_A_REPARSE_POINT | code::ERROR_INVALID_PARAMETER)) || is_not_found(e)
+    matches!(
+        raw(e),
+        Some(
+            code::ERROR_NOT_A_REPARSE_POINT
+                | code::ERROR_INVALID_REPARSE_DATA
+                | code::ERROR_REPARSE_TAG_INVALID
+                | code::ERROR_REPARSE_TAG_MISMATCH
+                | code::ERROR_INVALID_PARAMETER
+        )
+    ) || is_not_found(e)
 }
 
 /// A failure of a call on a volume: a missing volume is NotFound naming it.
@@ -207,9 +221,10 @@ impl<H> Target<H> {
         self.held.attrs()
     }
 
-    /// The held target's canonical path with its `\`, for the mount point calls.
+    /// The held target's canonical place for the mount-point calls: `C:\…\`, as their
+    /// documentation spells a mounted folder and upstream passes it ([`Held::mount_point_dir`]).
     fn dir(&self) -> String {
-        with_slash(&self.held.verbatim())
+        self.held.mount_point_dir()
     }
 }
 

@@ -9,10 +9,11 @@ use std::ptr::{null, null_mut};
 use windows_sys::Wdk::Foundation::{NtQueryObject, OBJECT_ATTRIBUTES, OBJECT_INFORMATION_CLASS};
 use windows_sys::Wdk::Storage::FileSystem::{
     FileAttributeTagInformation, FileBasicInformation, FileDirectoryInformation, FileDispositionInformation,
-    FileDispositionInformationEx, NtCreateFile, NtQueryDirectoryFile, NtQueryFullAttributesFile,
-    NtQueryInformationFile, NtSetInformationFile, FILE_DISPOSITION_DELETE, FILE_DISPOSITION_IGNORE_READONLY_ATTRIBUTE,
-    FILE_DISPOSITION_POSIX_SEMANTICS, FILE_NETWORK_OPEN_INFORMATION, FILE_OPEN, FILE_OPEN_REPARSE_POINT,
-    FILE_SYNCHRONOUS_IO_NONALERT, NTCREATEFILE_CREATE_DISPOSITION, NTCREATEFILE_CREATE_OPTIONS,
+    FileDispositionInformationEx, FileInternalInformation, NtCreateFile, NtQueryDirectoryFile,
+    NtQueryFullAttributesFile, NtQueryInformationFile, NtSetInformationFile, FILE_DISPOSITION_DELETE,
+    FILE_DISPOSITION_IGNORE_READONLY_ATTRIBUTE, FILE_DISPOSITION_POSIX_SEMANTICS, FILE_NETWORK_OPEN_INFORMATION,
+    FILE_OPEN, FILE_OPEN_REPARSE_POINT, FILE_SYNCHRONOUS_IO_NONALERT, NTCREATEFILE_CREATE_DISPOSITION,
+    NTCREATEFILE_CREATE_OPTIONS,
 };
 use windows_sys::Win32::Foundation::{
     CloseHandle, RtlNtStatusToDosError, ERROR_ACCESS_DENIED, ERROR_DIRECTORY, ERROR_FILE_NOT_FOUND,
@@ -23,9 +24,10 @@ use windows_sys::Win32::Foundation::{
 use windows_sys::Win32::Storage::FileSystem::{
     CreateFileW, CreateSymbolicLinkW, GetFinalPathNameByHandleW, DELETE, FILE_ATTRIBUTE_NORMAL,
     FILE_ATTRIBUTE_READONLY, FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
-    FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_SHARE_READ, FILE_SHARE_WRITE,
-    FILE_TRAVERSE, FILE_WRITE_ATTRIBUTES, OPEN_EXISTING, SYMBOLIC_LINK_FLAG_ALLOW_UNPRIVILEGED_CREATE,
-    SYMBOLIC_LINK_FLAG_DIRECTORY, SYNCHRONIZE, VOLUME_NAME_DOS, VOLUME_NAME_GUID,
+    FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_SHARE_DELETE,
+    FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_TRAVERSE, FILE_WRITE_ATTRIBUTES, OPEN_EXISTING,
+    SYMBOLIC_LINK_FLAG_ALLOW_UNPRIVILEGED_CREATE, SYMBOLIC_LINK_FLAG_DIRECTORY, SYNCHRONIZE, VOLUME_NAME_DOS,
+    VOLUME_NAME_GUID,
 };
 use windows_sys::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
 use windows_sys::Win32::System::SystemInformation::GetSystemWindowsDirectoryW;
@@ -60,6 +62,7 @@ impl contain::Nt for RealNt {
             Open::Entry => open_path(path, HOLD_ENTRY, FILE_FLAG_OPEN_REPARSE_POINT),
             Open::Look => open_path(path, FILE_READ_ATTRIBUTES, 0),
             Open::Remove => open_path(path, REMOVE, FILE_FLAG_OPEN_REPARSE_POINT),
+            Open::Peek => open_path_shared(path, FILE_READ_ATTRIBUTES, SHARE_ALL, FILE_FLAG_OPEN_REPARSE_POINT),
         }
     }
 
@@ -69,6 +72,9 @@ impl contain::Nt for RealNt {
             Open::Entry => open_at(dir, name, HOLD_ENTRY, FILE_OPEN, FILE_OPEN_REPARSE_POINT),
             Open::Look => open_at(dir, name, FILE_READ_ATTRIBUTES, FILE_OPEN, 0),
             Open::Remove => open_at(dir, name, REMOVE, FILE_OPEN, FILE_OPEN_REPARSE_POINT),
+            Open::Peek => {
+                open_at_shared(dir, name, FILE_READ_ATTRIBUTES, SHARE_ALL, FILE_OPEN, FILE_OPEN_REPARSE_POINT)
+            }
         }
     }
 
@@ -102,6 +108,23 @@ impl contain::Nt for RealNt {
             _ => None,
         })
     }
+
+    fn file_id(&self, h: &Handle) -> io::Result<u64> {
+        file_id(h)
+    }
+}
+
+/// Every share mode, for [`Open::Peek`].
+const SHARE_ALL: u32 = FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE;
+
+/// FileInternalInformation: the file's 64-bit ID (on NTFS its file reference, sequence number
+/// included, so not reused while a handle keeps the file).
+pub fn file_id(h: &Handle) -> io::Result<u64> {
+    let mut id = 0u64;
+    let mut io = IO_STATUS_BLOCK::default();
+    // SAFETY: FILE_INTERNAL_INFORMATION is one LARGE_INTEGER; `id` has its size and alignment.
+    check(unsafe { NtQueryInformationFile(h.0, &mut io, (&mut id as *mut u64).cast(), 8, FileInternalInformation) })?;
+    Ok(id)
 }
 
 /// An open kernel handle, closed on drop.
@@ -176,18 +199,15 @@ pub fn system_drive() -> io::Result<String> {
 /// `flags` holds `FILE_FLAG_OPEN_REPARSE_POINT`. Sharing excludes delete, so while the handle is
 /// held (with data access) the object cannot be renamed or deleted.
 pub fn open_path(path: &str, access: u32, flags: u32) -> io::Result<Handle> {
+    open_path_shared(path, access, FILE_SHARE_READ | FILE_SHARE_WRITE, flags)
+}
+
+/// [`open_path`] with the share mode `share`.
+fn open_path_shared(path: &str, access: u32, share: u32, flags: u32) -> io::Result<Handle> {
     let p = wide_z(path);
     // SAFETY: `p` is NUL-terminated and outlives the call; no security attributes or template.
     let h = unsafe {
-        CreateFileW(
-            p.as_ptr(),
-            access,
-            FILE_SHARE_READ | FILE_SHARE_WRITE,
-            null(),
-            OPEN_EXISTING,
-            FILE_FLAG_BACKUP_SEMANTICS | flags,
-            null_mut(),
-        )
+        CreateFileW(p.as_ptr(), access, share, null(), OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS | flags, null_mut())
     };
     if h == INVALID_HANDLE_VALUE {
         Err(io::Error::last_os_error())
@@ -203,6 +223,18 @@ pub fn open_at(
     dir: &Handle,
     name: &str,
     access: u32,
+    disposition: NTCREATEFILE_CREATE_DISPOSITION,
+    options: NTCREATEFILE_CREATE_OPTIONS,
+) -> io::Result<Handle> {
+    open_at_shared(dir, name, access, FILE_SHARE_READ | FILE_SHARE_WRITE, disposition, options)
+}
+
+/// [`open_at`] with the share mode `share`.
+fn open_at_shared(
+    dir: &Handle,
+    name: &str,
+    access: u32,
+    share: u32,
     disposition: NTCREATEFILE_CREATE_DISPOSITION,
     options: NTCREATEFILE_CREATE_OPTIONS,
 ) -> io::Result<Handle> {
@@ -230,7 +262,7 @@ pub fn open_at(
             &mut io,
             null(),
             FILE_ATTRIBUTE_NORMAL,
-            FILE_SHARE_READ | FILE_SHARE_WRITE,
+            share,
             disposition,
             options | FILE_SYNCHRONOUS_IO_NONALERT,
             null(),

@@ -27,6 +27,15 @@ fn mount_point_target(s: &Script, path: &str, target: Option<&str>) {
     s.on(format!(r"mount_point_target \\?\{path}"), Answer::Target(target.map(String::from)));
 }
 
+/// The volume mount point `name` of `dir`: kept open with attribute access while the mount
+/// manager works, and the same file (ID 7) when reopened.
+fn volume_mount_point(s: &Script, dir: &str, name: &str) {
+    removable(s, dir, name, MOUNTED);
+    mount_point_target(s, &format!(r"{dir}\{name}"), Some(V1));
+    s.on(format!(r"open_at \\?\{dir} {name} peek"), Answer::Done)
+        .on(format!(r"file_id \\?\{dir}\{name}"), Answer::Id(7));
+}
+
 /// The removal's own calls, in order (containment's opens and the closing left out).
 fn acts(s: &Script) -> Vec<String> {
     let acts = ["mount_point_target ", "delete_mount_point ", "delete ", "list "];
@@ -43,15 +52,14 @@ fn removing_a_volume_mounted_folder_deletes_the_mount_point_first() {
         let (s, c) = setup();
         let pv = r"C:\root\pv";
         s.held_dir(pv);
-        removable(&s, pv, "globalmount", MOUNTED);
-        mount_point_target(&s, r"C:\root\pv\globalmount", Some(V1));
-        s.on(r"delete_mount_point \\?\C:\root\pv\globalmount\", Answer::Done);
+        volume_mount_point(&s, pv, "globalmount");
+        s.on(r"delete_mount_point C:\root\pv\globalmount\", Answer::Done);
         rmdir(&c, &*s, r"C:\root\pv\globalmount", force).unwrap();
         assert_eq!(
             acts(&s),
             [
                 r"mount_point_target \\?\C:\root\pv\globalmount",
-                r"delete_mount_point \\?\C:\root\pv\globalmount\",
+                r"delete_mount_point C:\root\pv\globalmount\",
                 r"delete \\?\C:\root\pv\globalmount",
             ],
             "force {force}"
@@ -91,9 +99,8 @@ fn a_forced_removal_releases_volume_mount_points_inside_the_tree() {
     s.held_dir(pods);
     removable(&s, pods, "pv", attr::DIRECTORY);
     s.on(format!(r"list \\?\{pv}"), Answer::Strings(vec!["file".into(), "mnt".into()]));
-    removable(&s, pv, "mnt", MOUNTED);
-    mount_point_target(&s, r"C:\root\pods\pv\mnt", Some(V1));
-    s.on(r"delete_mount_point \\?\C:\root\pods\pv\mnt\", Answer::Done);
+    volume_mount_point(&s, pv, "mnt");
+    s.on(r"delete_mount_point C:\root\pods\pv\mnt\", Answer::Done);
     removable(&s, pv, "file", 0x20);
     rmdir(&c, &*s, pv, true).unwrap();
     assert_eq!(
@@ -101,7 +108,7 @@ fn a_forced_removal_releases_volume_mount_points_inside_the_tree() {
         [
             r"list \\?\C:\root\pods\pv",
             r"mount_point_target \\?\C:\root\pods\pv\mnt",
-            r"delete_mount_point \\?\C:\root\pods\pv\mnt\",
+            r"delete_mount_point C:\root\pods\pv\mnt\",
             r"delete \\?\C:\root\pods\pv\mnt",
             r"delete \\?\C:\root\pods\pv\file",
             r"delete \\?\C:\root\pods\pv",
@@ -117,9 +124,8 @@ fn a_mount_point_the_mount_manager_keeps_is_not_removed() {
     let (s, c) = setup();
     let pv = r"C:\root\pv";
     s.held_dir(pv);
-    removable(&s, pv, "globalmount", MOUNTED);
-    mount_point_target(&s, r"C:\root\pv\globalmount", Some(V1));
-    s.on(r"delete_mount_point \\?\C:\root\pv\globalmount\", Answer::Win32Error(ERROR_ACCESS_DENIED));
+    volume_mount_point(&s, pv, "globalmount");
+    s.on(r"delete_mount_point C:\root\pv\globalmount\", Answer::Win32Error(ERROR_ACCESS_DENIED));
     let err = rmdir(&c, &*s, r"C:\root\pv\globalmount", true).unwrap_err();
     assert!(
         matches!(&err, Error::PermissionDenied(m) if m.contains(r"C:\root\pv\globalmount") && m.contains("mount manager")),
@@ -152,4 +158,53 @@ fn missing_paths_roots_and_full_directories() {
     let err = rmdir(&c, &*s, r"C:\root\pv\full", false).unwrap_err();
     assert!(matches!(&err, Error::FailedPrecondition(m) if m == r"directory C:\root\pv\full is not empty"), "{err:?}");
     assert!(s.calls("list ").is_empty() && s.calls("mount_point_target").is_empty());
+}
+
+/// R3: DeleteVolumeMountPointW opens the folder itself, with an access and share mode Microsoft
+/// does not document. It gets the plain `C:\…\` path its documentation shows, and while it runs
+/// no handle of ours has data or delete access to the folder (only an attribute handle, which
+/// takes part in no sharing check), so it cannot fail with a sharing violation (32) whatever it
+/// asks for. The folder is reopened for deletion relative to the held parent and deleted only if
+/// it is still the file checked. Only Windows can show the sharing itself (Wine's
+/// DeleteVolumeMountPointW is a stub): conformance check
+/// `rmdir-of-a-mounted-folder-shares-with-the-mount-manager`.
+#[test]
+fn the_mount_manager_gets_a_plain_path_and_no_handle_of_ours_in_its_way() {
+    let (s, c) = setup();
+    let pv = r"C:\root\pv";
+    s.held_dir(pv);
+    volume_mount_point(&s, pv, "globalmount");
+    s.on(r"delete_mount_point C:\root\pv\globalmount\", Answer::Done);
+    rmdir(&c, &*s, r"C:\root\pv\globalmount", true).unwrap();
+    let gm: Vec<String> = s.log().into_iter().filter(|l| l.contains("globalmount")).collect();
+    assert_eq!(
+        gm,
+        [
+            r"open_at \\?\C:\root\pv globalmount remove",
+            r"attributes_of \\?\C:\root\pv\globalmount",
+            r"mount_point_target \\?\C:\root\pv\globalmount",
+            r"open_at \\?\C:\root\pv globalmount peek",
+            r"file_id \\?\C:\root\pv\globalmount",
+            // The DELETE handle is closed before the mount manager is called...
+            r"close \\?\C:\root\pv\globalmount",
+            r"delete_mount_point C:\root\pv\globalmount\",
+            // ...and a new one, to the same file, deletes it.
+            r"open_at \\?\C:\root\pv globalmount remove",
+            r"file_id \\?\C:\root\pv\globalmount",
+            r"close \\?\C:\root\pv\globalmount",
+            r"delete \\?\C:\root\pv\globalmount",
+            r"close \\?\C:\root\pv\globalmount",
+        ]
+    );
+    s.assert_all_scripted();
+
+    // Replaced in the meantime: the new file is left alone.
+    let (s, c) = setup();
+    s.held_dir(pv);
+    volume_mount_point(&s, pv, "globalmount");
+    s.on(r"delete_mount_point C:\root\pv\globalmount\", Answer::Done);
+    s.on(r"file_id \\?\C:\root\pv\globalmount", Answer::Id(8));
+    let err = rmdir(&c, &*s, r"C:\root\pv\globalmount", true).unwrap_err();
+    assert!(matches!(&err, Error::Aborted(m) if m.contains("replaced")), "{err:?}");
+    assert!(s.calls("delete ").is_empty(), "{:?}", s.log());
 }

@@ -117,7 +117,7 @@ fn plain_dir(s: &Script, path: &str) {
 fn mount_point(s: &Script, path: &str, volume: &str) {
     let (dir, name) = split(path);
     s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
-    s.on(format!(r"volume_name_for_mount_point \\?\{path}\"), Answer::Str(volume.into()));
+    s.on(format!(r"volume_name_for_mount_point {path}\"), Answer::Str(volume.into()));
 }
 
 /// Nothing at `path`, in a parent that resolves to itself.
@@ -224,12 +224,12 @@ fn listing_keeps_a_volume_without_partition_information_last_and_skips_garbage()
 fn mounting_in_a_fresh_directory() {
     let (s, v) = setup();
     plain_dir(&s, MNT);
-    s.on(format!(r"set_mount_point \\?\{MNT}\ {V1}"), Answer::Done);
+    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Done);
     // The target is normalised: drive upper case, trailing and doubled separators dropped (it is
     // the held target's canonical path), and held until the mount point is set.
     v.mount_volume(device(V1), r"c:\root\\pv\mnt\").unwrap();
     let mut want = contained(MNT);
-    want.push(format!(r"set_mount_point \\?\{MNT}\ {V1}"));
+    want.push(format!(r"set_mount_point {MNT}\ {V1}"));
     want.extend(released(MNT));
     assert_eq!(s.log(), want);
 }
@@ -242,11 +242,11 @@ fn mount_targets_are_acted_on_by_the_held_canonical_path() {
     let real = r"C:\root\real\mnt";
     let (s, v) = setup();
     s.resolved_dir(r"C:\root\link", r"C:\root\real").entry(r"C:\root\link", "mnt", attr::DIRECTORY);
-    s.on(format!(r"set_mount_point \\?\{real}\ {V1}"), Answer::Done);
+    s.on(format!(r"set_mount_point {real}\ {V1}"), Answer::Done);
     v.mount_volume(V1, target).unwrap();
     let log = s.log();
     let set = log.iter().position(|l| l.starts_with("set_mount_point ")).unwrap();
-    assert_eq!(log[set], format!(r"set_mount_point \\?\{real}\ {V1}"));
+    assert_eq!(log[set], format!(r"set_mount_point {real}\ {V1}"));
     assert_eq!(log[set + 1..], [r"close \\?\C:\root\link", r"close \\?\C:\root\link\mnt"], "{log:#?}");
     assert!(log.iter().all(|l| !l.starts_with("open ") || !l.contains("mnt")), "the target is never opened by path");
     s.assert_all_scripted();
@@ -255,9 +255,10 @@ fn mount_targets_are_acted_on_by_the_held_canonical_path() {
     let (s, v) = setup();
     s.resolved_dir(r"C:\root\link", r"C:\root\real")
         .entry(r"C:\root\link", "mnt", attr::DIRECTORY | attr::REPARSE_POINT)
+        .on(format!(r"volume_name_for_mount_point {real}\"), Answer::Str(V1.into()))
         .on(format!(r"volume_name_for_mount_point \\?\{real}\"), Answer::Str(V1.into()))
         .on(format!("flush {}", device(V1)), Answer::Done)
-        .on(format!(r"delete_mount_point \\?\{real}\"), Answer::Done)
+        .on(format!(r"delete_mount_point {real}\"), Answer::Done)
         .on(format!(r"volume_path_name \\?\{real}"), Answer::Str(format!(r"\\?\{real}\")));
     v.unmount_volume(V1, target).unwrap();
     let log = s.log();
@@ -280,10 +281,10 @@ fn remounting_the_same_volume_succeeds_whatever_the_case_of_its_guid() {
     // A plain directory that turns into the mount point before SetVolumeMountPointW.
     let (s, v) = setup();
     plain_dir(&s, MNT);
-    s.on(format!(r"set_mount_point \\?\{MNT}\ {V1}"), Answer::Win32Error(ERROR_DIR_NOT_EMPTY));
-    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(upper_guid(V1)));
+    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Win32Error(ERROR_DIR_NOT_EMPTY));
+    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Str(upper_guid(V1)));
     v.mount_volume(V1, MNT).unwrap();
-    assert_eq!(calls(&s).last().unwrap(), &format!(r"volume_name_for_mount_point \\?\{MNT}\"));
+    assert_eq!(calls(&s).last().unwrap(), &format!(r"volume_name_for_mount_point {MNT}\"));
 }
 
 #[test]
@@ -298,8 +299,8 @@ fn mounting_over_another_volume_or_a_full_directory_is_refused() {
 
     let (s, v) = setup();
     plain_dir(&s, MNT);
-    s.on(format!(r"set_mount_point \\?\{MNT}\ {V1}"), Answer::Win32Error(ERROR_DIR_NOT_EMPTY));
-    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
+    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Win32Error(ERROR_DIR_NOT_EMPTY));
+    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
     match v.mount_volume(V1, MNT) {
         Err(Error::FailedPrecondition(m)) => assert!(m.contains("not empty") && m.contains(MNT), "{m}"),
         other => panic!("{other:?}"),
@@ -349,7 +350,7 @@ fn mount_targets_escaping_through_a_junction_are_refused() {
     let (s, v) = setup();
     let (dir, name) = split(MNT);
     s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
-    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
+    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
     s.link_to(dir, name, r"C:\Windows");
     assert!(
         matches!(v.mount_volume(V1, MNT), Err(Error::PermissionDenied(m)) if m.contains(MNT) && !m.contains(r"C:\Windows"))
@@ -361,7 +362,7 @@ fn mount_targets_escaping_through_a_junction_are_refused() {
     // (C:\root\pv -> C:\, so that C:\root\pv\ROOT is C:\ROOT).
     let (s, v) = setup();
     s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
-    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
+    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
     s.link_to(dir, name, r"c:\ROOT\");
     assert!(matches!(v.mount_volume(V1, MNT), Err(Error::PermissionDenied(m)) if m.contains("itself")));
     assert!(s.calls("set_mount_point").is_empty());
@@ -373,10 +374,35 @@ fn mount_targets_escaping_through_a_junction_are_refused() {
     // A link inside the roots that is not a mount point is no mount target either.
     let (s, v) = setup();
     s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
-    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Win32Error(ERROR_INVALID_PARAMETER));
+    s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_INVALID_PARAMETER));
     s.link_to(dir, name, r"C:\root\elsewhere");
     assert!(matches!(v.mount_volume(V1, MNT), Err(Error::FailedPrecondition(m)) if m.contains("is a link")));
     assert!(s.calls("set_mount_point").is_empty());
+}
+
+/// R3: GetVolumeNameForVolumeMountPointW's page lists no error codes. For a reparse point that
+/// is no volume mount point (a symbolic link, a junction) the System Error Codes that say so are
+/// "not a mount point", so the target is judged as the link it is rather than failing Internal.
+/// Which code Windows really gives each kind shows only there: conformance check
+/// `get-volume-name-of-a-link-says-not-a-mount-point`.
+#[test]
+fn links_answering_any_not_a_mount_point_code_are_links() {
+    let (dir, name) = split(MNT);
+    for code in [ERROR_REPARSE_TAG_MISMATCH, ERROR_REPARSE_TAG_INVALID, ERROR_INVALID_REPARSE_DATA] {
+        let (s, v) = setup();
+        s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
+        s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(code));
+        s.link_to(dir, name, r"C:\root\elsewhere");
+        let err = v.mount_volume(V1, MNT).unwrap_err();
+        assert!(matches!(&err, Error::FailedPrecondition(m) if m.contains("is a link")), "{code}: {err:?}");
+        assert!(s.calls("set_mount_point").is_empty());
+        // A link leading out is refused as such.
+        let (s, v) = setup();
+        s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
+        s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(code));
+        s.link_to(dir, name, r"C:\Windows");
+        assert!(matches!(v.mount_volume(V1, MNT), Err(Error::PermissionDenied(_))), "{code}");
+    }
 }
 
 #[test]
@@ -403,7 +429,7 @@ fn mounting_needs_an_existing_target_and_root() {
     // An unknown volume.
     let (s, v) = setup();
     plain_dir(&s, MNT);
-    s.on(format!(r"set_mount_point \\?\{MNT}\ {V1}"), Answer::Win32Error(ERROR_FILE_NOT_FOUND));
+    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Win32Error(ERROR_FILE_NOT_FOUND));
     assert!(matches!(v.mount_volume(V1, MNT), Err(Error::NotFound(m)) if m.contains(V1)));
 }
 
@@ -412,7 +438,7 @@ fn unmounting_flushes_then_removes_only_our_mount_point() {
     let (s, v) = setup();
     mount_point(&s, MNT, &upper_guid(V1));
     s.on(format!("flush {}", device(V1)), Answer::Done);
-    s.on(format!(r"delete_mount_point \\?\{MNT}\"), Answer::Done);
+    s.on(format!(r"delete_mount_point {MNT}\"), Answer::Done);
     v.unmount_volume(V1, MNT).unwrap();
     let log = s.log();
     let flush = log.iter().position(|l| l.starts_with("flush ")).unwrap();
@@ -733,11 +759,11 @@ fn target_paths_rooted_without_a_drive_are_on_the_system_drive() {
     let (s, v) = setup();
     s.system_drive_is("C:");
     plain_dir(&s, MNT);
-    s.on(format!(r"set_mount_point \\?\{MNT}\ {V1}"), Answer::Done);
+    s.on(format!(r"set_mount_point {MNT}\ {V1}"), Answer::Done);
     v.mount_volume(V1, rooted).unwrap();
     let mut want = vec!["system_drive".to_string()];
     want.extend(contained(MNT).into_iter().filter(|l| !l.starts_with("close ")));
-    want.push(format!(r"set_mount_point \\?\{MNT}\ {V1}"));
+    want.push(format!(r"set_mount_point {MNT}\ {V1}"));
     assert_eq!(calls(&s), want);
     s.assert_all_scripted();
 
@@ -746,12 +772,13 @@ fn target_paths_rooted_without_a_drive_are_on_the_system_drive() {
     s.system_drive_is("C:");
     mount_point(&s, MNT, V1);
     s.on(format!(r"volume_path_name \\?\{MNT}"), Answer::Str(format!(r"{MNT}\")));
+    s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(V1.into()));
     s.on(format!("flush {}", device(V1)), Answer::Done);
-    s.on(format!(r"delete_mount_point \\?\{MNT}\"), Answer::Done);
+    s.on(format!(r"delete_mount_point {MNT}\"), Answer::Done);
     assert_eq!(v.volume_at_path(rooted).unwrap(), V1);
     assert_eq!(v.closest_volume_to_path(rooted).unwrap(), V1);
     v.unmount_volume(V1, rooted).unwrap();
-    assert_eq!(s.calls(r"delete_mount_point "), [format!(r"delete_mount_point \\?\{MNT}\")]);
+    assert_eq!(s.calls(r"delete_mount_point "), [format!(r"delete_mount_point {MNT}\")]);
     s.assert_all_scripted();
 
     // A fresh staging folder: "not mounted", in the words drivers match.
@@ -811,6 +838,7 @@ fn not_mounted_answers_carry_the_words_aws_ebs_matches() {
             Box::new(|s: &Script| {
                 let (dir, name) = split(MNT);
                 s.held_dir(dir).entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
+                s.on(format!(r"volume_name_for_mount_point {MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
                 s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Win32Error(ERROR_NOT_A_REPARSE_POINT));
                 s.link_to(dir, name, r"C:\root\elsewhere");
                 s.on(format!(r"volume_path_name \\?\{MNT}"), Answer::Str(format!(r"{MNT}\")));

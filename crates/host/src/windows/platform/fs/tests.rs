@@ -659,7 +659,7 @@ impl Win32 for Racing {
 }
 
 /// MountVolume on the real containment: SetVolumeMountPointW gets the held target's canonical
-/// path, and while it runs the target and its parent cannot be moved. Wine's
+/// path (plain, R3), and while it runs the target and its parent cannot be moved. Wine's
 /// SetVolumeMountPointW is a stub (ERROR_CALL_NOT_IMPLEMENTED), so the mount itself fails; what
 /// is checked is what it was handed and when.
 #[test]
@@ -682,10 +682,12 @@ fn mount_volume_acts_on_the_held_canonical_path() {
     let parent =
         RealNt.open(&fx.real("PV").display().to_string(), Open::Look).and_then(|h| RealNt.final_path(&h)).unwrap();
     assert!(parent.starts_with(r"\\?\") && parent.ends_with(r"\root\PV"), "{parent}");
+    // As SetVolumeMountPointW documents it: the plain drive path with its trailing backslash.
+    let plain = &parent[4..];
     assert_eq!(
         seen,
         [
-            format!(r"set_mount_point {parent}\mnt\"),
+            format!(r"set_mount_point {plain}\mnt\"),
             format!("could not move {}", fx.real(r"PV\Mnt").display()),
             format!("could not move {}", fx.real("PV").display()),
         ]
