@@ -11,7 +11,9 @@
 //! step a handle-relative delete would skip: a directory that is a volume mount point (mount
 //! point reparse data naming `\??\Volume{GUID}\`) is taken out of the mount manager with
 //! DeleteVolumeMountPointW before the directory goes; deleting the directory alone leaves the
-//! mount manager's database naming a mount point that no longer exists. We do the same: the
+//! mount manager's database naming a mount point that no longer exists. A mount point the mount
+//! manager no longer knows (its volume gone) is removed anyway, as RemoveDirectoryW removes it
+//! ([`unknown_to_mount_manager`]). We do the same: the
 //! mount point is deleted at the held entry's canonical place, spelled `C:\…\` as
 //! DeleteVolumeMountPointW documents (the held parent cannot be renamed, so the place is the one
 //! checked), then the directory through a handle. A junction (mount point reparse data naming a
@@ -152,10 +154,23 @@ impl<N: Nt> Removal<'_, N> {
         let id = self.file_id(&kept, shown)?;
         drop(h);
         let mount_point = wp::mount_point_dir(place);
-        self.win32.delete_mount_point(&mount_point).map_err(|e| {
-            failure(format!("removing the volume mount point {shown} (of {target}) from the mount manager"), e)
-        })?;
-        tracing::info!(path = %crate::error::clip(shown), volume = %crate::error::clip(&target), "volume mount point removed");
+        match self.win32.delete_mount_point(&mount_point) {
+            Ok(()) => {
+                tracing::info!(path = %crate::error::clip(shown), volume = %crate::error::clip(&target), "volume mount point removed")
+            }
+            Err(e) if unknown_to_mount_manager(&e) => tracing::warn!(
+                path = %crate::error::clip(shown),
+                volume = %crate::error::clip(&target),
+                error = %e,
+                "the mount manager does not know this mount point (its volume is gone); removing the folder as RemoveDirectoryW does"
+            ),
+            Err(e) => {
+                return Err(failure(
+                    format!("removing the volume mount point {shown} (of {target}) from the mount manager"),
+                    e,
+                ))
+            }
+        }
         let h =
             (self.nt.open_at(dir, name, Open::Remove)).map_err(|e| failure(format!("opening to remove {shown}"), e))?;
         if self.file_id(&h, shown)? != id {
@@ -185,6 +200,19 @@ struct Emptying<H> {
     place: Vec<String>,
     shown: String,
     names: Vec<String>,
+}
+
+/// DeleteVolumeMountPointW's answer for a mount point whose volume the mount manager no longer
+/// knows (a disk detached before NodeUnstage). Its page lists no error codes. The folder exists
+/// (its parent is held and it was open a moment ago), so "not found" can only be about the
+/// volume its reparse data names; Microsoft's own Directory.Delete (dotnet/runtime,
+/// FileSystem.Windows.cs, RemoveDirectoryRecursive) likewise goes on to RemoveDirectory when
+/// DeleteVolumeMountPoint fails with ERROR_PATH_NOT_FOUND. RemoveDirectoryW (upstream's
+/// os.RemoveAll) deletes such a folder, reparse point and all; the stale entry it leaves in the
+/// host volume's mount manager database is what `mountvol /R` is documented to clear. Any other
+/// failure keeps the folder.
+fn unknown_to_mount_manager(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(code::ERROR_FILE_NOT_FOUND | code::ERROR_PATH_NOT_FOUND))
 }
 
 fn is_plain_dir(attrs: u32) -> bool {

@@ -134,6 +134,47 @@ fn a_mount_point_the_mount_manager_keeps_is_not_removed() {
     assert!(s.calls("delete ").is_empty(), "{:?}", s.log());
 }
 
+/// R2: a disk detached before NodeUnstage leaves a mounted folder whose volume the mount manager
+/// no longer knows. RemoveDirectoryW (upstream's os.RemoveAll) deletes it anyway; so do we, or
+/// every kubelet retry of NodeUnstage would fail. Only DeleteVolumeMountPointW's "not found"
+/// answers mean that (see `unknown_to_mount_manager`); which one Windows gives shows only
+/// there: conformance check `mount-point-unknown-to-mount-manager-is-removed`.
+#[test]
+fn a_mount_point_the_mount_manager_no_longer_knows_is_removed() {
+    for code in [ERROR_PATH_NOT_FOUND, ERROR_FILE_NOT_FOUND] {
+        for force in [true, false] {
+            let (s, c) = setup();
+            let pv = r"C:\root\pv";
+            s.held_dir(pv);
+            volume_mount_point(&s, pv, "globalmount");
+            s.on(r"delete_mount_point C:\root\pv\globalmount\", Answer::Win32Error(code));
+            rmdir(&c, &*s, r"C:\root\pv\globalmount", force).unwrap();
+            assert_eq!(
+                acts(&s),
+                [
+                    r"mount_point_target \\?\C:\root\pv\globalmount",
+                    r"delete_mount_point C:\root\pv\globalmount\",
+                    r"delete \\?\C:\root\pv\globalmount",
+                ],
+                "code {code}, force {force}"
+            );
+            s.assert_all_scripted();
+        }
+    }
+    // Any other failure still keeps the folder, with a message naming it and the volume.
+    for code in [ERROR_INVALID_PARAMETER, ERROR_INVALID_FUNCTION, 32] {
+        let (s, c) = setup();
+        let pv = r"C:\root\pv";
+        s.held_dir(pv);
+        volume_mount_point(&s, pv, "globalmount");
+        s.on(r"delete_mount_point C:\root\pv\globalmount\", Answer::Win32Error(code));
+        let err = rmdir(&c, &*s, r"C:\root\pv\globalmount", true).unwrap_err();
+        let m = err.to_string();
+        assert!(m.contains(r"C:\root\pv\globalmount") && m.contains("mount manager") && m.contains("Volume{"), "{m}");
+        assert!(s.calls("delete ").is_empty(), "{code}: {:?}", s.log());
+    }
+}
+
 #[test]
 fn missing_paths_roots_and_full_directories() {
     let pv = r"C:\root\pv";
