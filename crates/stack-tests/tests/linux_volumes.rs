@@ -506,6 +506,44 @@ fn stale_device_nodes_are_refused() {
     assert!(mounted_at(t).is_empty());
 }
 
+/// A partition's node whose numbers name no device for a moment (ENXIO, as while a table
+/// re-read removes and re-adds the partitions: the cause of a storage VM failure of
+/// stale_device_nodes_are_refused, which then got an I/O error instead of a refusal) is waited for
+/// like a node udev has not made yet; one that stays so is refused as stale.
+#[test]
+fn a_node_naming_no_device_is_waited_for_then_refused_as_stale() {
+    needs_root!();
+    let _namespaces = shared();
+    let a = Case::new("enxio", FsType::Ext4, 64 * MIB);
+    let va = a.env.block.volume(&a.id).unwrap();
+    let mine = rdev(&va.node);
+    // The partition's major with a minor no device has.
+    let nothing = (mine.0, (1000..).find(|m| !Path::new(&format!("/sys/dev/block/{}:{m}", mine.0)).exists()).unwrap());
+    let copy = a.env.base.join("dev copy");
+    fs::create_dir_all(&copy).unwrap();
+    mknod(&copy.join(&a.disk.name), a.disk.devnum());
+    let node = copy.join(&va.name);
+    mknod(&node, nothing);
+    let roots = Roots::new(vec![s(&a.env.base.join("kube let"))]);
+    let copied = Block::with_roots(Path::new("/sys"), &copy, roots, FsType::Ext4);
+
+    // Put right while the call waits: the call goes through.
+    let answer = std::thread::scope(|scope| {
+        let call = scope.spawn(|| copied.is_volume_formatted(&a.id));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        fs::remove_file(&node).unwrap();
+        mknod(&node, mine);
+        call.join().unwrap()
+    });
+    assert!(!answer.unwrap(), "a fresh partition is not formatted");
+
+    // Never put right: refused, naming the node and the kernel's numbers.
+    fs::remove_file(&node).unwrap();
+    mknod(&node, nothing);
+    let e = copied.is_volume_formatted(&a.id).unwrap_err();
+    precondition(e, &[&a.id, &s(&node), &format!("{}:{}", mine.0, mine.1), "stale"]);
+}
+
 /// Offline growth of a filesystem this namespace does not see mounted, but another does: the
 /// device is held, so resize2fs is never run on it.
 #[test]

@@ -278,9 +278,24 @@ impl Block {
             let want = self.devnum_of(v)?;
             let file = match std::fs::File::open(&v.node) {
                 Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
+                // ENOENT: udev has not made the node yet. ENXIO or ENODEV: the node is there but
+                // the kernel has no device behind its numbers, as while a table re-read removes
+                // and re-adds the disk's partitions. Both pass once udev and the kernel agree.
+                Err(e) if node_not_ready(&e) && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
                     continue;
+                }
+                Err(e) if node_not_ready(&e) && e.kind() != std::io::ErrorKind::NotFound => {
+                    let want = self.devnum_of(v)?;
+                    return Err(Error::precondition(format!(
+                        "refusing to use {}: the device node {} names no device the kernel has ({e}), but the \
+                         kernel's partition {} is block device {}:{} (a stale or copied /dev?)",
+                        label(v),
+                        v.node.display(),
+                        v.name,
+                        want.0,
+                        want.1
+                    )));
                 }
                 Err(e) => return Err(Error::io(format!("opening {}", label(v)), e)),
             };
@@ -1013,6 +1028,14 @@ fn require_device(v: &Volume) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// An error opening a device node that waiting can cure: no node yet (ENOENT), or a node whose
+/// numbers name no device at the moment (ENXIO, ENODEV).
+fn node_not_ready(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound
+        || matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::NXIO.raw_os_error()
+            || code == rustix::io::Errno::NODEV.raw_os_error())
 }
 
 /// How messages name a volume: its ID and its device.
