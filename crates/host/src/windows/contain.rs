@@ -9,6 +9,11 @@
 //! or removed while held (and NTFS and FAT refuse to rename a directory with open handles below
 //! it, so its canonical path stays valid too). The OS's canonical path of that handle, plus the
 //! names not yet existing, must lie inside the canonical path of a root: that is [`Located`].
+//! Windows names a volume in that canonical path by one of its DOS names of its choosing, so
+//! below a volume mounted in a folder inside the roots it may say `D:\data`; a path outside the
+//! roots by that name is judged again by where it is within its volume and where the mount
+//! manager has the volume mounted ([`Containment::spelled_inside`]), so the answer does not
+//! depend on the name Windows picked.
 //! [`Containment::hold`] goes one step further for callers that act on the entry itself (mount
 //! targets): the final name is opened relative to the held directory without following a link
 //! there, and held the same way, so the entry checked is the entry acted on — [`Held`].
@@ -61,6 +66,9 @@ use std::time::{Duration, Instant};
 /// is still taken as inside. A root that did not exist is looked up again on every call, so a
 /// root created later is usable at once.
 pub const ROOT_RECHECK: Duration = Duration::from_secs(1);
+
+/// How many volumes mounted in folders of other volumes [`Containment::spelled_inside`] goes up.
+pub const MAX_MOUNT_HOPS: usize = 4;
 
 /// The canonical components of each root (in the order of [`Roots::as_slice`]; `None`: does
 /// not exist), and when they were looked up.
@@ -131,6 +139,12 @@ pub trait Nt: Send + Sync {
     /// The file ID of what `h` refers to (FileInternalInformation), unique on its volume while
     /// a handle is open: tells whether a name still refers to the object checked.
     fn file_id(&self, h: &Self::Handle) -> io::Result<u64>;
+    /// Where `h` is within its volume: GetFinalPathNameByHandleW with VOLUME_NAME_GUID,
+    /// `\\?\Volume{GUID}\a\b`, whichever DOS names the volume has.
+    fn volume_path(&self, h: &Self::Handle) -> io::Result<String>;
+    /// Every place the volume `volume` (`\\?\Volume{GUID}\`) is mounted, drive roots and folders,
+    /// each ending in `\` (GetVolumePathNamesForVolumeNameW).
+    fn volume_mount_points(&self, volume: &str) -> io::Result<Vec<String>>;
 }
 
 impl<T: Nt + ?Sized> Nt for Arc<T> {
@@ -161,6 +175,12 @@ impl<T: Nt + ?Sized> Nt for Arc<T> {
     }
     fn file_id(&self, h: &Self::Handle) -> io::Result<u64> {
         (**self).file_id(h)
+    }
+    fn volume_path(&self, h: &Self::Handle) -> io::Result<String> {
+        (**self).volume_path(h)
+    }
+    fn volume_mount_points(&self, volume: &str) -> io::Result<Vec<String>> {
+        (**self).volume_mount_points(volume)
     }
 }
 
@@ -357,7 +377,15 @@ impl<N: Nt> Containment<N> {
         let parent = held.at.parent().expect("a held entry has a held parent");
         let h = (self.nt.open_at(parent, held.at.name(), Open::Look))
             .map_err(|e| failure(format!("resolving {path}"), e))?;
-        self.canonical_of(&h, path)
+        self.canonical_for(&held.at, &h, path)
+    }
+
+    /// [`Containment::canonical_of`], spelled inside `loc`'s roots when the object is reachable
+    /// there through a mount point ([`Containment::spelled_inside`]): what callers that check
+    /// where a followed link leads compare with [`Located::inside`].
+    pub fn canonical_for(&self, loc: &Located<N::Handle>, h: &N::Handle, path: &str) -> Result<Vec<String>> {
+        let canonical = self.canonical_of(h, path)?;
+        Ok(self.spelled_inside(h, canonical, &[], &loc.roots))
     }
 
     /// The canonical components of an open handle; a form we cannot compare is refused.
@@ -391,25 +419,114 @@ impl<N: Nt> Containment<N> {
                 Err(e) if is_not_found(&e) && n > 0 => continue,
                 Err(e) => return Err(failure(format!("opening {held_path} (for {path})"), e)),
             };
-            let canonical = self.canonical_of(&held, path)?;
+            let mut canonical = self.canonical_of(&held, path)?;
             let attrs = (self.nt.attributes(&held))
                 .map_err(|e| failure(format!("reading the attributes of {held_path}"), e))?;
             let rest = parsed.names[n..].to_vec();
-            let full: Vec<String> = canonical.iter().chain(&rest).cloned().collect();
-            let inside = |c: &[Option<Vec<String>>]| c.iter().flatten().any(|r| within(&full, r, true));
+            let full = |c: &[String]| -> Vec<String> { c.iter().chain(&rest).cloned().collect() };
+            let inside = |c: &[String], roots: &[Option<Vec<String>>]| {
+                let f = full(c);
+                roots.iter().flatten().any(|r| within(&f, r, true))
+            };
             // Outside the reused roots: a root may have been re-linked since; refuse only what
             // is outside the roots as they are now.
-            if reused && !inside(&canonical_roots) {
+            if reused && !inside(&canonical, &canonical_roots) {
                 canonical_roots = self.fresh_roots();
             }
-            if !inside(&canonical_roots) {
-                return Err(self.roots.outside(path, Some(&wp::display(&full))));
+            if !inside(&canonical, &canonical_roots) {
+                // Below a mounted folder Windows may name the volume by another of its DOS
+                // names: judged by where the object is within its volume.
+                let roots: Vec<Vec<String>> = canonical_roots.iter().flatten().cloned().collect();
+                canonical = self.spelled_inside(&held, canonical, &rest, &roots);
             }
-            let roots = canonical_roots.into_iter().flatten().collect();
+            let roots: Vec<Vec<String>> = canonical_roots.into_iter().flatten().collect();
+            if !roots.iter().any(|r| within(&full(&canonical), r, true)) {
+                return Err(self.roots.outside(path, Some(&wp::display(&full(&canonical)))));
+            }
             let held_is_dir = attrs & attr::DIRECTORY != 0;
             return Ok(Located { parsed, held, held_path, held_is_dir, canonical, rest, roots });
         }
         unreachable!("the drive root either opens or fails");
+    }
+
+    /// `canonical` (what GetFinalPathNameByHandleW says `h` is) when it, followed by the names
+    /// `rest`, lies inside `roots`; otherwise the same object spelled through a mount point that
+    /// puts it inside them, when there is one.
+    ///
+    /// Why: GetFinalPathNameByHandleW(VOLUME_NAME_DOS) names a volume by one DOS name of its
+    /// choosing, its drive letter or a mount point, so below a volume mounted in a folder inside
+    /// the roots (a staged volume) it may answer `D:\data` for `C:\root\pv\globalmount\data`. What
+    /// does not depend on that choice is where the object is within its volume
+    /// (VOLUME_NAME_GUID: `\\?\Volume{GUID}\data`) and where the mount manager says that volume
+    /// is mounted (GetVolumePathNamesForVolumeNameW); every such spelling names the same object,
+    /// since the names within the volume are a canonical path (no link on it). A mount point on
+    /// a volume itself mounted in a folder is followed the same way, up to [`MAX_MOUNT_HOPS`].
+    /// Only mount points the mount manager registered count (SetVolumeMountPointW, which needs
+    /// administrators); a junction someone made to a volume does not. Containment is then as on
+    /// Linux, where a path below a mount inside the roots is inside. Lookups that fail leave
+    /// `canonical` as it was, which then is refused.
+    fn spelled_inside(
+        &self,
+        h: &N::Handle,
+        canonical: Vec<String>,
+        rest: &[String],
+        roots: &[Vec<String>],
+    ) -> Vec<String> {
+        let inside = |c: &[String]| {
+            let full: Vec<&String> = c.iter().chain(rest).collect();
+            roots.iter().any(|r| within(&full, r, true))
+        };
+        if inside(&canonical) {
+            return canonical;
+        }
+        let place = match self.nt.volume_path(h) {
+            Ok(raw) => wp::components(&raw).filter(|c| wp::is_volume_guid(&c[0])),
+            Err(e) => {
+                tracing::debug!(error = %e, "no volume GUID path");
+                None
+            }
+        };
+        // Places to spell, each a volume and the names within it.
+        let mut pending: Vec<Vec<String>> = place.into_iter().collect();
+        for _ in 0..MAX_MOUNT_HOPS {
+            let mut next = Vec::new();
+            for place in pending.drain(..) {
+                let (volume, names) = place.split_first().expect("a volume place has its volume");
+                let mount_points = match self.nt.volume_mount_points(&format!(r"\\?\{volume}\")) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::debug!(volume = %volume, error = %e, "mount points not listed");
+                        continue;
+                    }
+                };
+                for m in mount_points.iter().filter_map(|m| wp::components(m)) {
+                    let spelled: Vec<String> = m.iter().chain(names).cloned().collect();
+                    if inside(&spelled) {
+                        return spelled;
+                    }
+                    // A mounted folder is on another volume: where it is within that one.
+                    if let Some(host) = self.volume_place_of_folder(&m) {
+                        next.push(host.into_iter().chain(names.iter().cloned()).collect());
+                    }
+                }
+            }
+            if next.is_empty() {
+                break;
+            }
+            pending = next;
+        }
+        canonical
+    }
+
+    /// The volume place of the mount point `folder` (DOS components, not a drive root): its
+    /// parent's, plus its name. The parent is opened by path only to learn that.
+    fn volume_place_of_folder(&self, folder: &[String]) -> Option<Vec<String>> {
+        let (name, parent) = folder.split_last().filter(|(_, p)| !p.is_empty())?;
+        let h = self.nt.open(&wp::verbatim(parent), Open::Look).ok()?;
+        let raw = self.nt.volume_path(&h).ok()?;
+        let mut place = wp::components(&raw).filter(|c| wp::is_volume_guid(&c[0]))?;
+        place.push(name.clone());
+        Some(place)
     }
 
     /// The canonical roots looked up less than `recheck` ago, if any.

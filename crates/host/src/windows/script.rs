@@ -11,7 +11,8 @@
 //! - `attributes <path>`
 //! - [`Nt`]: `open <path> <how>`, `open_at <dir> <name> <how>` (`how`: [`Open::name`]),
 //!   `final_path <handle>`, `attributes_of <handle>`, `system_drive`, `list <handle>`,
-//!   `delete <handle>`, `mount_point_target <handle>`, `file_id <handle>`, and `close <handle>` when a handle is
+//!   `delete <handle>`, `mount_point_target <handle>`, `file_id <handle>`, `volume_path <handle>`,
+//!   `volume_mount_points <volume>`, and `close <handle>` when a handle is
 //!   dropped. A handle is named by what opened it: the path, or `<dir>\<name>`; an open
 //!   answered [`Answer::Str`] names it that instead (a link followed somewhere else).
 //! - `query <WQL>` (namespace omitted: the class names it)
@@ -337,6 +338,12 @@ impl Nt for Script {
     }
     fn file_id(&self, h: &Handle) -> io::Result<u64> {
         expect!(self, format!("file_id {}", h.name), Answer::Id(id) => id)
+    }
+    fn volume_path(&self, h: &Handle) -> io::Result<String> {
+        expect!(self, format!("volume_path {}", h.name), Answer::Str(s) => s)
+    }
+    fn volume_mount_points(&self, volume: &str) -> io::Result<Vec<String>> {
+        expect!(self, format!("volume_mount_points {volume}"), Answer::Strings(v) => v)
     }
 }
 

@@ -161,8 +161,11 @@ fn the_roots_are_looked_up_again_only_when_stale_or_when_a_path_leaves_them() {
     // the path judged by where the root is now.
     assert_eq!(c.locate(r"C:\root\a\x").unwrap().canonical_path(), ["D:", "moved", "a", "x"]);
     assert_eq!(s.calls(LOOK).len(), 2);
-    // A link out of the root is refused after a fresh look, as before.
-    s.resolved_dir(r"C:\root\j", r"E:\elsewhere");
+    // A link out of the root is refused after a fresh look, as before (E:'s volume is mounted
+    // nowhere inside the roots either).
+    s.resolved_dir(r"C:\root\j", r"E:\elsewhere")
+        .on(r"volume_path \\?\C:\root\j", Answer::Str(format!(r"\\?\{VE}\elsewhere")))
+        .on(format!(r"volume_mount_points \\?\{VE}\"), Answer::Strings(vec![r"E:\".into()]));
     assert!(matches!(c.locate(r"C:\root\j\x"), Err(Error::PermissionDenied(m)) if !m.contains("elsewhere")));
     assert_eq!(s.calls(LOOK).len(), 3);
     s.assert_all_scripted();
@@ -197,5 +200,78 @@ fn a_root_that_did_not_exist_is_looked_up_again_at_once() {
     c.locate(r"C:\gone\y").unwrap();
     c.locate(r"C:\root\y").unwrap();
     assert_eq!((s.calls(GONE).len(), s.calls(r"open \\?\C:\root look").len()), (3, 3));
+    s.assert_all_scripted();
+}
+
+const VG: &str = "Volume{0a1b2c3d-0000-1111-2222-333344445555}";
+const VE: &str = "Volume{0e0e0e0e-0000-1111-2222-333344445555}";
+
+/// R7: below a volume mounted in a folder inside the roots (a staged volume), Windows's
+/// GetFinalPathNameByHandleW(VOLUME_NAME_DOS) may name the volume by its drive letter (or first
+/// mount point) rather than the folder: `D:\data` for `C:\root\pv\globalmount\data`. The path is
+/// judged by where the object is within its volume (VOLUME_NAME_GUID) and where the mount
+/// manager has that volume mounted, so it is inside whichever DOS name Windows picks. Which name
+/// Windows reports shows only on Windows: conformance check
+/// `paths-below-a-staged-volume-are-inside-the-roots`.
+#[test]
+fn a_path_below_a_mounted_folder_is_inside_whichever_dos_name_windows_reports() {
+    let (s, c) = setup();
+    let data = r"C:\root\pv\globalmount\data";
+    s.resolved_dir(data, r"D:\data").on(format!(r"volume_path \\?\{data}"), Answer::Str(format!(r"\\?\{VG}\data"))).on(
+        format!(r"volume_mount_points \\?\{VG}\"),
+        Answer::Strings(vec![r"D:\".into(), r"C:\root\pv\globalmount\".into()]),
+    );
+    let loc = c.locate(r"C:\root\pv\globalmount\data\x").unwrap();
+    assert_eq!(loc.canonical_path(), ["C:", "root", "pv", "globalmount", "data", "x"]);
+    s.assert_all_scripted();
+
+    // Nested: the volume is mounted at E:\mnt, and E's volume at C:\root\e.
+    let (s, c) = setup();
+    let data = r"C:\root\e\mnt\data";
+    s.resolved_dir(data, r"D:\data")
+        .on(format!(r"volume_path \\?\{data}"), Answer::Str(format!(r"\\?\{VG}\data")))
+        .on(format!(r"volume_mount_points \\?\{VG}\"), Answer::Strings(vec![r"D:\".into(), r"E:\mnt\".into()]))
+        .on(r"open \\?\E:\ look", Answer::Done)
+        .on(r"volume_path \\?\E:\", Answer::Str(format!(r"\\?\{VE}\")))
+        .on(format!(r"volume_mount_points \\?\{VE}\"), Answer::Strings(vec![r"E:\".into(), r"C:\root\e\".into()]));
+    let loc = c.locate(r"C:\root\e\mnt\data\x").unwrap();
+    assert_eq!(loc.canonical_path(), ["C:", "root", "e", "mnt", "data", "x"]);
+    s.assert_all_scripted();
+
+    // A volume mounted only outside the roots stays outside.
+    let (s, c) = setup();
+    let data = r"C:\root\j\data";
+    s.resolved_dir(data, r"D:\data")
+        .on(format!(r"volume_path \\?\{data}"), Answer::Str(format!(r"\\?\{VG}\data")))
+        .on(format!(r"volume_mount_points \\?\{VG}\"), Answer::Strings(vec![r"D:\".into(), r"C:\other\mnt\".into()]))
+        .on(r"open \\?\C:\other look", Answer::Done)
+        .on(r"volume_path \\?\C:\other", Answer::Str(format!(r"\\?\{VE}\other")))
+        .on(format!(r"volume_mount_points \\?\{VE}\"), Answer::Strings(vec![r"C:\".into()]));
+    assert!(matches!(c.locate(r"C:\root\j\data\x"), Err(Error::PermissionDenied(m)) if !m.contains("D:")));
+    s.assert_all_scripted();
+
+    // And what is inside by Windows's own name costs no lookup.
+    let (s, c) = setup();
+    s.held_dir(r"C:\root\pv");
+    c.locate(r"C:\root\pv\x").unwrap();
+    assert!(s.calls("volume_").is_empty(), "{:#?}", s.log());
+}
+
+/// R7 for a followed link: RmdirContents of a staged volume's folder follows it to the volume's
+/// root, which Windows may name `D:\`; through the folder it is inside.
+#[test]
+fn a_followed_mount_point_inside_the_roots_is_inside() {
+    let (s, c) = setup();
+    s.held_dir(r"C:\root\pv").entry(r"C:\root\pv", "globalmount", attr::DIRECTORY | attr::REPARSE_POINT);
+    let held = c.hold(r"C:\root\pv\globalmount").unwrap();
+    s.link_to(r"C:\root\pv", "globalmount", r"D:\")
+        .on(r"volume_path globalmount followed", Answer::Str(format!(r"\\?\{VG}\")))
+        .on(
+            format!(r"volume_mount_points \\?\{VG}\"),
+            Answer::Strings(vec![r"D:\".into(), r"C:\root\pv\globalmount\".into()]),
+        );
+    let to = c.follow(&held, r"C:\root\pv\globalmount").unwrap();
+    assert_eq!(to, ["C:", "root", "pv", "globalmount"]);
+    assert!(held.at.inside(&to));
     s.assert_all_scripted();
 }

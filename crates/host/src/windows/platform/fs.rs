@@ -96,7 +96,7 @@ impl FilesystemHost for Filesystem {
             Err(e) if nt::is_not_a_directory(&e) => return Err(Error::not_found(format!("{path} is not a directory"))),
             Err(e) => return Err(io(path, "opening", e)),
         };
-        let canonical = self.canonical_of(&h, path)?;
+        let canonical = self.contain.canonical_for(&loc, &h, path)?;
         if !loc.inside(&canonical) {
             return Err(self.roots().outside(path, Some(&wp::display(&canonical))));
         }
@@ -222,10 +222,6 @@ impl Filesystem {
         self.contain.roots()
     }
 
-    fn canonical_of(&self, h: &Handle, path: &str) -> Result<Vec<String>> {
-        self.contain.canonical_of(h, path)
-    }
-
     /// Opens the directory a link at `dir\name` leads to, provided it is inside the roots.
     fn follow_dir(&self, loc: &Located, dir: &Handle, name: &str, shown: &str) -> Result<Handle> {
         let h = nt::open_at(dir, name, HOLD, FILE_OPEN, FILE_DIRECTORY_FILE).map_err(|e| {
@@ -237,7 +233,7 @@ impl Filesystem {
                 io(shown, "following", e)
             }
         })?;
-        let canonical = self.canonical_of(&h, shown)?;
+        let canonical = self.contain.canonical_for(loc, &h, shown)?;
         if !loc.inside(&canonical) {
             return Err(self.roots().outside(shown, Some(&wp::display(&canonical))));
         }

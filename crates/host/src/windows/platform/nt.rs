@@ -112,6 +112,14 @@ impl contain::Nt for RealNt {
     fn file_id(&self, h: &Handle) -> io::Result<u64> {
         file_id(h)
     }
+
+    fn volume_path(&self, h: &Handle) -> io::Result<String> {
+        final_path_as(h, FILE_NAME_NORMALIZED | VOLUME_NAME_GUID)
+    }
+
+    fn volume_mount_points(&self, volume: &str) -> io::Result<Vec<String>> {
+        crate::windows::Win32::mount_points_of(&super::win32::RealWin32, volume)
+    }
 }
 
 /// Every share mode, for [`Open::Peek`].
