@@ -101,7 +101,7 @@ fn cell<T: ToString>(r: &Result<T, tonic::Status>) -> String {
 /// Reports a failed per-item call on stderr, so the table keeps its shape.
 fn warn<T>(what: &str, r: &Result<T, tonic::Status>) {
     if let Err(s) = r {
-        eprintln!("warning: {what}: code {:?}: {}", s.code(), s.message());
+        eprintln!("warning: {what}: code {:?}: {}", s.code(), crate::term::printable(s.message()));
     }
 }
 
@@ -169,7 +169,8 @@ pub async fn volumes(ctx: &Ctx) -> Result<(), Failure> {
         let ids = match listed {
             Ok(r) => r.into_inner().volume_ids,
             Err(s) => {
-                eprintln!("warning: disk {n}: v1.Volume/ListVolumesOnDisk: code {:?}: {}", s.code(), s.message());
+                let message = crate::term::printable(s.message());
+                eprintln!("warning: disk {n}: v1.Volume/ListVolumesOnDisk: code {:?}: {message}", s.code());
                 continue;
             }
         };

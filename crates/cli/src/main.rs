@@ -7,6 +7,7 @@ mod conformance;
 mod dynamic;
 mod list;
 mod table;
+mod term;
 
 use anyhow::Context as _;
 use args::{Command, Parsed};
@@ -46,16 +47,17 @@ fn main() -> ExitCode {
     match rt.block_on(run(parsed)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Refused(msg)) => {
-            eprintln!("error: {msg}");
+            eprintln!("error: {}", term::printable(&msg));
             ExitCode::from(USAGE)
         }
         Err(Failure::Rpc { what, status }) => {
             // The code as gRPC names it, then the daemon's own message.
-            eprintln!("error: {what}: code {:?} ({}): {}", status.code(), status.code() as i32, status.message());
+            let message = term::printable(status.message());
+            eprintln!("error: {what}: code {:?} ({}): {message}", status.code(), status.code() as i32);
             ExitCode::from(FAILED)
         }
         Err(Failure::Other(e)) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", term::printable(&format!("{e:#}")));
             ExitCode::from(FAILED)
         }
     }

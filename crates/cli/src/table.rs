@@ -1,6 +1,10 @@
 //! Aligned text tables: a header line, then one line per row, columns padded to their widest cell.
 
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    // Cells hold the daemon's text: escaped before they are measured or printed.
+    let rows: Vec<Vec<String>> =
+        rows.iter().map(|r| r.iter().map(|c| crate::term::printable(c).into_owned()).collect()).collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -54,5 +58,12 @@ mod tests {
         assert_eq!(t, "A    LONGER\nxyz  1\nq    22\n");
         assert_eq!(size(512), "512 B");
         assert_eq!(size(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn a_cell_cannot_add_a_row_or_reach_the_terminal() {
+        let t = render(&["DISK", "SERIAL"], &[vec!["1".into(), "x\r\n2  forged\u{1b}[2J".into()]]);
+        assert_eq!(t.lines().count(), 2, "{t:?}");
+        assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
     }
 }

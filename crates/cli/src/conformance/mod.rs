@@ -259,7 +259,7 @@ fn print(ctx: &Ctx, report: &Report, stopped: Option<&'static str>) {
         .collect();
     print!("{}", table::render(&["CHECK", "STEP", "RESULT", "TIME"], &rows));
     for r in report.rows.iter().filter(|r| matches!(r.res, Res::Failed(_)) && r.res.text().chars().count() > CELL) {
-        println!("{} / {}: {}", r.check, r.step, r.res.text());
+        println!("{} / {}: {}", r.check, r.step, crate::term::printable(&r.res.text()));
     }
     let mut last = format!("{passed} passed, {failed} failed, {skipped} skipped");
     if needs_windows > 0 {
