@@ -168,7 +168,16 @@ impl Machine {
         let paths: BTreeSet<&String> = self.interest.iter().chain(self.tree.keys()).collect();
         for p in paths {
             let (dir, name) = split(p);
-            let mount_point = format!(r"{}\", verbatim(p));
+            // Mounting and unmounting name the folder as the mount-point calls' pages document,
+            // the plain drive path with its trailing backslash; the lookup by target path (as
+            // upstream's) asks GetVolumeNameForVolumeMountPointW with the verbatim form that
+            // GetVolumePathNameW answered. Both spellings get the same answer.
+            let mount_point = format!(r"{p}\");
+            let volume_path = format!(r"{}\", verbatim(p));
+            let volume_name = |answer: Answer| {
+                s.on(format!("volume_name_for_mount_point {mount_point}"), answer.clone());
+                s.on(format!("volume_name_for_mount_point {volume_path}"), answer);
+            };
             s.on(format!("set_mount_point {mount_point} {VOLUME}"), Answer::Done);
             s.on(format!("delete_mount_point {mount_point}"), Answer::Done);
             match self.tree.get(p.as_str()) {
@@ -179,25 +188,19 @@ impl Machine {
                 Some(Kind::Dir) => {
                     s.held_dir(p);
                     s.entry(dir, name, attr::DIRECTORY);
-                    s.on(
-                        format!("volume_name_for_mount_point {mount_point}"),
-                        Answer::Win32Error(code::ERROR_NOT_A_REPARSE_POINT),
-                    );
+                    volume_name(Answer::Win32Error(code::ERROR_NOT_A_REPARSE_POINT));
                     s.on(format!("volume_path_name {}", verbatim(p)), Answer::Str(r"C:\".into()));
                 }
                 // (Not scripted as held directories: the handle's attributes would answer for both.)
                 Some(Kind::Mount(v)) => {
                     s.entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
-                    s.on(format!("volume_name_for_mount_point {mount_point}"), Answer::Str(v.clone()));
-                    s.on(format!("volume_path_name {}", verbatim(p)), Answer::Str(mount_point.clone()));
+                    volume_name(Answer::Str(v.clone()));
+                    s.on(format!("volume_path_name {}", verbatim(p)), Answer::Str(volume_path.clone()));
                 }
                 Some(Kind::Link(t)) => {
                     s.entry(dir, name, attr::DIRECTORY | attr::REPARSE_POINT);
                     // A symbolic link is no mount point; GetVolumePathNameW resolves it.
-                    s.on(
-                        format!("volume_name_for_mount_point {mount_point}"),
-                        Answer::Win32Error(code::ERROR_NOT_A_REPARSE_POINT),
-                    );
+                    volume_name(Answer::Win32Error(code::ERROR_NOT_A_REPARSE_POINT));
                     s.link_to(dir, name, t);
                     let at = match self.tree.get(t.as_str()) {
                         Some(Kind::Mount(_)) => format!(r"{}\", verbatim(t)),
