@@ -42,7 +42,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 /// Histogram buckets of `grpc_server_handling_seconds`, in seconds, as upstream configures them.
 pub const HANDLING_BUCKETS: [f64; 14] = [0.001, 0.01, 0.1, 0.3, 0.6, 1.0, 3.0, 6.0, 9.0, 20.0, 30.0, 60.0, 90.0, 120.0];
@@ -66,7 +66,11 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time one connection may take in all: the head, the answer and the client taking it.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections handled at once; further ones wait in the accept backlog.
-const MAX_CONNECTIONS: usize = 16;
+const MAX_CONNECTIONS: usize = 256;
+/// Connections still waiting for their request head. At this many, a new connection closes the
+/// one that has waited longest: a client that connects and says nothing can hold no slot a probe
+/// needs (the kubelet sends its request at once, so a probe waits microseconds, not seconds).
+const MAX_WAITING_FOR_HEAD: usize = 64;
 /// Pause after a failed accept (for example when out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -260,6 +264,7 @@ impl MetricsServer {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), MetricsError> {
         tracing::info!(address = %self.local_addr, "serving metrics on {METRICS_PATH}");
         let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let waiting = Waiting::new(MAX_WAITING_FOR_HEAD);
         tokio::pin!(shutdown);
         loop {
             let permit = tokio::select! {
@@ -276,8 +281,9 @@ impl MetricsServer {
             match accepted {
                 Ok((stream, peer)) => {
                     let metrics = self.metrics.clone();
+                    let waiting = waiting.admit();
                     tokio::spawn(async move {
-                        if let Err(e) = handle_connection(stream, metrics).await {
+                        if let Err(e) = handle_connection(stream, metrics, &waiting).await {
                             tracing::debug!(%peer, error = %e, "metrics connection failed");
                         }
                         drop(permit);
@@ -294,10 +300,72 @@ impl MetricsServer {
     }
 }
 
+/// The connections waiting for their request head, oldest first.
+#[derive(Clone)]
+struct Waiting {
+    inner: Arc<std::sync::Mutex<WaitingInner>>,
+}
+
+struct WaitingInner {
+    cap: usize,
+    next: u64,
+    /// By arrival: a connection's number and what closes it.
+    queue: std::collections::BTreeMap<u64, Arc<Notify>>,
+}
+
+/// One connection's place in [`Waiting`]: left when its head arrives or it ends.
+struct WaitingTicket {
+    waiting: Waiting,
+    id: u64,
+    evicted: Arc<Notify>,
+}
+
+impl Waiting {
+    fn new(cap: usize) -> Waiting {
+        Waiting { inner: Arc::new(std::sync::Mutex::new(WaitingInner { cap, next: 0, queue: Default::default() })) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, WaitingInner> {
+        // Numbers and wakers only: nothing a panic could leave half-changed.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a new connection, closing the one waiting longest if the queue is full.
+    fn admit(&self) -> WaitingTicket {
+        let mut w = self.lock();
+        if w.queue.len() >= w.cap {
+            if let Some((_, oldest)) = w.queue.pop_first() {
+                // notify_one keeps the wake-up even if that task is not yet waiting for it.
+                oldest.notify_one();
+            }
+        }
+        let id = w.next;
+        w.next += 1;
+        let evicted = Arc::new(Notify::new());
+        w.queue.insert(id, evicted.clone());
+        WaitingTicket { waiting: self.clone(), id, evicted }
+    }
+}
+
+impl WaitingTicket {
+    /// Its head has arrived: no longer evictable.
+    fn served(&self) {
+        self.waiting.lock().queue.remove(&self.id);
+    }
+}
+
+impl Drop for WaitingTicket {
+    fn drop(&mut self) {
+        self.served();
+    }
+}
+
 /// Serves one connection with hyper's HTTP/1.1 server: one request, then the connection closes
-/// (scrapes and probes come seconds apart; no idle connections to keep or bound).
-async fn handle_connection(stream: TcpStream, metrics: Metrics) -> Result<(), hyper::Error> {
+/// (scrapes and probes come seconds apart; no idle connections to keep or bound). Closed early if
+/// it is still waiting for its head when [`MAX_WAITING_FOR_HEAD`] newer connections have come.
+async fn handle_connection(stream: TcpStream, metrics: Metrics, ticket: &WaitingTicket) -> Result<(), hyper::Error> {
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        ticket.served();
         std::future::ready(Ok::<_, std::convert::Infallible>(route(&req, &metrics)))
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -309,10 +377,16 @@ async fn handle_connection(stream: TcpStream, metrics: Metrics) -> Result<(), hy
         .keep_alive(false)
         .title_case_headers(true);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
-    match tokio::time::timeout(CONNECTION_TIMEOUT, conn).await {
-        Ok(result) => result,
-        Err(_) => {
-            tracing::debug!("metrics connection timed out");
+    tokio::select! {
+        done = tokio::time::timeout(CONNECTION_TIMEOUT, conn) => match done {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::debug!("metrics connection timed out");
+                Ok(())
+            }
+        },
+        () = ticket.evicted.notified() => {
+            tracing::debug!("metrics connection closed: it sent no request while newer connections waited");
             Ok(())
         }
     }
@@ -612,6 +686,29 @@ mod tests {
         // whole connection, closed it.
         assert!(start.elapsed() >= HEAD_TIMEOUT && start.elapsed() < CONNECTION_TIMEOUT, "{:?}", start.elapsed());
         assert!(!String::from_utf8_lossy(&out).contains("200 OK"), "{}", String::from_utf8_lossy(&out));
+    }
+
+    /// Silent connections (connect, send nothing) cannot starve the probes: with 200 of them
+    /// open, each probe is answered within the kubelet's default 1-second timeout. (With the
+    /// 16 slots each held for the 10-second head timeout, nearly every probe failed.)
+    #[tokio::test]
+    async fn silent_connections_do_not_starve_the_probes() {
+        let metrics = Metrics::new().unwrap();
+        let server = metrics.bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr();
+        tokio::spawn(server.serve(std::future::pending()));
+        let mut silent = Vec::new();
+        for _ in 0..200 {
+            silent.push(TcpStream::connect(addr).await.unwrap());
+        }
+        for probe in 0..22 {
+            let request = format!("GET {HEALTHZ_PATH} HTTP/1.1\r\nHost: x\r\n\r\n");
+            let answer = tokio::time::timeout(Duration::from_secs(1), exchange(addr, request.as_bytes())).await;
+            let answer = answer.unwrap_or_else(|_| panic!("probe {probe} got no answer within 1 s"));
+            assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "probe {probe}: {answer}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        drop(silent);
     }
 
     #[tokio::test]
