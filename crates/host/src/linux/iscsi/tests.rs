@@ -503,3 +503,16 @@ fn one_portal_spelled_two_ways_takes_one_turn() {
         assert_eq!(during.len(), 1, "the second spelling ran while the first held the portal: {during:?}");
     });
 }
+
+#[test]
+fn a_refused_chap_user_name_is_not_quoted() {
+    // The user name is half of the credential: its error names the field, not the value.
+    let s = Scratch::new();
+    let (iscsi, script) = backend(&s, standard(|_| ok("")));
+    let mut req = chap(AuthType::OneWayChap);
+    req.chap_username = "alice-private\u{7}".into();
+    let e = iscsi.connect_target(&req).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    assert!(e.to_string().contains("the CHAP user name") && !e.to_string().contains("alice-private"), "{e}");
+    assert!(calls(&script).is_empty(), "no tool ran");
+}
