@@ -173,10 +173,10 @@ impl FilesystemHost for Filesystem {
             Ok(()) => Ok(()),
             Err(Errno::EXIST) => match rustix::fs::readlinkat(&dir, name.as_str(), Vec::new()) {
                 Ok(existing) if existing.as_bytes() == destination.as_bytes() => Ok(()),
-                Ok(existing) => Err(Error::exists(format!(
-                    "{link} already exists and points to {}, not {destination}",
-                    existing.to_string_lossy()
-                ))),
+                // Where the existing link points is not said: it may lead anywhere on the host.
+                Ok(_) => {
+                    Err(Error::exists(format!("{link} already exists as a link to something else, not {destination}")))
+                }
                 Err(_) => Err(Error::exists(format!("{link} already exists and is not a link"))),
             },
             Err(e) => Err(io_err(link, "creating link", e)),

@@ -509,3 +509,14 @@ fn the_smb_directory_is_named_as_the_kernel_names_it() {
     assert!(mounted.len() == 1 && mounted[0].starts_with(&canonical), "{mounted:?}");
     assert!(std::fs::read_link(s.local("a")).unwrap().starts_with(&canonical));
 }
+
+#[test]
+fn an_existing_link_elsewhere_is_refused_without_saying_where_it_points() {
+    let s = Scratch::new();
+    let k = Fake::new();
+    let local = s.local("v");
+    std::os::unix::fs::symlink("/somewhere/private-place", &local).unwrap();
+    let e = s.smb(k.clone()).new_global_mapping(&mapping(r"\\10.0.0.5\data", &local)).unwrap_err();
+    assert!(matches!(e, Error::AlreadyExists(_)), "{e:?}");
+    assert!(!e.to_string().contains("private-place"), "{e}");
+}
