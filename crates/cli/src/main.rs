@@ -22,6 +22,14 @@ const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    // The conformance run's probe of the virtual disk API (a child of its own, see
+    // conformance/vhd.rs): not a command.
+    #[cfg(windows)]
+    if let [arg, file] = &argv[..] {
+        if arg == conformance::VHD_PROBE_ARG {
+            return conformance::vhd_probe_main(file);
+        }
+    }
     let parsed = match args::parse(&argv) {
         Ok(Parsed::Help) => {
             print!("{}", args::USAGE_TEXT);

@@ -1,9 +1,10 @@
 #![cfg(windows)]
 //! `csi-proxyctl conformance` over the real named pipes (under Wine in CI), served in this
 //! process by the native Windows backend confined to a scratch kubelet directory. What it shows
-//! is the honest Windows story so far: the filesystem steps run; every disk step reports
-//! "needs Windows" (the scratch VHDX, through CreateVirtualDisk/AttachVirtualDisk, is not
-//! implemented yet); the run says how many steps could not run; and nothing is left behind.
+//! is the honest Windows story so far: the filesystem steps run; every disk step, and every step
+//! of the named Windows checks, reports "needs Windows: CreateVirtualDisk" (the scratch VHDX's
+//! probe child dies calling Wine's stub); the run says how many steps could not run; and nothing
+//! is left behind (no file, directory or probe VHDX in the kubelet or scratch directory).
 //! Under Wine CreateSymbolicLinkW is a stub, so CreateSymlink may fail: then the run fails, as
 //! it must on a node where links cannot be made.
 //!
@@ -16,6 +17,18 @@ use csi_proxy_stack_tests::pipes::PipeServer;
 use csi_proxy_stack_tests::Scratch;
 use serde_json::Value;
 use std::process::{Command, Stdio};
+
+/// The named Windows checks (crates/cli/src/conformance/named.rs).
+const NAMED: [&str; 8] = [
+    "partition-right-after-online",
+    "format-with-empty-label",
+    "storage-provider-accepts-calls",
+    "mount-point-calls-take-plain-paths",
+    "paths-below-a-staged-volume-are-inside-the-roots",
+    "get-volume-name-of-a-link-says-not-a-mount-point",
+    "rmdir-of-a-mounted-folder-shares-with-the-mount-manager",
+    "mount-point-unknown-to-mount-manager-is-removed",
+];
 
 /// The CLI cargo built beside this test: the cross build does not set CARGO_BIN_EXE_*.
 fn ctl_exe() -> std::path::PathBuf {
@@ -57,6 +70,17 @@ async fn conformance_over_the_pipes_reports_what_needs_windows() {
         assert!(s["detail"].as_str().unwrap().starts_with("CreateVirtualDisk"), "{s}");
     }
     assert!(r["needs_windows"].as_u64().unwrap() > 40, "{r:#}");
+    // The named checks only a real Windows node can settle (R1–R8): each has its rows, and each
+    // says which API this host lacks (Wine's CreateVirtualDisk is a stub: the probe child dies
+    // calling it), not a pass or a failure.
+    for name in NAMED {
+        let rows: Vec<_> = steps.iter().filter(|s| s["check"] == name).collect();
+        assert!(rows.len() >= 2, "{name}: {r:#}");
+        for s in rows {
+            assert_eq!(s["result"], "needs-windows", "{s}");
+            assert!(s["detail"].as_str().unwrap().starts_with("CreateVirtualDisk"), "{s}");
+        }
+    }
     let symlink = &step("filesystem links", "CreateSymlink")["result"];
     let failed = r["failed"].as_u64().unwrap();
     if symlink == "ok" {

@@ -4,7 +4,12 @@
 //! made by this run and removed by it (see [`scratch`]). A step that fails ends its check (the
 //! rest of it is listed as skipped); the other checks still run.
 
+mod named;
 mod scratch;
+#[cfg(windows)]
+mod vhd;
+#[cfg(windows)]
+pub use vhd::{probe_main as vhd_probe_main, PROBE_ARG as VHD_PROBE_ARG};
 
 use crate::{table, Ctx, Failure};
 use csi_proxy_client::{v1, Code, Group, Status};
@@ -327,6 +332,7 @@ async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made) {
     for driver in [Driver::AzureDisk, Driver::GcePd, Driver::Ebs, Driver::Vsphere] {
         block_flow(report, p, made, &node, driver).await;
     }
+    named::windows_checks(report, p, made, &node).await;
     let mut c = report.check("smb");
     c.row(
         "csi-driver-smb and azurefile flows",
@@ -398,9 +404,9 @@ async fn new_disk(c: &mut Check<'_>, made: &mut Made) -> Option<u32> {
         Ok(n) => Some(n),
         Err(Unavailable::NeedsWindows(api)) => {
             if let Some(last) = c.report.rows.last_mut() {
-                last.res = Res::NeedsWindows(api.into());
+                last.res = Res::NeedsWindows(api.clone());
             }
-            c.block(Res::NeedsWindows(api.into()));
+            c.block(Res::NeedsWindows(api));
             None
         }
     }

@@ -1,13 +1,15 @@
 //! What the conformance run makes on the node, and how it is removed: scratch disks behind
-//! [`ScratchDisks`] (Linux: loop devices over sparse files; Windows: a follow-up), and the
+//! [`ScratchDisks`] (Linux: loop devices over sparse files; Windows: dynamic VHDX files through
+//! the virtual disk API, [`super::vhd`]), and the
 //! [`Made`] guard that removes disks, mounts and directories at the end, on failure, on a signal
 //! and when dropped.
 //!
-//! A disk is ours only while its loop device's backing file is a file we created (created with
-//! `O_EXCL` in a directory we created): it is looked up that way before it is grown and when it
-//! is removed, so no other disk is ever grown, unmounted or detached.
+//! A disk is ours only while its backing file is a file we created in a directory we created
+//! (Linux: a loop device's backing file, created with `O_EXCL`, looked up before it is grown and
+//! when it is removed; Windows: every call goes through the handle CreateVirtualDisk gave for
+//! our file), so no other disk is ever grown, unmounted or detached.
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use std::path::{Path, PathBuf};
 
 /// Why a disk step cannot run here.
@@ -15,7 +17,7 @@ use std::path::{Path, PathBuf};
 pub enum Unavailable {
     /// The OS API this needs is not available or not implemented here.
     #[cfg_attr(target_os = "linux", allow(dead_code))]
-    NeedsWindows(&'static str),
+    NeedsWindows(String),
 }
 
 /// Scratch disks the run makes and owns.
@@ -103,6 +105,7 @@ impl Drop for Made {
 #[cfg(target_os = "linux")]
 mod platform {
     use super::*;
+    use anyhow::bail;
     use std::os::unix::ffi::OsStringExt;
     use std::os::unix::fs::OpenOptionsExt;
     use std::process::{Command, Stdio};
@@ -334,11 +337,18 @@ mod platform {
     }
 }
 
-/// Windows: the scratch disk is a VHDX made and attached through the virtual disk API
-/// (CreateVirtualDisk, AttachVirtualDisk), not implemented yet, so every disk step says so.
-#[cfg(not(target_os = "linux"))]
+/// Windows: the scratch disk is a dynamic VHDX made and attached through the virtual disk API
+/// (see [`super::vhd`]); mounts are volume mount points in folders.
+#[cfg(windows)]
+mod platform {
+    pub use super::super::vhd::{mounts_below, unmount_below, Disks};
+}
+
+/// Elsewhere no scratch disk can be made.
+#[cfg(not(any(target_os = "linux", windows)))]
 mod platform {
     use super::*;
+    use anyhow::bail;
 
     pub struct Disks;
 
@@ -350,7 +360,7 @@ mod platform {
 
     impl ScratchDisks for Disks {
         fn create(&mut self, _size: u64) -> Result<Result<u32, Unavailable>> {
-            Ok(Err(Unavailable::NeedsWindows("CreateVirtualDisk (the scratch VHDX is a follow-up)")))
+            Ok(Err(Unavailable::NeedsWindows("CreateVirtualDisk (not on this OS)".into())))
         }
         fn grow(&mut self, _disk: u32, _size: u64) -> Result<()> {
             bail!("no scratch disk")

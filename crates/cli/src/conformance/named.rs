@@ -1,0 +1,182 @@
+//! The named checks only a real Windows node can settle: what the review of the Windows FFI
+//! (issue 27, R1–R9) fixed or designed away but could show only against the scripted platform
+//! and Wine. They share one scratch disk, in this order (a check that needs an earlier one's
+//! state is skipped, naming it, when that one did not pass; all say "needs Windows: <API>" when
+//! no disk can be made). On Linux each is one row, skipped: Windows only.
+
+use super::{expect, new_disk, sep, wrong, Check, Made, Report, Res, StepErr, MIB, SIZE};
+use csi_proxy_client::{v1, Code};
+use csi_proxy_flows::{Node, Proxy};
+use std::time::Duration;
+
+/// What each check settles (the step shown on Linux).
+pub const CHECKS: [(&str, &str); 8] = [
+    (PARTITION_AFTER_ONLINE, "R4: PartitionDisk right after SetDiskState brings the disk online"),
+    (FORMAT_EMPTY_LABEL, "R8: FormatVolume with an empty FileSystemLabel"),
+    (STORAGE_PROVIDER, "R1: Storage provider (MSFT_*) calls at the blanket's level"),
+    (PLAIN_PATHS, "R3: SetVolumeMountPointW and friends get plain C:\\…\\ paths"),
+    (BELOW_STAGED, "R7: paths below a staged volume are inside the roots"),
+    (LINK_NOT_MOUNT_POINT, "R3: GetVolumeNameForVolumeMountPointW of a link means not a mount point"),
+    (RMDIR_SHARES, "R3: Rmdir of a mounted folder shares it with the mount manager"),
+    (UNKNOWN_MOUNT_POINT, "R2: Rmdir removes a mount point the mount manager no longer knows"),
+];
+const PARTITION_AFTER_ONLINE: &str = "partition-right-after-online";
+const FORMAT_EMPTY_LABEL: &str = "format-with-empty-label";
+const STORAGE_PROVIDER: &str = "storage-provider-accepts-calls";
+const PLAIN_PATHS: &str = "mount-point-calls-take-plain-paths";
+const BELOW_STAGED: &str = "paths-below-a-staged-volume-are-inside-the-roots";
+const LINK_NOT_MOUNT_POINT: &str = "get-volume-name-of-a-link-says-not-a-mount-point";
+const RMDIR_SHARES: &str = "rmdir-of-a-mounted-folder-shares-with-the-mount-manager";
+const UNKNOWN_MOUNT_POINT: &str = "mount-point-unknown-to-mount-manager-is-removed";
+
+/// What a check left its dependents: nothing (it passed) or what their steps get instead.
+#[derive(Default)]
+struct Outcomes(Vec<(&'static str, Option<Res>)>);
+
+impl Outcomes {
+    /// Blocks `c` if a check it needs did not pass.
+    fn gate(&self, c: &mut Check<'_>, needs: &[&str]) {
+        for (name, res) in &self.0 {
+            if needs.contains(name) {
+                if let Some(res) = res {
+                    c.block(res.clone());
+                }
+            }
+        }
+    }
+
+    fn record(&mut self, c: &Check<'_>) {
+        let res = match &c.blocked {
+            None => None,
+            Some(Res::NeedsWindows(api)) => Some(Res::NeedsWindows(api.clone())),
+            Some(_) => Some(Res::Skipped(format!("{} did not pass", c.name))),
+        };
+        self.0.push((c.name, res));
+    }
+}
+
+pub async fn windows_checks(report: &mut Report, p: &mut Proxy, made: &mut Made, node: &Node) {
+    if !cfg!(windows) {
+        for (name, what) in CHECKS {
+            report.check(name).row(what, Res::Skipped("Windows only".into()), Duration::ZERO);
+        }
+        return;
+    }
+    let mut done = Outcomes::default();
+    let s = sep(node);
+    let base = format!("{}{s}named", node.publish_root);
+    let (staged, other) = (format!("{base}{s}staged"), format!("{base}{s}detached"));
+    let (data, link) = (format!("{staged}{s}data"), format!("{base}{s}link"));
+
+    let mut c = report.check(PARTITION_AFTER_ONLINE);
+    let disk = new_disk(&mut c, made).await;
+    let n = disk.unwrap_or(u32::MAX);
+    c.run("SetDiskState offline", async { Ok(p.set_disk_state(n, false).await?) }).await;
+    c.run("GetDiskState says offline", async { expect(disk_online(p, n).await?, false, "GetDiskState") }).await;
+    c.run("SetDiskState online", async { Ok(p.set_disk_state(n, true).await?) }).await;
+    c.run("PartitionDisk right after", async { Ok(p.partition_disk(n).await?) }).await;
+    done.record(&c);
+
+    let mut c = report.check(FORMAT_EMPTY_LABEL);
+    done.gate(&mut c, &[PARTITION_AFTER_ONLINE]);
+    let id = c
+        .run("ListVolumesOnDisk", async {
+            match &p.list_volumes_on_disk(n).await?[..] {
+                [id] => Ok(id.clone()),
+                ids => Err(wrong(format!("expected the one volume of the new partition, got {}", ids.len()))),
+            }
+        })
+        .await
+        .unwrap_or_default();
+    c.run("FormatVolume (MSFT_Volume.Format, FileSystemLabel \"\")", async { Ok(p.format_volume(&id).await?) }).await;
+    c.run("IsVolumeFormatted", async { expect(p.is_volume_formatted(&id).await?, true, "IsVolumeFormatted") }).await;
+    done.record(&c);
+
+    let mut c = report.check(STORAGE_PROVIDER);
+    done.gate(&mut c, &[FORMAT_EMPTY_LABEL]);
+    c.run("PartitionDisk of the partitioned disk (an MSFT_Disk query)", async { Ok(p.partition_disk(n).await?) }).await;
+    c.run("ResizeVolume to the disk's end (MSFT_Partition)", async { Ok(p.resize_volume(&id, 0).await?) }).await;
+    c.run("GetVolumeStats", async {
+        let (total, _) = p.volume_stats(&id).await?;
+        if total > 0 && total <= SIZE as i64 {
+            Ok(())
+        } else {
+            Err(wrong(format!("size {total}, expected up to {} MiB", SIZE / MIB)))
+        }
+    })
+    .await;
+    done.record(&c);
+
+    let mut c = report.check(PLAIN_PATHS);
+    done.gate(&mut c, &[FORMAT_EMPTY_LABEL]);
+    c.run("MountVolume at a staging folder (SetVolumeMountPointW)", async {
+        std::fs::create_dir_all(&staged).map_err(|e| wrong(format!("making the staging folder: {e}")))?;
+        Ok(p.mount_volume(&id, &staged).await?)
+    })
+    .await;
+    c.run("GetVolumeIDFromTargetPath (GetVolumeNameForVolumeMountPointW)", async {
+        expect(p.volume_at(&staged).await?, id.clone(), "the staging folder's volume")
+    })
+    .await;
+    done.record(&c);
+
+    let mut c = report.check(BELOW_STAGED);
+    done.gate(&mut c, &[PLAIN_PATHS]);
+    c.run("Mkdir below the staging folder", async { Ok(p.mkdir(&data).await?) }).await;
+    c.run("PathExists below it", async { expect(p.path_exists(&data).await?, true, "PathExists") }).await;
+    c.run("GetVolumeIDFromTargetPath of the staging folder", async {
+        expect(p.volume_at(&staged).await?, id.clone(), "the staging folder's volume")
+    })
+    .await;
+    done.record(&c);
+
+    let mut c = report.check(LINK_NOT_MOUNT_POINT);
+    done.gate(&mut c, &[BELOW_STAGED]);
+    c.run("CreateSymlink to a folder on the staged volume", async { Ok(p.create_symlink(&data, &link).await?) }).await;
+    c.run("GetVolumeIDFromTargetPath of the link is NotFound", async {
+        match p.volume_at(&link).await {
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(StepErr::from(s)),
+            Ok(v) => Err(wrong(format!("answered volume {v} for a link that is no mount point"))),
+        }
+    })
+    .await;
+    c.run("Rmdir of the link", async { Ok(p.rmdir(&link, true).await?) }).await;
+    c.run("Rmdir below the staging folder", async { Ok(p.rmdir(&data, false).await?) }).await;
+    done.record(&c);
+
+    let mut c = report.check(RMDIR_SHARES);
+    done.gate(&mut c, &[PLAIN_PATHS]);
+    c.run("Rmdir(force) of the mounted staging folder (DeleteVolumeMountPointW)", async {
+        Ok(p.rmdir(&staged, true).await?)
+    })
+    .await;
+    c.run("PathExists after it", async { expect(p.path_exists(&staged).await?, false, "PathExists") }).await;
+    done.record(&c);
+
+    let mut c = report.check(UNKNOWN_MOUNT_POINT);
+    done.gate(&mut c, &[FORMAT_EMPTY_LABEL]);
+    c.run("MountVolume at another staging folder", async {
+        std::fs::create_dir_all(&other).map_err(|e| wrong(format!("making the staging folder: {e}")))?;
+        Ok(p.mount_volume(&id, &other).await?)
+    })
+    .await;
+    let detached =
+        c.run("detach the disk while mounted (DetachVirtualDisk)", async { Ok(made.disks.remove(n)?) }).await;
+    c.run("Rmdir(force) of the folder", async { Ok(p.rmdir(&other, true).await?) }).await;
+    c.run("PathExists after it", async { expect(p.path_exists(&other).await?, false, "PathExists") }).await;
+    if disk.is_some() && detached.is_none() {
+        // Removed whatever failed before (the cleanup removes what is still mounted).
+        c.blocked = None;
+        c.run("remove the scratch disk", async { Ok(made.disks.remove(n)?) }).await;
+    }
+    if disk.is_some() {
+        let mut c = report.check(UNKNOWN_MOUNT_POINT);
+        c.run("Rmdir of the checks' folder", async { Ok(p.rmdir(&base, true).await?) }).await;
+    }
+}
+
+async fn disk_online(p: &mut Proxy, n: u32) -> Result<bool, StepErr> {
+    let r = p.disk.get_disk_state(v1::GetDiskStateRequest { disk_number: n }).await?;
+    Ok(r.into_inner().is_online)
+}
