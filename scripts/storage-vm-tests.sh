@@ -16,7 +16,7 @@
 # Then, each in a VM of its own (they start their own peers through storage-vm-peers and run one
 # test at a time): crates/stack-tests/tests/smb_vm.rs (SMB mappings through the kernel's cifs
 # client against Samba on 127.0.0.1: map, write through the link, reuse, remove, wrong password,
-# seal) and crates/stack-tests/tests/iscsi_vm.rs (the iSCSI group on open-iscsi against tgtd:
+# seal, the password checked after a restart) and crates/stack-tests/tests/iscsi_vm.rs (the iSCSI group on open-iscsi against tgtd:
 # portals, discovery, CHAP and mutual CHAP logins, the target's disk through the disk and volume
 # groups; secrets in no argv, log line or error text).
 set -euo pipefail
@@ -26,6 +26,19 @@ VM=$(readlink -f ../shared/tools/storage-vm)
 start=$(date +%s)
 
 "$VM" setup
+
+# `storage-vm-tests.sh smb`: the SMB tests alone.
+if [ "${1:-}" = smb ]; then
+  smb_vm=$(cargo test -p csi-proxy-stack-tests --test smb_vm --no-run --message-format=json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])')
+  [ -x "$smb_vm" ] || { echo "smb_vm test binary not found: $smb_vm" >&2; exit 1; }
+  "$VM" run -- "$smb_vm" --test-threads=1
+  exit
+fi
 
 echo "== storage VM: build the test binaries"
 # The executables, from cargo's JSON messages: "<target name> <path>" per test binary.

@@ -352,3 +352,54 @@ async fn a_hung_server_holds_up_no_other_share() {
     assert!(cifs_mounts().is_empty(), "{:?}", cifs_mounts());
     s.stop().await;
 }
+
+/// A restart is a new server over the same `-linux-smb-dir` with the share still mounted: the
+/// password the mount was made with is unknown to it, so the caller's is checked with Samba (a
+/// mount of its own, never attached) before anything is linked to the existing mount.
+#[tokio::test]
+async fn after_a_restart_the_password_is_checked_with_the_server() {
+    let Some((data, _)) = shares() else { return };
+    let scratch = Scratch::new("restart");
+    std::fs::create_dir_all(data.join("restart")).unwrap();
+    std::fs::write(data.join("restart/server.txt"), b"from the server").unwrap();
+    let (a, b, c2, d) = (scratch.kubelet("a"), scratch.kubelet("b"), scratch.kubelet("c"), scratch.kubelet("d"));
+    let s = scratch.server(false).await;
+    client(&s).await.new_smb_global_mapping(request("//127.0.0.1/data/restart", &a, PASSWORD)).await.unwrap();
+    s.stop().await;
+    let mounted = mounts_of("//127.0.0.1/data");
+    assert_eq!(mounted.len(), 1, "{:?}", cifs_mounts());
+
+    // Wrong first, then right.
+    let s = scratch.server(false).await;
+    let mut c = client(&s).await;
+    let e = c.new_smb_global_mapping(request("//127.0.0.1/data/restart", &b, WRONG)).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains(r"\\127.0.0.1\data") && !format!("{e:?}").contains(WRONG), "{e:?}");
+    assert!(std::fs::symlink_metadata(&b).is_err(), "the wrong password was linked to the mount");
+    assert_eq!(mounts_of("//127.0.0.1/data"), mounted, "the mount was changed");
+    c.new_smb_global_mapping(request("//127.0.0.1/data/restart", &b, PASSWORD)).await.unwrap();
+    assert_eq!(std::fs::read(Path::new(&b).join("server.txt")).unwrap(), b"from the server");
+    assert_eq!(mounts_of("//127.0.0.1/data"), mounted);
+    s.stop().await;
+
+    // Right first, then wrong.
+    let s = scratch.server(false).await;
+    let mut c = client(&s).await;
+    c.new_smb_global_mapping(request("//127.0.0.1/data/restart", &c2, PASSWORD)).await.unwrap();
+    let e = c.new_smb_global_mapping(request("//127.0.0.1/data/restart", &d, WRONG)).await.unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(!format!("{e:?}").contains(WRONG), "{e:?}");
+    assert!(std::fs::symlink_metadata(&d).is_err(), "the wrong password was linked to the mount");
+    assert_eq!(mounts_of("//127.0.0.1/data"), mounted);
+    // Every link still works through the one mount.
+    for link in [&a, &b, &c2] {
+        assert_eq!(std::fs::read(Path::new(link).join("server.txt")).unwrap(), b"from the server", "{link}");
+    }
+
+    for link in [&a, &b, &c2] {
+        std::fs::remove_file(link).unwrap();
+    }
+    c.remove_smb_global_mapping(remove("//127.0.0.1/data")).await.unwrap();
+    assert!(cifs_mounts().is_empty(), "{:?}", cifs_mounts());
+    s.stop().await;
+}

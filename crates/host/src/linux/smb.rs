@@ -22,8 +22,15 @@
 //!   `/proc/self/mountinfo`) or another password is refused (AlreadyExists), as Windows refuses
 //!   a second connection to a server with other credentials (error 1219). The password is
 //!   compared as a keyed 64-bit digest (SipHash with this process's random keys) held in memory
-//!   only: nothing derived from it is written anywhere. After a restart the first call for an
-//!   already-mounted share sets it (its user must still match).
+//!   only: nothing derived from it is written anywhere. A share mounted before this process
+//!   started (a restart) has no digest here: the caller's credentials are checked with the
+//!   server first ([`Kernel::verify`]: a mount with the same options plus `nosharesock`, so the
+//!   kernel authenticates a session of its own, never attached and closed at once), and only
+//!   then is the digest recorded and the mount linked to. A wrong password is refused as a
+//!   first mount refuses it (PermissionDenied), with nothing linked, mounted or unmounted. This
+//!   rather than a slow salted hash on disk: it holds for mounts made before an upgrade or by
+//!   hand, follows a password changed on the server, and writes nothing derived from a
+//!   password. A guest request (no user name) has no password to check.
 //! - **`require_privacy`** mounts with `seal` (SMB3 encryption); a mount without `seal` is not
 //!   reused when privacy is required (AlreadyExists).
 //! - **A healthy mount is reused; a dead one is replaced**: `statfs` of the mount, on its own
@@ -111,6 +118,10 @@ impl CifsMount {
 pub trait Kernel: Send + Sync {
     /// Mounts the share at the existing empty directory `target`.
     fn mount(&self, request: &MountRequest, target: &Path) -> std::result::Result<(), Errno>;
+    /// Checks the request's credentials against the server without using an existing session
+    /// and without attaching anything: Ok when a mount made with them would authenticate, the
+    /// errno that mount would fail with otherwise.
+    fn verify(&self, request: &MountRequest) -> std::result::Result<(), Errno>;
     /// Unmounts `target`; `lazy` detaches it at once even while it is busy or unreachable.
     fn unmount(&self, target: &Path, lazy: bool) -> std::result::Result<(), Errno>;
     /// Asks the server behind the mount at `target` something (statfs); may block.
@@ -464,16 +475,24 @@ impl Smb {
             )));
         }
         let digest = self.digest(&request.password);
-        match lock(&self.digests).entry(root.to_owned()) {
-            std::collections::hash_map::Entry::Occupied(e) if *e.get() != digest => Err(Error::exists(format!(
+        let known = lock(&self.digests).get(root).copied();
+        match known {
+            Some(d) if d != digest => Err(Error::exists(format!(
                 "{root} is already mounted with another password for user {:?}; a share is mounted with one set of \
                  credentials: remove its other mappings first",
                 request.username
             ))),
-            std::collections::hash_map::Entry::Occupied(_) => Ok(()),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                // Mounted before this process started: the first caller's password is taken.
-                e.insert(digest);
+            Some(_) => Ok(()),
+            None => {
+                // Mounted before this process started, with a password it never saw: the caller's
+                // is checked with the server before anything is linked to the mount. A guest has none.
+                if !request.username.is_empty() {
+                    self.kernel.verify(request).map_err(|errno| {
+                        scrub(mount_error("checking the credentials for", root, errno), &request.password)
+                    })?;
+                    info!(root, "the credentials for the share's existing mount were checked with the server");
+                }
+                lock(&self.digests).insert(root.to_owned(), digest);
                 Ok(())
             }
         }
@@ -530,7 +549,7 @@ impl Smb {
             if made_folder {
                 let _ = std::fs::remove_dir(mount);
             }
-            return Err(scrub(mount_error(root, errno), &request.password));
+            return Err(scrub(mount_error("mounting", root, errno), &request.password));
         }
         lock(&self.digests).insert(root.to_owned(), self.digest(&request.password));
         info!(root, mount = %mount.display(), seal = request.seal, "mounted the SMB share");
@@ -587,17 +606,17 @@ impl Smb {
     }
 }
 
-/// The error of a failed mount, by the kernel's errno; names the share, never the password.
-fn mount_error(root: &str, errno: Errno) -> Error {
+/// The error of a failed mount (or credential check: `doing` says which), by the kernel's errno; names the share, never the password.
+fn mount_error(doing: &str, root: &str, errno: Errno) -> Error {
     match errno {
         Errno::ACCESS | Errno::PERM | Errno::KEYREJECTED | Errno::KEYEXPIRED => Error::denied(format!(
-            "mounting {root} was refused ({errno}): wrong user name or password, or no access to the share"
+            "{doing} {root} was refused ({errno}): wrong user name or password, or no access to the share"
         )),
         Errno::NOENT | Errno::NXIO => {
-            Error::not_found(format!("mounting {root} failed ({errno}): the server has no such share"))
+            Error::not_found(format!("{doing} {root} failed ({errno}): the server has no such share"))
         }
         Errno::ADDRNOTAVAIL => {
-            Error::unavailable(format!("mounting {root} failed: the server's name does not resolve to an address"))
+            Error::unavailable(format!("{doing} {root} failed: the server's name does not resolve to an address"))
         }
         Errno::HOSTDOWN
         | Errno::HOSTUNREACH
@@ -606,14 +625,14 @@ fn mount_error(root: &str, errno: Errno) -> Error {
         | Errno::CONNRESET
         | Errno::CONNABORTED
         | Errno::TIMEDOUT
-        | Errno::AGAIN => Error::unavailable(format!("mounting {root} failed ({errno}): the server can't be reached")),
+        | Errno::AGAIN => Error::unavailable(format!("{doing} {root} failed ({errno}): the server can't be reached")),
         Errno::NODEV => Error::precondition(format!(
-            "mounting {root} failed ({errno}): this kernel has no cifs filesystem (load the cifs module)"
+            "{doing} {root} failed ({errno}): this kernel has no cifs filesystem (load the cifs module)"
         )),
         Errno::OPNOTSUPP | Errno::PROTONOSUPPORT => Error::precondition(format!(
-            "mounting {root} failed ({errno}): the server does not support what was asked (encryption needs SMB3)"
+            "{doing} {root} failed ({errno}): the server does not support what was asked (encryption needs SMB3)"
         )),
-        e => Error::internal(format!("mounting {root} failed: {e}")),
+        e => Error::internal(format!("{doing} {root} failed: {e}")),
     }
 }
 

@@ -119,6 +119,12 @@ pub trait Win32: Send + Sync {
     /// The attributes of `path` itself (a final reparse point is not followed); `None` when
     /// it does not exist.
     fn attributes(&self, path: &str) -> io::Result<Option<u32>>;
+
+    /// Connects to the share `remote` (`\\host\share`) as `username` with `password` in a logon
+    /// session of its own (LogonUserW with LOGON32_LOGON_NEW_CREDENTIALS, impersonated on a
+    /// thread of its own, WNetAddConnection2W, WNetCancelConnection2W): the server checks the
+    /// credentials afresh rather than through a connection the host already has. Nothing stays.
+    fn connect_as(&self, remote: &str, username: &str, password: &crate::types::Secret) -> io::Result<()>;
 }
 
 /// The access a device is opened with for an IOCTL: the least its code requires (the access

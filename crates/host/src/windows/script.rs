@@ -8,7 +8,8 @@
 //! - `filesystem_name <root>`, `free_space <root>`, `flush <device>`
 //! - `set_mount_point <dir> <volume>`, `delete_mount_point <dir>`
 //! - `volume_path_name <path>`, `volume_name_for_mount_point <mp>`, `mount_points_of <volume>`
-//! - `attributes <path>`
+//! - `attributes <path>`, `connect_as <remote> <username>` (answered by `connect_as <remote>`:
+//!   [`Answer::Done`] or [`Answer::Win32Error`])
 //! - [`Nt`]: `open <path> <how>`, `open_at <dir> <name> <how>` (`how`: [`Open::name`]),
 //!   `final_path <handle>`, `attributes_of <handle>`, `system_drive`, `list <handle>`,
 //!   `delete <handle>`, `mount_point_target <handle>`, `file_id <handle>`, `volume_path <handle>`,
@@ -232,6 +233,16 @@ impl Win32 for Script {
     }
     fn attributes(&self, path: &str) -> io::Result<Option<u32>> {
         expect!(self, format!("attributes {path}"), Answer::Attributes(a) => a)
+    }
+    fn connect_as(&self, remote: &str, username: &str, _password: &crate::types::Secret) -> io::Result<()> {
+        // Answered per share, whoever asks; the line names the user, never the password.
+        let (key, line) = (format!("connect_as {remote}"), format!("connect_as {remote} {username}"));
+        match self.answer(key, line.clone()) {
+            Some(Answer::Done) => Ok(()),
+            Some(Answer::Win32Error(code)) => Err(os_error(code)),
+            Some(other) => Err(wrong(&line, other)),
+            None => Err(os_error(super::code::ERROR_INVALID_FUNCTION)),
+        }
     }
 }
 

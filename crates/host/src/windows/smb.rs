@@ -9,6 +9,18 @@
 //! - **A mapping in any state but OK is removed and recreated** (csi-driver-smb#733); upstream
 //!   calls Create over it, which fails. An OK mapping whose root can't be reached (logon failure
 //!   after a password change, #66/#75) is removed and recreated as upstream does.
+//! - **A mapping that is kept is used with its own credentials**: a call with another user or
+//!   password than the mapping was made (or last checked) with by this process is refused
+//!   (AlreadyExists), as Windows refuses a second connection to a server with other credentials
+//!   (error 1219); upstream keeps the mapping and links whatever the password. The credentials
+//!   are compared as a keyed 64-bit digest (SipHash, this process's random keys) held in memory
+//!   only. A mapping made before this process started (a restart) is not taken on the first
+//!   caller's word: Create can't check credentials against an existing mapping (it fails, or
+//!   reuses the server's session), so the caller's are checked with the server in a connection
+//!   of their own ([`Win32::connect_as`]: a logon session of its own, so no existing session
+//!   is reused) before anything is linked; a wrong password is refused as Create refuses it
+//!   (PermissionDenied) and nothing changes. Only then are they recorded. A mapping made
+//!   without a user name is not checked.
 //! - **A failed link undoes a mapping this call created**, so a failed call leaves nothing
 //!   behind. A mapping that was already there and healthy is kept: other links may use it.
 //! - **The link target is `\\?\UNC\host\share\…\`**, the documented verbatim UNC form, where
@@ -37,7 +49,10 @@ use crate::probes::{Probed, Probes};
 use crate::turns::Turns;
 use crate::types::{Secret, SmbMapping};
 use crate::{Error, Result, SmbHost};
-use std::sync::Arc;
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
@@ -180,6 +195,31 @@ pub struct Smb {
     serial: Turns,
     /// Reachability probes of share roots, one running per root at most.
     probes: Probes<String, Reach>,
+    /// Keyed digest of the credentials each mapping was made or checked with, by root.
+    digests: Mutex<HashMap<String, u64>>,
+    keys: RandomState,
+}
+
+/// The guarded state is ours only in memory; a panic elsewhere leaves nothing to repair.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The error of a failed connection to a share (a mapping's Create, a credential check) by its
+/// Win32 code; names the share, never the credential.
+fn connect_error(doing: &str, root: &str, code: i32) -> Error {
+    const DENIED: &[i32] = &[5, 86, 1323, 1326, 1327, 1328, 1329, 1330, 1331, 1385, 1907, 1909];
+    const UNREACHABLE: &[i32] = &[53, 64, 121, 1222, 1231, 1232, 1311];
+    match code {
+        c if DENIED.contains(&c) => Error::denied(format!(
+            "{doing} {root} was refused (Windows error {c}): wrong user name or password, or no access to the share"
+        )),
+        67 => Error::not_found(format!("{doing} {root} failed (Windows error 67): the server has no such share")),
+        c if UNREACHABLE.contains(&c) => {
+            Error::unavailable(format!("{doing} {root} failed (Windows error {c}): the server can't be reached"))
+        }
+        c => Error::internal(format!("{doing} {root} failed: Windows error {c}")),
+    }
 }
 
 /// What the share's root answered.
@@ -194,7 +234,15 @@ enum Reach {
 
 impl Smb {
     pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>, links: Arc<dyn ShareLinks>) -> Self {
-        Smb { win32, wmi, links, serial: Turns::default(), probes: Probes::new("smb-probe", PROBE_TIMEOUT) }
+        Smb {
+            win32,
+            wmi,
+            links,
+            serial: Turns::default(),
+            probes: Probes::new("smb-probe", PROBE_TIMEOUT),
+            digests: Mutex::default(),
+            keys: RandomState::new(),
+        }
     }
 
     /// The same with another limit on the reachability probe.
@@ -222,6 +270,47 @@ impl Smb {
         }
     }
 
+    /// User names compare without case, as Windows compares them; passwords exactly.
+    fn digest(&self, mapping: &SmbMapping) -> u64 {
+        self.keys.hash_one((mapping.username.to_lowercase(), mapping.password.expose()))
+    }
+
+    /// A mapping that is kept is used with the credentials it was made with. Another user or
+    /// password than those this process made or checked it with is refused, as Windows refuses
+    /// a second connection to a server with other credentials (error 1219). One it has not seen
+    /// (made before this process started) is checked with the server first, in a connection of
+    /// its own; only then is the mapping linked to and the credentials taken as its own.
+    fn check_credentials(&self, root: &str, mapping: &SmbMapping) -> Result<()> {
+        let digest = self.digest(mapping);
+        let known = lock(&self.digests).get(root).copied();
+        match known {
+            Some(d) if d != digest => {
+                return Err(Error::exists(format!(
+                    "{root} is already mapped with other credentials than those given for user {:?}; a share is mapped \
+                     with one set of credentials: remove its other mappings first",
+                    mapping.username
+                )))
+            }
+            Some(_) => return Ok(()),
+            None => {}
+        }
+        // Without a user the mapping uses the host's own identity: no credential to check.
+        if !mapping.username.is_empty() {
+            self.win32.connect_as(root, &mapping.username, &mapping.password).map_err(|e| {
+                scrub(
+                    match e.raw_os_error() {
+                        Some(code) => connect_error("checking the credentials for", root, code),
+                        None => Error::internal(format!("checking the credentials for {root} failed: {e}")),
+                    },
+                    &mapping.password,
+                )
+            })?;
+            info!(root, "the credentials for the existing SMB global mapping were checked with the server");
+        }
+        lock(&self.digests).insert(root.to_owned(), digest);
+        Ok(())
+    }
+
     fn find(&self, root: &str) -> Result<Option<Row>> {
         let q = Query::select(Namespace::Smb, CLASS, PROPS).eq("RemotePath", root);
         Ok(self.wmi.query(&q)?.into_iter().next())
@@ -231,6 +320,7 @@ impl Smb {
         let out = self.wmi.call(Namespace::Smb, &row.path, "Remove", &[("Force", Value::Bool(true))])?;
         match out.return_value()? {
             0 => {
+                lock(&self.digests).remove(root);
                 info!(root, "removed the SMB global mapping");
                 Ok(())
             }
@@ -251,12 +341,13 @@ impl Smb {
         })?;
         match out.return_value()? {
             0 => {
+                lock(&self.digests).insert(root.to_owned(), self.digest(mapping));
                 info!(root, require_privacy = mapping.require_privacy, "created the SMB global mapping");
                 Ok(())
             }
-            rv => Err(Error::internal(format!(
-                "creating the SMB global mapping of {root} failed: {CLASS}.Create returned {rv}, expected 0"
-            ))),
+            rv => Err(map_message(connect_error("creating the SMB global mapping of", root, rv as i32), |m| {
+                format!("{m} ({CLASS}.Create returned {rv}, expected 0)")
+            })),
         }
     }
 
@@ -267,6 +358,7 @@ impl Smb {
             if st == status::OK {
                 match self.probe(root) {
                     Reach::Reachable => {
+                        self.check_credentials(root, mapping)?;
                         debug!(root, "the SMB global mapping exists and the share is reachable; kept");
                         return Ok(false);
                     }

@@ -1,5 +1,9 @@
 //! The real [`Kernel`]: the new mount API (`fsopen("cifs")`, one `fsconfig` per option,
 //! `fsmount`, `move_mount`), `umount2`, `statfs` and `/proc/self/mountinfo`.
+//!
+//! [`Kernel::verify`] is the same mount with `nosharesock`, left detached: the kernel opens a
+//! connection and a session of its own for it (without `nosharesock` it would reuse the existing
+//! mount's session and check nothing), authenticates, and the mount goes when its fd is closed.
 
 use super::{CifsMount, Found, Kernel, MountRequest};
 use crate::formats::mountinfo;
@@ -33,6 +37,27 @@ pub(crate) fn options<'a>(request: &'a MountRequest, ip: &'a str) -> Vec<(&'stat
     o
 }
 
+/// The options of a credential check ([`Kernel::verify`]): the mount's, plus `nosharesock`.
+pub(crate) fn verify_options<'a>(request: &'a MountRequest, ip: &'a str) -> Vec<(&'static str, Option<&'a str>)> {
+    let mut o = options(request, ip);
+    o.push(("nosharesock", None));
+    o
+}
+
+/// A cifs filesystem context configured with `options`, created (connected and authenticated:
+/// the one step that talks to the server) and made into a detached mount.
+fn detached(options: &[(&'static str, Option<&str>)]) -> std::result::Result<std::os::fd::OwnedFd, Errno> {
+    let fs = rustix::mount::fsopen("cifs", FsOpenFlags::FSOPEN_CLOEXEC)?;
+    for (key, value) in options {
+        match value {
+            Some(v) => rustix::mount::fsconfig_set_string(&fs, *key, *v)?,
+            None => rustix::mount::fsconfig_set_flag(&fs, *key)?,
+        }
+    }
+    rustix::mount::fsconfig_create(&fs)?;
+    rustix::mount::fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())
+}
+
 /// The server's address: an IP literal as is, else the first address the resolver gives;
 /// EADDRNOTAVAIL when the name does not resolve.
 fn address(host: &str) -> std::result::Result<String, Errno> {
@@ -49,17 +74,15 @@ fn address(host: &str) -> std::result::Result<String, Errno> {
 impl Kernel for RealKernel {
     fn mount(&self, request: &MountRequest, target: &Path) -> std::result::Result<(), Errno> {
         let ip = address(&request.host)?;
-        let fs = rustix::mount::fsopen("cifs", FsOpenFlags::FSOPEN_CLOEXEC)?;
-        for (key, value) in options(request, &ip) {
-            match value {
-                Some(v) => rustix::mount::fsconfig_set_string(&fs, key, v)?,
-                None => rustix::mount::fsconfig_set_flag(&fs, key)?,
-            }
-        }
-        // Connects and authenticates: the one step that talks to the server.
-        rustix::mount::fsconfig_create(&fs)?;
-        let mnt = rustix::mount::fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())?;
+        let mnt = detached(&options(request, &ip))?;
         rustix::mount::move_mount(&mnt, "", rustix::fs::CWD, target, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)
+    }
+
+    fn verify(&self, request: &MountRequest) -> std::result::Result<(), Errno> {
+        let ip = address(&request.host)?;
+        // Never attached anywhere: closing the fd unmounts it, and the kernel drops its own
+        // connection and session with it.
+        detached(&verify_options(request, &ip)).map(drop)
     }
 
     fn unmount(&self, target: &Path, lazy: bool) -> std::result::Result<(), Errno> {

@@ -1,4 +1,4 @@
-use super::kernel::{found, options};
+use super::kernel::{found, options, verify_options};
 use super::*;
 use crate::paths::Roots;
 use crate::windows::smb::tests::traced;
@@ -16,6 +16,8 @@ struct Fake {
     log: Mutex<Vec<String>>,
     /// Errors of the next mounts, in order.
     mount_errors: Mutex<VecDeque<Errno>>,
+    /// Errors of the next credential checks, in order.
+    verify_errors: Mutex<VecDeque<Errno>>,
     /// What the next probes answer; `None` hangs until `release` is set.
     probe: Mutex<Option<std::result::Result<(), Errno>>>,
     release: Mutex<bool>,
@@ -77,6 +79,16 @@ impl Kernel for Fake {
             .lock()
             .unwrap()
             .insert(target.to_owned(), CifsMount { source: request.source.clone(), options: opts });
+        Ok(())
+    }
+    fn verify(&self, request: &MountRequest) -> std::result::Result<(), Errno> {
+        self.log.lock().unwrap().push(format!("verify {}", request.source));
+        if let Some(e) = self.verify_errors.lock().unwrap().pop_front() {
+            return Err(e);
+        }
+        if !request.username.is_empty() && request.password.expose() != PASSWORD {
+            return Err(Errno::ACCESS);
+        }
         Ok(())
     }
     fn unmount(&self, target: &Path, lazy: bool) -> std::result::Result<(), Errno> {
@@ -318,18 +330,88 @@ fn other_credentials_are_refused() {
     assert!(std::fs::symlink_metadata(s.local("b")).is_ok());
 }
 
+/// A restart is a new backend over the same SMB directory, the share still mounted: the
+/// password the mount was made with is unknown to it.
+fn restarted(s: &Scratch, k: &Arc<Fake>) -> Smb {
+    s.smb(k.clone()).new_global_mapping(&mapping(r"\\srv\share", &s.local("a"))).unwrap();
+    k.log.lock().unwrap().clear();
+    s.smb(k.clone())
+}
+
 #[test]
-fn after_a_restart_the_first_password_is_taken() {
+fn after_a_restart_a_wrong_password_is_refused_and_the_right_one_then_taken() {
     let s = Scratch::new();
     let k = Fake::new();
-    s.smb(k.clone()).new_global_mapping(&mapping(r"\\srv\share", &s.local("a"))).unwrap();
-    let restarted = s.smb(k.clone());
-    restarted.new_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap();
-    let other_pw = SmbMapping { password: Secret::new("Other-Pw-99"), ..mapping(r"\\srv\share\y", &s.local("c")) };
-    assert!(matches!(restarted.new_global_mapping(&other_pw), Err(Error::AlreadyExists(_))));
+    let smb = restarted(&s, &k);
+    let mount = mount_dir(&s, r"\\srv\share");
+    let records = std::fs::read_to_string(Smb::records(&mount)).unwrap();
+    let wrong = SmbMapping { password: Secret::new("Wrong,Secret=42"), ..mapping(r"\\srv\share\x", &s.local("b")) };
+    let (r, logs) = traced(|| smb.new_global_mapping(&wrong));
+    let e = r.unwrap_err();
+    // As the first mount answers a wrong password: PermissionDenied, the password nowhere.
+    assert!(matches!(e, Error::PermissionDenied(_)) && e.to_string().contains(r"\\srv\share"), "{e:?}");
+    for text in logs.iter().chain([&e.to_string(), &format!("{e:?}")]) {
+        assert!(!text.contains("Wrong,Secret"), "{text}");
+    }
+    // Checked with the server; nothing linked, mounted or unmounted, the records as they were.
+    assert_eq!(k.log(), ["verify //srv/share"]);
+    assert!(std::fs::symlink_metadata(s.local("b")).is_err());
+    assert!(k.mounts.lock().unwrap().contains_key(&mount));
+    assert_eq!(std::fs::read_to_string(Smb::records(&mount)).unwrap(), records);
+    // The right one is checked too, then taken for the existing mount.
+    smb.new_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap();
+    assert_eq!(std::fs::read_link(s.local("b")).unwrap(), mount.join("x"));
+    assert_eq!(k.log(), ["verify //srv/share", "verify //srv/share", &format!("probe {}", mount.display())]);
+}
+
+#[test]
+fn after_a_restart_the_right_password_is_checked_and_a_wrong_one_then_refused() {
+    let s = Scratch::new();
+    let k = Fake::new();
+    let smb = restarted(&s, &k);
+    let mount = mount_dir(&s, r"\\srv\share");
+    smb.new_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap();
+    assert_eq!(k.count("verify "), 1, "the password the mount is now linked with was checked: {:?}", k.log());
+    let wrong = SmbMapping { password: Secret::new("Wrong,Secret=42"), ..mapping(r"\\srv\share\y", &s.local("c")) };
+    let e = smb.new_global_mapping(&wrong).unwrap_err();
+    assert!(matches!(e, Error::AlreadyExists(_)) && e.to_string().contains("another password"), "{e:?}");
+    assert!(std::fs::symlink_metadata(s.local("c")).is_err());
+    // Once checked, the password is known: no more checks, no mount or unmount.
+    smb.new_global_mapping(&mapping(r"\\srv\share\y", &s.local("c"))).unwrap();
+    assert_eq!(k.count("verify "), 1, "{:?}", k.log());
+    assert_eq!((k.count("mount "), k.count("unmount")), (0, 0), "{:?}", k.log());
     // The records survived the restart too: the mount stays for the links.
-    restarted.remove_global_mapping(r"\\srv\share").unwrap();
+    smb.remove_global_mapping(r"\\srv\share").unwrap();
     assert_eq!(k.count("unmount"), 0);
+    assert!(k.mounts.lock().unwrap().contains_key(&mount));
+}
+
+#[test]
+fn after_a_restart_a_failed_check_changes_nothing_and_says_why() {
+    let s = Scratch::new();
+    let k = Fake::new();
+    let smb = restarted(&s, &k);
+    for (errno, ok) in [
+        (Errno::HOSTDOWN, (|e| matches!(e, Error::Unavailable(_))) as Kind),
+        (Errno::KEYREJECTED, |e| matches!(e, Error::PermissionDenied(_))),
+        (Errno::IO, |e| matches!(e, Error::Internal(_))),
+    ] {
+        k.verify_errors.lock().unwrap().push_back(errno);
+        let e = smb.new_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap_err();
+        assert!(ok(&e) && e.to_string().contains("checking the credentials"), "{errno}: {e:?}");
+        assert!(std::fs::symlink_metadata(s.local("b")).is_err());
+    }
+    assert_eq!(k.count("verify "), 3);
+    assert_eq!((k.count("mount "), k.count("unmount"), k.count("probe")), (0, 0, 0), "{:?}", k.log());
+    // A guest mount has no password to check.
+    let guest = |remote: &str, local: &str| SmbMapping {
+        username: String::new(),
+        password: Secret::new(""),
+        ..mapping(remote, local)
+    };
+    s.smb(k.clone()).new_global_mapping(&guest(r"\\srv\public", "")).unwrap();
+    s.smb(k.clone()).new_global_mapping(&guest(r"\\srv\public", &s.local("g"))).unwrap();
+    assert_eq!(k.count("verify "), 3);
 }
 
 #[test]
@@ -473,6 +555,7 @@ fn the_password_is_one_option_of_its_own() {
             ("seal", None),
         ]
     );
+    assert_eq!(verify_options(&request, "10.0.0.5"), [o, vec![("nosharesock", None)]].concat());
     let guest = MountRequest { username: String::new(), seal: false, ..request };
     let guest = options(&guest, "10.0.0.5");
     assert!(guest.iter().all(|(k, _)| *k != "password") && guest.contains(&("guest", None)), "{guest:?}");

@@ -3,6 +3,7 @@
 //! carry the Win32 code, which the logic in `crate::windows` matches on.
 
 use super::nt::Handle;
+use crate::types::Secret;
 use crate::windows::{Access, Win32};
 use std::io;
 use std::ptr::{null, null_mut};
@@ -13,9 +14,15 @@ use windows_sys::Win32::Devices::DeviceAndDriverInstallation::{
     CR_NO_SUCH_DEVICE_INTERFACE, CR_OUT_OF_MEMORY, CR_SUCCESS,
 };
 use windows_sys::Win32::Foundation::{
-    SetLastError, ERROR_FILE_NOT_FOUND, ERROR_INSUFFICIENT_BUFFER, ERROR_INVALID_NAME, ERROR_INVALID_PARAMETER,
-    ERROR_MORE_DATA, ERROR_NO_MORE_FILES, ERROR_PATH_NOT_FOUND, GENERIC_READ, GENERIC_WRITE, HANDLE,
-    INVALID_HANDLE_VALUE, MAX_PATH,
+    CloseHandle, SetLastError, ERROR_FILE_NOT_FOUND, ERROR_INSUFFICIENT_BUFFER, ERROR_INVALID_NAME,
+    ERROR_INVALID_PARAMETER, ERROR_MORE_DATA, ERROR_NO_MORE_FILES, ERROR_PATH_NOT_FOUND, GENERIC_READ, GENERIC_WRITE,
+    HANDLE, INVALID_HANDLE_VALUE, MAX_PATH, NO_ERROR,
+};
+use windows_sys::Win32::NetworkManagement::WNet::{
+    WNetAddConnection2W, WNetCancelConnection2W, CONNECT_TEMPORARY, NETRESOURCEW, RESOURCETYPE_DISK,
+};
+use windows_sys::Win32::Security::{
+    ImpersonateLoggedOnUser, LogonUserW, RevertToSelf, LOGON32_LOGON_NEW_CREDENTIALS, LOGON32_PROVIDER_WINNT50,
 };
 use windows_sys::Win32::Storage::FileSystem::{
     DeleteVolumeMountPointW, FindFirstVolumeW, FindNextVolumeW, FindVolumeClose, FlushFileBuffers, GetDiskFreeSpaceExW,
@@ -246,6 +253,79 @@ impl Win32 for RealWin32 {
             Err(e) if is(&e, ERROR_FILE_NOT_FOUND) || is(&e, ERROR_PATH_NOT_FOUND) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    fn connect_as(&self, remote: &str, username: &str, password: &Secret) -> io::Result<()> {
+        let (domain, user) = username.split_once('\\').unwrap_or(("", username));
+        let (remote, whole, user, domain) = (wide_z(remote)?, wide_z(username)?, wide_z(user)?, wide_z(domain)?);
+        let secret = Wiped(wide_z(password.expose())?);
+        // A thread of its own: the impersonation ends with it whatever happens.
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let mut token: HANDLE = null_mut();
+                    call_bool("LogonUserW", || {
+                        // SAFETY: NUL-terminated strings that outlive the call; `token` is written once.
+                        unsafe {
+                            LogonUserW(
+                                user.as_ptr(),
+                                if domain.len() > 1 { domain.as_ptr() } else { null() },
+                                secret.0.as_ptr(),
+                                LOGON32_LOGON_NEW_CREDENTIALS,
+                                LOGON32_PROVIDER_WINNT50,
+                                &mut token,
+                            )
+                        }
+                    })?;
+                    let token = Token(token);
+                    // SAFETY: `token` is an open primary token of this process.
+                    call_bool("ImpersonateLoggedOnUser", || unsafe { ImpersonateLoggedOnUser(token.0) })?;
+                    let resource = NETRESOURCEW {
+                        dwType: RESOURCETYPE_DISK,
+                        lpRemoteName: remote.as_ptr().cast_mut(),
+                        ..Default::default()
+                    };
+                    // SAFETY: `resource` points at NUL-terminated strings that outlive the call,
+                    // which only reads them.
+                    let code =
+                        unsafe { WNetAddConnection2W(&resource, secret.0.as_ptr(), whole.as_ptr(), CONNECT_TEMPORARY) };
+                    if code == NO_ERROR {
+                        // SAFETY: NUL-terminated; cancels the connection just made, in this session.
+                        unsafe { WNetCancelConnection2W(remote.as_ptr(), 0, 1) };
+                    }
+                    // SAFETY: ends this thread's impersonation; the thread ends right after anyway.
+                    unsafe { RevertToSelf() };
+                    if code == NO_ERROR {
+                        Ok(())
+                    } else {
+                        Err(os_error(code))
+                    }
+                })
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the credential check's thread panicked")))
+        })
+    }
+}
+
+/// UTF-16 of a password, overwritten when dropped.
+struct Wiped(Vec<u16>);
+
+impl Drop for Wiped {
+    fn drop(&mut self) {
+        for u in self.0.iter_mut() {
+            // SAFETY: a valid, aligned element of the vector; volatile so the wipe is not elided.
+            unsafe { std::ptr::write_volatile(u, 0) };
+        }
+    }
+}
+
+/// A logon token, closed on drop.
+struct Token(HANDLE);
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        // SAFETY: we own the token returned by LogonUserW and close it once.
+        unsafe { CloseHandle(self.0) };
     }
 }
 

@@ -269,10 +269,11 @@ fn a_healthy_mapping_is_kept() {
     let f = fixture(Links::default());
     f.script
         .on_query(&find(SRV), vec![mapping_row(0)])
-        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)));
+        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)))
+        .on(format!(r"connect_as {SRV}"), Answer::Done);
     f.smb.new_global_mapping(&request(r"\\srv\share\a", LOCAL, "u")).unwrap();
     f.script.assert_all_scripted();
-    assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\")]);
+    assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\"), format!(r"connect_as {SRV} u")]);
     assert_eq!(f.links.log()[1], format!(r"link {LOCAL} \\?\UNC\srv\share\a\"));
 }
 
@@ -294,6 +295,101 @@ fn an_ok_but_unreachable_mapping_is_recreated() {
             [find_line(SRV), format!(r"attributes {SRV}\"), remove_line(), create_line(SRV, true, true)]
         );
     }
+}
+
+/// A mapping made before this process started (a restart) whose share answers: its credentials
+/// are unknown here. The script answers the connection the backend makes to check them.
+fn restarted(checks: Vec<Answer>) -> Fixture {
+    let f = fixture(Links::default());
+    f.script
+        .on_query(&find(SRV), vec![mapping_row(status::OK)])
+        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)));
+    for answer in checks {
+        f.script.on(format!(r"connect_as {SRV}"), answer);
+    }
+    f
+}
+
+const ERROR_LOGON_FAILURE: i32 = 1326;
+
+#[test]
+fn after_a_restart_a_wrong_password_is_refused_and_the_right_one_then_taken() {
+    let f = restarted(vec![Answer::Win32Error(ERROR_LOGON_FAILURE), Answer::Done]);
+    let wrong = SmbMapping { password: Secret::new("Wrong-Secret-42"), ..request(SRV, LOCAL, r"CORP\svc") };
+    let (r, lines) = traced(|| f.smb.new_global_mapping(&wrong));
+    let err = r.unwrap_err();
+    // As Create answers a wrong password: PermissionDenied, the password nowhere.
+    assert!(matches!(&err, Error::PermissionDenied(m) if m.contains(SRV) && m.contains("1326")), "{err:?}");
+    for text in lines.iter().chain([&err.to_string(), &format!("{err:?}")]) {
+        assert!(!text.contains("Wrong-Secret"), "{text}");
+    }
+    // Checked with the server; the mapping neither removed nor created, nothing linked.
+    let check = format!(r"connect_as {SRV} CORP\svc");
+    assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\"), check.clone()]);
+    assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\srv\share\")]);
+    // The right one is checked too, then linked.
+    f.smb.new_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap();
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.calls("connect_as").len(), 2);
+    assert!(f.script.calls("call ").is_empty(), "{:?}", f.script.log());
+    assert_eq!(f.links.log().last().unwrap(), &format!(r"link {LOCAL} \\?\UNC\srv\share\"));
+}
+
+#[test]
+fn after_a_restart_the_right_password_is_checked_and_a_wrong_one_then_refused() {
+    let f = restarted(vec![Answer::Done]);
+    f.smb.new_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap();
+    assert_eq!(f.script.calls("connect_as"), [format!(r"connect_as {SRV} CORP\svc")]);
+    let other = r"C:\var\lib\kubelet\pods\q\volumes\v";
+    for wrong in [
+        SmbMapping { password: Secret::new("Wrong-Secret-42"), ..request(SRV, other, r"CORP\svc") },
+        request(SRV, other, r"CORP\bob"),
+    ] {
+        let err = f.smb.new_global_mapping(&wrong).unwrap_err();
+        assert!(matches!(&err, Error::AlreadyExists(m) if m.contains("other credentials")), "{err:?}");
+        assert!(!err.to_string().contains("Wrong-Secret"), "{err}");
+    }
+    // Known now: not checked again; user names compare without case.
+    f.smb.new_global_mapping(&request(SRV, other, r"corp\SVC")).unwrap();
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.calls("connect_as").len(), 1, "{:?}", f.script.log());
+    assert!(f.script.calls("call ").is_empty(), "{:?}", f.script.log());
+    assert_eq!(f.links.log().iter().filter(|l| l.starts_with("link ")).count(), 2);
+}
+
+#[test]
+fn a_mapping_made_here_is_not_checked_again_and_keeps_its_credentials() {
+    let f = fixture(Links::default());
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_query(&find(SRV), vec![mapping_row(status::OK)])
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
+        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)));
+    f.smb.new_global_mapping(&request(SRV, "", r"CORP\svc")).unwrap();
+    f.smb.new_global_mapping(&request(SRV, "", r"CORP\svc")).unwrap();
+    let wrong = SmbMapping { password: Secret::new("Wrong-Secret-42"), ..request(SRV, "", r"CORP\svc") };
+    assert!(matches!(f.smb.new_global_mapping(&wrong), Err(Error::AlreadyExists(_))));
+    f.script.assert_all_scripted();
+    assert!(f.script.calls("connect_as").is_empty(), "{:?}", f.script.log());
+}
+
+#[test]
+fn after_a_restart_a_failed_check_says_why_and_a_mapping_without_user_is_not_checked() {
+    for (code, ok) in [
+        (53, (|e| matches!(e, Error::Unavailable(_))) as fn(&Error) -> bool),
+        (67, |e| matches!(e, Error::NotFound(_))),
+        (1331, |e| matches!(e, Error::PermissionDenied(_))),
+        (31, |e| matches!(e, Error::Internal(_))),
+    ] {
+        let f = restarted(vec![Answer::Win32Error(code)]);
+        let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
+        assert!(ok(&err) && err.to_string().contains("checking the credentials"), "{code}: {err:?}");
+        assert!(f.script.calls("call ").is_empty() && f.links.log().len() == 1, "{:?}", f.script.log());
+    }
+    let f = restarted(vec![]);
+    f.smb.new_global_mapping(&request(SRV, LOCAL, "")).unwrap();
+    f.script.assert_all_scripted();
+    assert!(f.script.calls("connect_as").is_empty());
 }
 
 #[test]
@@ -371,11 +467,12 @@ fn a_failed_link_keeps_a_mapping_that_was_there() {
     let f = fixture(Links { link_err: Some(Error::AlreadyExists), ..Links::default() });
     f.script
         .on_query(&find(SRV), vec![mapping_row(0)])
-        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)));
+        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)))
+        .on(format!(r"connect_as {SRV}"), Answer::Done);
     let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
     f.script.assert_all_scripted();
-    assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\")]);
+    assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\"), format!(r"connect_as {SRV} u")]);
 }
 
 #[test]

@@ -656,6 +656,9 @@ impl Win32 for Racing {
     fn attributes(&self, path: &str) -> std::io::Result<Option<u32>> {
         RealWin32.attributes(path)
     }
+    fn connect_as(&self, remote: &str, username: &str, password: &crate::types::Secret) -> std::io::Result<()> {
+        RealWin32.connect_as(remote, username, password)
+    }
 }
 
 /// MountVolume on the real containment: SetVolumeMountPointW gets the held target's canonical
