@@ -18,7 +18,7 @@ mod unix {
 
     /// Answers anything with an empty HTTP response (the health service is what the test calls).
     fn nothing() -> impl tower::Service<
-        http::Request<hyper::body::Incoming>,
+        http::Request<csi_proxy_transport::CallBody>,
         Response = http::Response<String>,
         Error = std::convert::Infallible,
         Future: Send,

@@ -133,6 +133,21 @@ impl CallObserver for MetricsObserver {
     }
 }
 
+/// Adapts the Prometheus metrics to the transport's admission reports.
+struct ConnectionMetrics(Metrics);
+
+impl csi_proxy_transport::ConnectionObserver for ConnectionMetrics {
+    fn refused(&self, endpoint: &str, reason: &'static str) {
+        self.0.connection_refused(endpoint, reason)
+    }
+    fn evicted(&self, endpoint: &str, reason: &'static str) {
+        self.0.connection_evicted(endpoint, reason)
+    }
+    fn cancelled(&self, endpoint: &str, reason: &'static str) {
+        self.0.call_cancelled(endpoint, reason)
+    }
+}
+
 async fn serve(
     opts: Options,
     ready: impl FnOnce(),
@@ -190,6 +205,7 @@ async fn serve(
             tracing::info!(address = %server.local_addr(), "metrics on /metrics");
             metrics_task = Some(tokio::spawn(server.serve(stopped())));
             readiness = Some(metrics.clone());
+            csi_proxy_transport::set_connection_observer(Arc::new(ConnectionMetrics(metrics.clone())));
             Context::with_observer(hosts, config, Arc::new(MetricsObserver(metrics)))
         }
         None => Context::new(hosts, config),

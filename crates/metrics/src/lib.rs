@@ -23,7 +23,9 @@
 //! `/metrics` and the probes are served by hyper's HTTP/1.1 server, one request per connection.
 //!
 //! Our own: `csi_proxy_build_info` (version, commit, dirty), once the daemon calls
-//! [`Metrics::set_build_info`].
+//! [`Metrics::set_build_info`]; `csi_proxy_connections_refused_total`,
+//! `csi_proxy_connections_evicted_total` and `csi_proxy_calls_cancelled_total` (labels `endpoint`,
+//! `reason`), counted by the transport's fair admission.
 
 mod build_info;
 #[cfg(windows)]
@@ -92,6 +94,8 @@ pub enum MetricsError {
 const GRPC_LABELS: [&str; 3] = ["grpc_type", "grpc_service", "grpc_method"];
 const HANDLED_LABELS: [&str; 4] = ["grpc_type", "grpc_service", "grpc_method", "grpc_code"];
 const UNARY: &str = "unary";
+/// Labels of the transport's counters: the pipe's or socket's name, and a fixed reason word.
+const CONNECTION_LABELS: [&str; 2] = ["endpoint", "reason"];
 
 struct Inner {
     registry: Registry,
@@ -100,6 +104,9 @@ struct Inner {
     msg_received: IntCounterVec,
     msg_sent: IntCounterVec,
     handling_seconds: HistogramVec,
+    connections_refused: IntCounterVec,
+    connections_evicted: IntCounterVec,
+    calls_cancelled: IntCounterVec,
     /// Whether every API endpoint is bound and served (what `/readyz` answers).
     ready: std::sync::atomic::AtomicBool,
 }
@@ -148,6 +155,22 @@ impl Metrics {
             &GRPC_LABELS,
         )?;
         registry.register(Box::new(handling_seconds.clone()))?;
+        let connections_refused = counter(
+            "csi_proxy_connections_refused_total",
+            "Connections closed at accept: no slot free and none to take (reason: caller_share, endpoint_full, \
+             total_full).",
+            &CONNECTION_LABELS,
+        )?;
+        let connections_evicted = counter(
+            "csi_proxy_connections_evicted_total",
+            "Connections closed to make room for a new one (reason: no_handshake, idle).",
+            &CONNECTION_LABELS,
+        )?;
+        let calls_cancelled = counter(
+            "csi_proxy_calls_cancelled_total",
+            "Calls the transport ended itself (reason: request_timeout, too_many_calls).",
+            &CONNECTION_LABELS,
+        )?;
         register_process_metrics(&registry)?;
 
         Ok(Metrics {
@@ -158,6 +181,9 @@ impl Metrics {
                 msg_received,
                 msg_sent,
                 handling_seconds,
+                connections_refused,
+                connections_evicted,
+                calls_cancelled,
                 ready: std::sync::atomic::AtomicBool::new(false),
             }),
         })
@@ -186,6 +212,21 @@ impl Metrics {
             self.inner.msg_sent.with_label_values(&labels).inc();
         }
         self.inner.handling_seconds.with_label_values(&labels).observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a connection refused at accept on `endpoint` (the pipe's or socket's name).
+    pub fn connection_refused(&self, endpoint: &str, reason: &str) {
+        self.inner.connections_refused.with_label_values(&[endpoint, reason]).inc();
+    }
+
+    /// Counts a connection on `endpoint` closed to make room for a new one.
+    pub fn connection_evicted(&self, endpoint: &str, reason: &str) {
+        self.inner.connections_evicted.with_label_values(&[endpoint, reason]).inc();
+    }
+
+    /// Counts a call on `endpoint` the transport ended itself.
+    pub fn call_cancelled(&self, endpoint: &str, reason: &str) {
+        self.inner.calls_cancelled.with_label_values(&[endpoint, reason]).inc();
     }
 
     /// Every metric in the Prometheus text exposition format (version 0.0.4).

@@ -166,6 +166,8 @@ pub struct Watched<IO> {
     /// Until the handshake is done: its deadline; then the deadline of the frame arriving.
     read_deadline: Option<Pin<Box<Sleep>>>,
     handshake_done: bool,
+    /// Told when the handshake is done (the admission table evicts those that never finish it).
+    handshake_flag: Option<Arc<std::sync::atomic::AtomicBool>>,
     write_deadline: Option<Pin<Box<Sleep>>>,
 }
 
@@ -181,8 +183,15 @@ impl<IO> Watched<IO> {
             frames: Frames::new(),
             read_deadline: Some(Box::pin(tokio::time::sleep(effective(watch.handshake)))),
             handshake_done: false,
+            handshake_flag: None,
             write_deadline: None,
         }
+    }
+
+    /// Sets `flag` once the handshake is done.
+    pub(crate) fn with_handshake_flag(mut self, flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.handshake_flag = Some(flag);
+        self
     }
 
     /// Polls `deadline` (set to `after` from now if unset); true once it has passed.
@@ -214,6 +223,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
                 if !this.handshake_done && this.frames.complete > 0 {
                     this.handshake_done = true;
                     this.read_deadline = None;
+                    if let Some(flag) = &this.handshake_flag {
+                        flag.store(true, Ordering::Release);
+                    }
                 }
                 if this.handshake_done && !this.frames.mid_frame() {
                     this.read_deadline = None;

@@ -7,8 +7,8 @@
 //! begins. Upstream registers no health service: this adds the path
 //! `/grpc.health.v1.Health/{Check,Watch}` and changes nothing else on the endpoint.
 
+use crate::body::CallBody;
 use bytes::Bytes;
-use hyper::body::Incoming;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -74,9 +74,9 @@ pub(crate) struct WithHealth<S> {
 
 type Answer = Result<http::Response<tonic::body::Body>, Infallible>;
 
-impl<S, B> Service<http::Request<Incoming>> for WithHealth<S>
+impl<S, B> Service<http::Request<CallBody>> for WithHealth<S>
 where
-    S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S: Service<http::Request<CallBody>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -90,7 +90,7 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: http::Request<Incoming>) -> Self::Future {
+    fn call(&mut self, req: http::Request<CallBody>) -> Self::Future {
         let path = req.uri().path();
         if path.starts_with(PATH_PREFIX) {
             Box::pin(self.health.clone().oneshot(req))

@@ -20,7 +20,8 @@ use windows_sys::Win32::Security::Authorization::{
 use windows_sys::Win32::Security::{PSECURITY_DESCRIPTOR, SECURITY_ATTRIBUTES};
 use windows_sys::Win32::System::Pipes::WaitNamedPipeW;
 
-/// The pipes' security descriptor when none is configured: the same DACL upstream's pipes get.
+/// The pipes' security descriptor when none is configured: the DACL upstream's pipes get, less
+/// its read-only ACEs for Everyone and Anonymous.
 ///
 /// go-winio, given no descriptor, builds one whose DACL comes from `ntdll!RtlDefaultNpAcl` (the DACL
 /// `CreateNamedPipeW` itself uses for a NULL `SECURITY_ATTRIBUTES`). That function adds, in this
@@ -43,9 +44,14 @@ use windows_sys::Win32::System::Pipes::WaitNamedPipeW;
 /// wrong: it is only substituted when ACEs are inherited, so in an explicit DACL it matches nobody.
 ///
 /// `P` (protected) changes nothing for pipes — the named-pipe file system has no inheritance — and
-/// states that this DACL is the whole story. Net effect as upstream: only SYSTEM, administrators and
-/// the owner may open the pipe for read/write, which a gRPC client needs.
-pub const DEFAULT_SDDL: &str = "D:P(A;;GA;;;SY)(A;;GA;;;BA)(A;;GA;;;OW)(A;;GR;;;WD)(A;;GR;;;AN)";
+/// states that this DACL is the whole story. Only SYSTEM, administrators and the owner may open the
+/// pipe for read/write, which a gRPC client needs, as upstream.
+///
+/// Everyone and Anonymous are left out (upstream's `GR;;;WD` and `GR;;;AN`): read-only access
+/// gives a gRPC client nothing (it must write its request), but it opens a connection, so any
+/// local user could hold an endpoint's connection slots. The drivers run as SYSTEM or
+/// Administrators (HostProcess containers, or via the kubelet), which keep full access.
+pub const DEFAULT_SDDL: &str = "D:P(A;;GA;;;SY)(A;;GA;;;BA)(A;;GA;;;OW)";
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipeError {

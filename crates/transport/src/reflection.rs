@@ -7,7 +7,7 @@
 //! adds the paths `/grpc.reflection.v1.ServerReflection/` and
 //! `/grpc.reflection.v1alpha.ServerReflection/` and changes nothing else on the endpoint.
 
-use hyper::body::Incoming;
+use crate::body::CallBody;
 use prost::Message;
 use std::convert::Infallible;
 use tonic_reflection::server::Builder;
@@ -21,7 +21,7 @@ pub const PATH_PREFIXES: [&str; 2] =
 const MAX_REQUEST_BYTES: usize = 4096;
 
 pub(crate) type Reflection =
-    BoxCloneSyncService<http::Request<Incoming>, http::Response<tonic::body::Body>, Infallible>;
+    BoxCloneSyncService<http::Request<CallBody>, http::Response<tonic::body::Body>, Infallible>;
 
 /// The endpoint's own .proto file (of its API's version and group), encoded as a descriptor set.
 fn api_file(api: &csi_proxy_wire::Api) -> Vec<u8> {

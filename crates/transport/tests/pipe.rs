@@ -5,7 +5,7 @@
 #![cfg(windows)]
 
 use csi_proxy_transport::pipe::{self, PipeError, DEFAULT_SDDL};
-use csi_proxy_transport::{serve, ConnPolicy, Listener};
+use csi_proxy_transport::{serve, ConnPolicy, Listener, ServeOptions};
 use std::convert::Infallible;
 use std::ffi::c_void;
 use std::io;
@@ -224,7 +224,9 @@ async fn default_sddl_is_applied() {
     // trustees and their order are compared.
     let trustees: Vec<&str> =
         dacl.split('(').skip(1).map(|ace| ace.trim_end_matches(')').rsplit(';').next().unwrap()).collect();
-    assert_eq!(trustees, ["SY", "BA", "OW", "WD", "AN"], "{dacl}");
+    // Not Everyone or Anonymous (upstream's read-only ACEs): they let any local user hold
+    // connection slots (issue 28).
+    assert_eq!(trustees, ["SY", "BA", "OW"], "{dacl}");
 }
 
 /// One HTTP/2 GET over a fresh connection to `path`; the response body. The connection is closed
@@ -248,14 +250,14 @@ async fn h2_get(path: &str, uri_path: &str) -> String {
 }
 
 fn hello_service() -> impl tower::Service<
-    http::Request<hyper::body::Incoming>,
+    http::Request<csi_proxy_transport::CallBody>,
     Response = http::Response<String>,
     Error = Infallible,
     Future = impl Send,
 > + Clone
        + Send
        + 'static {
-    tower::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+    tower::service_fn(|req: http::Request<csi_proxy_transport::CallBody>| async move {
         Ok::<_, Infallible>(http::Response::new(format!("hello {}", req.uri().path())))
     })
 }
@@ -359,4 +361,85 @@ async fn the_caller_of_a_pipe_is_the_client_process() {
     let user = caller.user.clone().unwrap_or_default();
     assert!(user.starts_with("S-1-"), "{caller:?}");
     assert_eq!((caller.uid, caller.gid), (None, None));
+}
+
+/// Reads the whole request body, then answers `hello <path>`: a call whose body never comes
+/// waits here, as the gRPC services do.
+fn reading_service() -> impl tower::Service<
+    http::Request<csi_proxy_transport::CallBody>,
+    Response = http::Response<String>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(|req: http::Request<csi_proxy_transport::CallBody>| async move {
+        let path = req.uri().path().to_string();
+        let mut body = std::pin::pin!(req.into_body());
+        while let Some(Ok(_)) = std::future::poll_fn(|cx| http_body::Body::poll_frame(body.as_mut(), cx)).await {}
+        Ok::<_, Infallible>(http::Response::new(format!("hello {path}")))
+    })
+}
+
+/// `serve` on a fresh pipe with a 2 s progress timeout and the default connection limits.
+fn serve_fair(tag: &str) -> (String, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    let path = pipe_name(tag);
+    let listener = pipe::bind(&path, None).unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let options = ServeOptions { progress_timeout: Duration::from_secs(2), ..ServeOptions::default() };
+    let server = tokio::spawn(serve(listener, reading_service(), options, async {
+        let _ = stop_rx.await;
+    }));
+    (path, stop_tx, server)
+}
+
+/// 3,000 pipe connections that never send a byte, held by one client (256 slots): another
+/// client's call still succeeds within a second. Before issue 28 the slots were full and every
+/// new connection was closed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_idle_pipe_connections_do_not_lock_out_another_client() {
+    let (path, stop_tx, server) = serve_fair("idle3000");
+    let mut held = Vec::with_capacity(3000);
+    for _ in 0..3000 {
+        held.push(dial(&path).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let start = Instant::now();
+    assert_eq!(tokio::time::timeout(Duration::from_secs(5), h2_get(&path, "/x")).await.expect("answer"), "hello /x");
+    let took = start.elapsed();
+    eprintln!("call with 3,000 idle pipe connections held: {took:?}");
+    assert!(took <= Duration::from_secs(1), "{took:?}");
+    drop(held);
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(10), server).await.expect("serve stops").unwrap();
+}
+
+/// 256 pipe connections, each with a call whose HEADERS came and whose body never does: once the
+/// progress timeout (2 s) has passed, another client's call succeeds within a second. Before
+/// issue 28 such calls counted as in flight forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_fifty_six_half_open_pipe_calls_do_not_lock_out_another_client() {
+    let (path, stop_tx, server) = serve_fair("halfopen");
+    // PREFACE, SETTINGS, then HEADERS for POST /x on stream 1 without END_STREAM.
+    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bytes.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    let mut block = vec![0x83, 0x86, 0x04, 2, b'/', b'x', 0x01, 9];
+    block.extend_from_slice(b"localhost");
+    bytes.extend_from_slice(&[0, 0, block.len() as u8, 1, 0x4, 0, 0, 0, 1]);
+    bytes.extend(block);
+    let mut held = Vec::with_capacity(256);
+    for _ in 0..256 {
+        let mut c = dial(&path).await.unwrap();
+        let _ = c.write_all(&bytes).await; // a refused connection may be closed already
+        held.push(c);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let start = Instant::now();
+    assert_eq!(tokio::time::timeout(Duration::from_secs(5), h2_get(&path, "/y")).await.expect("answer"), "hello /y");
+    let took = start.elapsed();
+    eprintln!("call with 256 half-open pipe calls held: {took:?}");
+    assert!(took <= Duration::from_secs(1), "{took:?}");
+    drop(held);
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(10), server).await.expect("serve stops").unwrap();
 }
