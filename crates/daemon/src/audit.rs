@@ -1,8 +1,16 @@
 //! `-audit-log FILE`: the server's audit records (see `csi_proxy_server::audit`) as JSON lines in
 //! an append-only file that rotates like the log file (`-log_file_max_size`, five old files
-//! kept). One record is one `write` of one whole line under a lock, so lines never interleave,
-//! and it is in the file (the OS's cache) when the call goes on: a daemon killed mid-call leaves
-//! the start record behind.
+//! kept). Records are written by the server's one audit writer thread, never by an async worker,
+//! so a file that does not answer stalls no call but the audited ones (refused after the wait).
+//! One record is one `write` of one whole line, so lines never interleave, a short write (a full
+//! filesystem) is cut off again before the error is returned ([`LogFile::write_record`]), and it
+//! is in the file (the OS's cache) when the call goes on: a daemon killed mid-call leaves the
+//! start record behind.
+//!
+//! The file is opened without following links and must be a regular file owned by the daemon's
+//! user that nobody else can write to, or the daemon does not start ([`open_audit_file`]). Before
+//! each record the path must still name the open file (same device and inode): one renamed or
+//! removed by someone else is noticed there, and the file is opened (created) at the path again.
 //!
 //! A record, one line each, keys in alphabetical order (absent when they do not apply):
 //! `{"api":"v1.Disk","call":7,"caller":{"exe":"/usr/bin/driver","gid":0,"pid":4242,"uid":0},`
@@ -10,6 +18,8 @@
 //! `"time":"2026-11-25T02:13:24.123456Z"}` and later
 //! `{"api":"v1.Disk","call":7,…,"code":"OK","duration_seconds":0.0123,"event":"end",…}`.
 
+#[cfg(doc)]
+use crate::logging::open_audit_file;
 use crate::logging::{LogFile, KEEP_ROTATED};
 use csi_proxy_server::audit::{AuditSink, Record};
 use serde_json::{json, Map, Value};
@@ -27,7 +37,7 @@ impl AuditFile {
     /// Opens (creating) `path` for appending; `max_bytes` 0 never rotates. `read_only_calls`:
     /// record the read-only calls too.
     pub fn open(path: &Path, max_bytes: u64, read_only_calls: bool) -> anyhow::Result<AuditFile> {
-        let file = LogFile::open(path, max_bytes, KEEP_ROTATED)?;
+        let file = LogFile::open_audit(path, max_bytes, KEEP_ROTATED)?;
         Ok(AuditFile { file: Mutex::new(file), read_only_calls })
     }
 }
@@ -36,7 +46,7 @@ impl AuditSink for AuditFile {
     fn write(&self, record: &Record<'_>) -> io::Result<()> {
         let line = json_line(record);
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        file.write_event(line.as_bytes())
+        file.write_record(line.as_bytes())
     }
 
     fn read_only_calls(&self) -> bool {
@@ -153,6 +163,160 @@ mod tests {
         // Oldest file first: the calls in order, none lost.
         assert_eq!(calls, (0..24).collect::<Vec<u64>>());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    fn record(call: u64, request: &str) -> Record<'_> {
+        Record {
+            event: Event::Start,
+            call,
+            time: UNIX_EPOCH,
+            caller: None,
+            service: "v1.Filesystem",
+            method: "Mkdir",
+            request: Some(request),
+            code: None,
+            message: None,
+            duration: None,
+        }
+    }
+
+    fn temp_dir(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("csi-proxy-audit-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[cfg(unix)]
+    /// The calls of the records in `text`, each line parsed whole.
+    fn calls(text: &str) -> Vec<u64> {
+        text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["call"].as_u64().unwrap()).collect()
+    }
+
+    /// A link at the path is not followed (it was: the records went wherever it pointed).
+    #[test]
+    fn a_link_at_the_path_is_refused() {
+        let dir = temp_dir("link");
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, "").unwrap();
+        let path = dir.join("audit.log");
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        #[cfg(windows)]
+        {
+            let made = std::os::windows::fs::symlink_file(&target, &path).is_ok();
+            if !made || !std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                // Making links needs a privilege, and Wine's make no link: nothing to check then.
+                eprintln!("skipped: no symbolic link could be made here");
+                return;
+            }
+        }
+        let e = AuditFile::open(&path, 0, false).err().expect("a link was opened").to_string();
+        assert!(e.contains("is a symbolic link") || e.contains("reparse point"), "{e}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "", "written through the link");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A file others may write to, or owned by another user, is refused (it was used as it was).
+    #[cfg(unix)]
+    #[test]
+    fn a_file_others_can_change_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("mode");
+        let path = dir.join("audit.log");
+        std::fs::write(&path, "").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = AuditFile::open(&path, 0, false).err().expect("a 0666 file was opened").to_string();
+        assert!(e.contains("has mode 0666: others can write to it") && e.contains(&path.display().to_string()), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        AuditFile::open(&path, 0, false).unwrap();
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+            let e = AuditFile::open(&path, 0, false).err().expect("another user's file was opened").to_string();
+            assert!(e.contains("is owned by uid 65534"), "{e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A new file is the daemon's own, readable and writable by it alone.
+    #[cfg(unix)]
+    #[test]
+    fn a_new_file_is_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("new");
+        let path = dir.join("sub/audit.log");
+        AuditFile::open(&path, 0, false).unwrap().write(&record(1, "x")).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A file renamed or removed by someone else is noticed at the next record, which goes into a
+    /// new file at the path (it went into the moved or removed file).
+    #[cfg(unix)]
+    #[test]
+    fn a_renamed_or_removed_file_is_opened_again() {
+        let dir = temp_dir("moved");
+        let path = dir.join("audit.log");
+        let sink = AuditFile::open(&path, 0, false).unwrap();
+        sink.write(&record(1, "x")).unwrap();
+        std::fs::rename(&path, dir.join("moved.log")).unwrap();
+        sink.write(&record(2, "x")).unwrap();
+        assert_eq!(calls(&std::fs::read_to_string(dir.join("moved.log")).unwrap()), [1]);
+        assert_eq!(calls(&std::fs::read_to_string(&path).unwrap()), [2]);
+        std::fs::remove_file(&path).unwrap();
+        sink.write(&record(3, "x")).unwrap();
+        assert_eq!(calls(&std::fs::read_to_string(&path).unwrap()), [3]);
+        // What took its place must pass the checks of the first open.
+        std::fs::rename(&path, dir.join("moved-again.log")).unwrap();
+        std::os::unix::fs::symlink(dir.join("moved.log"), &path).unwrap();
+        let e = sink.write(&record(4, "x")).unwrap_err().to_string();
+        assert!(e.contains("is a symbolic link"), "{e}");
+        assert_eq!(calls(&std::fs::read_to_string(dir.join("moved.log")).unwrap()), [1]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A record that does not fit on a full filesystem is not left half-written (the next record
+    /// was glued to it): the file keeps its whole records only, and the write fails. Root only
+    /// (a small tmpfs); CI runs as root.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_short_write_leaves_no_partial_record() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root to mount a small tmpfs (CI runs as root)");
+            return;
+        }
+        let dir = temp_dir("full");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        struct Unmount<'a>(&'a std::path::Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).status();
+                let _ = std::fs::remove_dir_all(self.0);
+            }
+        }
+        let _unmount = Unmount(&dir);
+        let path = dir.join("audit.log");
+        let sink = AuditFile::open(&path, 0, false).unwrap();
+        sink.write(&record(1, "first")).unwrap();
+        // Fill the rest of the filesystem: only the audit file's last page has room left.
+        let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
+        while std::io::Write::write(&mut filler, &[0; 4096]).is_ok_and(|n| n > 0) {}
+        let big = "y".repeat(6000);
+        let e = sink.write(&record(2, &big)).unwrap_err();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.ends_with('\n'), "a partial record was left: {} bytes", text.len());
+        assert_eq!(calls(&text), [1]);
+        assert!(e.to_string().contains("could be written (is the filesystem full?)"), "{e}");
+        // The next record that fits (in the room left in the file's last page) follows the last
+        // whole one.
+        sink.write(&record(3, "small")).unwrap();
+        assert_eq!(calls(&std::fs::read_to_string(&path).unwrap()), [1, 3]);
     }
 
     #[test]

@@ -169,13 +169,93 @@ pub fn open_log_file(path: &Path) -> anyhow::Result<File> {
     options.open(path).with_context(|| format!("cannot open log file {}", path.display()))
 }
 
+/// How the audit file is opened: never through a link, and only a regular file that nobody but
+/// the daemon's user can change (as the socket directory is checked, by
+/// `csi_proxy_transport::unix::check_private`). On Windows: without following a reparse point
+/// (one at the path is refused), and without delete sharing, so that nobody renames or removes it
+/// while it is open. The error says which it is.
+pub fn open_audit_file(path: &Path) -> anyhow::Result<File> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| {
+            format!("cannot create directory {} for audit file {}", parent.display(), path.display())
+        })?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NONBLOCK: a FIFO planted at the path fails the open (and is refused below) instead of
+        // hanging the start; it changes nothing for a regular file.
+        options
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32);
+    }
+    #[cfg(windows)]
+    {
+        use std::os::windows::fs::OpenOptionsExt;
+        use windows_sys::Win32::Storage::FileSystem::{
+            FILE_FLAG_OPEN_REPARSE_POINT, FILE_SHARE_READ, FILE_SHARE_WRITE,
+        };
+        options.custom_flags(FILE_FLAG_OPEN_REPARSE_POINT).share_mode(FILE_SHARE_READ | FILE_SHARE_WRITE);
+    }
+    let refused = |why: &str| {
+        anyhow::anyhow!("audit file {} {why}; refusing to write the audit trail there (another user could rewrite or remove records)", path.display())
+    };
+    let file = match options.open(path) {
+        Ok(f) => f,
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            return Err(refused("is a symbolic link"))
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot open audit file {}", path.display())),
+    };
+    let meta = file.metadata().with_context(|| format!("cannot inspect audit file {}", path.display()))?;
+    #[cfg(unix)]
+    if let Err(e) = csi_proxy_transport::unix::check_private(&meta, csi_proxy_transport::unix::Private::File) {
+        return Err(anyhow::anyhow!(
+            "{}. Use a file owned by uid {} that only it can write to (e.g. chown {} and chmod 0600 it), or remove it and let the daemon create it",
+            refused(&e.why),
+            e.uid,
+            e.uid
+        ));
+    }
+    #[cfg(windows)]
+    {
+        use std::os::windows::fs::MetadataExt;
+        use windows_sys::Win32::Storage::FileSystem::FILE_ATTRIBUTE_REPARSE_POINT;
+        // The handle's own attributes show a reparse point opened as such; the path's too, where
+        // the flag is not honoured (Wine follows the link).
+        let at_path = std::fs::symlink_metadata(path).map(|m| m.file_attributes()).unwrap_or(0);
+        if (meta.file_attributes() | at_path) & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
+            return Err(refused("is a reparse point (a link)"));
+        }
+        if !meta.is_file() {
+            return Err(refused("is not a regular file"));
+        }
+    }
+    Ok(file)
+}
+
+/// Device and inode of an open file (unix), to notice that its path names another file now.
+#[cfg(unix)]
+fn file_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
+}
+
 /// An open log file, rotated by size (see the module text). Written by the one background
-/// thread of [`Sink`] only.
+/// thread of [`Sink`] only (or of the audit writer, for the audit file).
 #[derive(Debug)]
 pub struct LogFile {
     path: PathBuf,
     /// `None` only while rotating, or after reopening failed (retried at the next write).
     file: Option<File>,
+    /// The audit file: opened by [`open_audit_file`], written by [`Self::write_record`].
+    audit: bool,
+    /// Device and inode of `file` (unix, audit file), compared with the path's before each record.
+    #[cfg(unix)]
+    id: Option<(u64, u64)>,
     /// Bytes in the file, or since the last failed rotation.
     size: u64,
     /// Limit in bytes; 0 = unlimited.
@@ -191,7 +271,93 @@ impl LogFile {
     pub fn open(path: &Path, max_bytes: u64, keep: usize) -> anyhow::Result<LogFile> {
         let file = open_log_file(path)?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        Ok(LogFile { path: path.to_path_buf(), file: Some(file), size, max_bytes, keep, reported: false })
+        Ok(LogFile {
+            path: path.to_path_buf(),
+            file: Some(file),
+            audit: false,
+            #[cfg(unix)]
+            id: None,
+            size,
+            max_bytes,
+            keep,
+            reported: false,
+        })
+    }
+
+    /// The audit file at `path` (see [`open_audit_file`]), rotated as a log file.
+    pub fn open_audit(path: &Path, max_bytes: u64, keep: usize) -> anyhow::Result<LogFile> {
+        let mut log = LogFile {
+            path: path.to_path_buf(),
+            file: None,
+            audit: true,
+            #[cfg(unix)]
+            id: None,
+            size: 0,
+            max_bytes,
+            keep,
+            reported: false,
+        };
+        log.reopen()?;
+        Ok(log)
+    }
+
+    /// Opens the file at the path again (as it was opened first), keeping its size and identity.
+    fn reopen(&mut self) -> anyhow::Result<&mut File> {
+        self.file = None;
+        let f = if self.audit { open_audit_file(&self.path)? } else { open_log_file(&self.path)? };
+        let meta = f.metadata();
+        self.size = meta.as_ref().map(|m| m.len()).unwrap_or(0);
+        #[cfg(unix)]
+        {
+            self.id = meta.ok().map(|m| file_id(&m));
+        }
+        Ok(self.file.insert(f))
+    }
+
+    /// Writes one audit record (a whole line) with one `write`, rotating first as
+    /// [`Self::write_event`] does: it is in the file whole or not at all. A short write (the
+    /// filesystem is full) is cut off again, back to the end of the record before it, and is an
+    /// error. On unix, before each record, the path must still name the open file: one renamed
+    /// or removed by someone else is noticed there, and the file at the path is opened (created)
+    /// again, with the checks of the first open; a write that cannot reopen it fails.
+    pub fn write_record(&mut self, line: &[u8]) -> io::Result<()> {
+        let len = u64::try_from(line.len()).unwrap_or(u64::MAX);
+        if self.max_bytes > 0 && self.size > 0 && self.size.saturating_add(len) > self.max_bytes {
+            self.rotate();
+        }
+        #[cfg(unix)]
+        if self.file.is_some() {
+            let now = std::fs::symlink_metadata(&self.path).ok().map(|m| file_id(&m));
+            if now != self.id {
+                tracing::warn!(target: "csi_proxy::audit", file = %self.path.display(),
+                    "the audit file was renamed or removed by someone else; opening it again");
+                self.file = None;
+            }
+        }
+        let file = match self.file.take() {
+            Some(f) => self.file.insert(f),
+            None => self.reopen().map_err(|e| io::Error::other(format!("{e:#}")))?,
+        };
+        let written = loop {
+            match file.write(line) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
+        if written < line.len() {
+            // O_APPEND and the only writer: the partial record is the file's last `written` bytes.
+            let end = file.metadata()?.len();
+            file.set_len(end.saturating_sub(written as u64))?;
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!(
+                    "only {written} of the record's {} bytes could be written (is the filesystem full?); they were removed again",
+                    line.len()
+                ),
+            ));
+        }
+        self.size = self.size.saturating_add(len);
+        Ok(())
     }
 
     /// Writes one whole event, rotating first if it would take the file past the limit.
@@ -248,10 +414,11 @@ impl LogFile {
             let _ = f.flush();
         }
         let shifted = shift_rotated(&self.path, self.keep);
-        match open_log_file(&self.path) {
-            Ok(f) => {
-                self.size = if shifted.is_ok() { f.metadata().map(|m| m.len()).unwrap_or(0) } else { 0 };
-                self.file = Some(f);
+        match self.reopen() {
+            Ok(_) => {
+                if shifted.is_err() {
+                    self.size = 0;
+                }
             }
             Err(e) => {
                 // Reopened at the next write.

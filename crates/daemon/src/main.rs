@@ -179,6 +179,8 @@ async fn serve(
         );
     }
     startup::warn_missing_roots(&opts);
+    #[cfg(target_os = "linux")]
+    startup::check_smb_dir(&opts.linux_smb_dir)?;
     let hosts = csi_proxy_host::native(csi_proxy_host::Config {
         roots: csi_proxy_host::paths::Roots::new(opts.allowed_prefixes()),
         fs_type: opts.linux_fs_type,

@@ -72,6 +72,34 @@ pub fn warn_missing_roots(opts: &Options) {
     }
 }
 
+/// `-linux-smb-dir`, if it exists already, gets the socket directory's check
+/// (`csi_proxy_transport::unix::check_private`): whoever else can write to it could swap a
+/// share's mount folder for a link or a mount of their own, and pods would be handed that. A
+/// directory that does not exist yet is made by the daemon itself, owner-only, at the first mount.
+#[cfg(target_os = "linux")]
+pub fn check_smb_dir(dir: &Path) -> anyhow::Result<()> {
+    use csi_proxy_transport::unix::{check_private, Private};
+    if dir.as_os_str().is_empty() {
+        return Ok(());
+    }
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(anyhow::anyhow!("cannot inspect -linux-smb-dir {}: {e}", dir.display())),
+    };
+    check_private(&meta, Private::Dir).map_err(|e| {
+        anyhow::anyhow!(
+            "-linux-smb-dir {} {}; refusing to mount shares there (another user could replace a share's folder). Use a \
+             directory owned by uid {} that only it can write to (e.g. chown {} and chmod 0700 it), or remove it and let \
+             the daemon create it",
+            dir.display(),
+            e.why,
+            e.uid,
+            e.uid
+        )
+    })
+}
+
 /// An error and its causes, `outer: inner: …`, leaving out a cause whose text the message before
 /// it already ends with (many errors print their source in their own message and also return it
 /// as `source()`, which anyhow's `{:#}` would print a second time).

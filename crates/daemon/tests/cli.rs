@@ -630,3 +630,213 @@ fn audit_log_records_who_called_what_and_no_secret() {
     let smb = records.iter().find(|r| r["method"] == "NewSmbGlobalMapping" && r["event"] == "start").unwrap();
     assert!(smb["request"].as_str().unwrap().contains("<redacted>"), "{smb}");
 }
+
+/// Returns from the calling test, with a note, unless it runs as root (loop mounts and
+/// `fsfreeze` need it; CI runs as root).
+macro_rules! needs_root {
+    () => {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root for loop mounts and fsfreeze (CI runs as root)");
+            return;
+        }
+    };
+}
+
+/// A small ext4 filesystem on a loop device, mounted at `dir`; unmounted and removed on drop.
+struct LoopFs {
+    dir: PathBuf,
+    image: PathBuf,
+}
+
+impl LoopFs {
+    fn new(tag: &str) -> LoopFs {
+        let dir = tempdir(tag);
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = dir.with_extension("img");
+        std::fs::File::create(&image).unwrap().set_len(16 << 20).unwrap();
+        let run = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
+        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image));
+        run(Command::new("mount").args(["-o", "loop"]).arg(&image).arg(&dir));
+        LoopFs { dir, image }
+    }
+
+    /// Freezes the filesystem (every write to it blocks) until the guard is dropped.
+    fn freeze(&self) -> Frozen<'_> {
+        assert!(Command::new("fsfreeze").arg("-f").arg(&self.dir).status().unwrap().success());
+        Frozen(self)
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+struct Frozen<'a>(&'a LoopFs);
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("fsfreeze").arg("-u").arg(&self.0.dir).status();
+    }
+}
+
+/// An HTTP GET on the metrics listener, answered within a second or `None`.
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// The audit file on a frozen filesystem (`fsfreeze -f`) stalls nothing but the audited calls:
+/// with more Mkdir calls waiting on it than the daemon has async workers, PathExists on another
+/// API, ListDiskIDs and `/healthz` each answer within a second (they all hung until the thaw,
+/// as the records were written on the workers), and each Mkdir is refused, unrun, once its start
+/// record has waited the bound. After the thaw the trail is whole lines, every start paired with
+/// its end. Root only.
+#[test]
+fn a_frozen_audit_file_stalls_no_other_call() {
+    needs_root!();
+    let fs = LoopFs::new("frozen-audit");
+    let dir = tempdir("frozen-sock");
+    let root = tempdir("frozen-root");
+    std::fs::create_dir_all(&root).unwrap();
+    let audit = fs.dir.join("audit.log");
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let args = ["-kubelet-path", root.to_str().unwrap(), "-audit-log", audit.to_str().unwrap()];
+    let _d = start(&dir, &[&args[..], &["-metrics-bind-address", &addr]].concat());
+    // More than the daemon's workers (one per CPU).
+    let stuck = std::thread::available_parallelism().map_or(2, |n| n.get()) + 2;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mkdir = |name: String| {
+        let (sock, path) = (dir.join("csi-proxy-filesystem-v1.sock"), root.join(name).to_str().unwrap().to_string());
+        async move {
+            use csi_proxy_wire::v1::{filesystem_client::FilesystemClient, MkdirRequest};
+            FilesystemClient::new(unix_channel(sock).await).mkdir(MkdirRequest { path }).await
+        }
+    };
+    rt.block_on(mkdir("before".into())).unwrap();
+    let frozen = fs.freeze();
+    let calls: Vec<_> = (0..stuck).map(|i| rt.spawn(mkdir(format!("frozen{i}")))).collect();
+    // Until the daemon has taken every Mkdir (counted before its audit record is written).
+    let started = format!(
+        "grpc_server_started_total{{grpc_method=\"Mkdir\",grpc_service=\"v1.Filesystem\",grpc_type=\"unary\"}} {}",
+        stuck + 1
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !http_get(&addr, "/metrics").expect("/metrics answers within 1 s").contains(&started) {
+        assert!(Instant::now() < deadline, "the Mkdir calls never reached the daemon");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rt.block_on(async {
+        let within = Duration::from_secs(1);
+        for _ in 0..3 {
+            use csi_proxy_wire::v1beta2::{filesystem_client::FilesystemClient, PathExistsRequest};
+            let sock = dir.join("csi-proxy-filesystem-v1beta2.sock");
+            let path = root.to_str().unwrap().to_string();
+            let answer = tokio::time::timeout(within, async {
+                FilesystemClient::new(unix_channel(sock).await).path_exists(PathExistsRequest { path }).await
+            });
+            assert!(answer.await.expect("PathExists answers within 1 s").unwrap().into_inner().exists);
+            use csi_proxy_wire::v1::{disk_client::DiskClient, ListDiskIDsRequest};
+            let sock = dir.join("csi-proxy-disk-v1.sock");
+            let answer = tokio::time::timeout(within, async {
+                DiskClient::new(unix_channel(sock).await).list_disk_i_ds(ListDiskIDsRequest {}).await
+            });
+            answer.await.expect("ListDiskIDs answers within 1 s").unwrap();
+            let health = tokio::task::spawn_blocking({
+                let addr = addr.clone();
+                move || http_get(&addr, "/healthz")
+            });
+            let health = health.await.unwrap().expect("/healthz answers within 1 s");
+            assert!(health.starts_with("HTTP/1.1 200 "), "{health}");
+        }
+        for call in calls {
+            let e = tokio::time::timeout(Duration::from_secs(20), call).await.expect("refused in time").unwrap();
+            let e = e.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+            assert!(e.message().contains("audit record could not be written within 5s"), "{e:?}");
+        }
+    });
+    drop(frozen);
+    rt.block_on(mkdir("after".into())).unwrap();
+    for i in 0..stuck {
+        assert!(!root.join(format!("frozen{i}")).exists(), "a refused call ran");
+    }
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let mut calls = std::collections::BTreeMap::<u64, Vec<(String, String)>>::new();
+    for line in text.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        let code = r["code"].as_str().unwrap_or("-").to_string();
+        calls.entry(r["call"].as_u64().unwrap()).or_default().push((r["event"].as_str().unwrap().into(), code));
+    }
+    let ok = [("start".to_string(), "-".to_string()), ("end".to_string(), "OK".to_string())];
+    let not_run = [("start".to_string(), "-".to_string()), ("end".to_string(), "Unavailable".to_string())];
+    let (first, last) = (calls.values().next().unwrap(), calls.values().last().unwrap());
+    assert!(first == &ok && last == &ok, "{text}");
+    // The record being written when the filesystem froze lands after the thaw, with an end
+    // record saying its call did not run; the others never reach the file.
+    assert!(calls.values().filter(|c| *c != &ok).all(|c| c == &not_run), "{text}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Runs the daemon with `flag value` until it exits (or 20 s): its exit code and what it printed.
+fn start_with(base: &Path, flag: &str, value: &Path) -> (Option<i32>, String) {
+    let dir = base.join("sock");
+    let mut c = Command::new(BIN);
+    c.arg("-socket-dir").arg(&dir).arg(flag).arg(value).arg("-kubelet-path").arg(base);
+    let out = output_within(&mut c, Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&dir);
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// An audit file others could change, or a link in its place, is refused at start, naming the
+/// path and why, as the socket directory is (it was used as it was, the link followed).
+#[test]
+fn unsafe_audit_files_are_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = tempdir("unsafe-audit");
+    std::fs::create_dir_all(&base).unwrap();
+    let audit = base.join("audit.log");
+    std::fs::write(&audit, "").unwrap();
+    std::fs::set_permissions(&audit, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, err) = start_with(&base, "-audit-log", &audit);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(&format!("audit file {} has mode 0666", audit.display())), "{err}");
+    std::fs::remove_file(&audit).unwrap();
+    std::os::unix::fs::symlink(base.join("elsewhere"), &audit).unwrap();
+    let (code, err) = start_with(&base, "-audit-log", &audit);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is a symbolic link"), "{err}");
+    assert!(!base.join("elsewhere").exists(), "the link was followed");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A `-linux-smb-dir` others can write to, or a link in its place, is refused at start, as the
+/// socket directory is (it was used as it was).
+#[test]
+fn unsafe_smb_directories_are_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = tempdir("unsafe-smb");
+    std::fs::create_dir_all(&base).unwrap();
+    let smb = base.join("smb");
+    std::fs::create_dir(&smb).unwrap();
+    std::fs::set_permissions(&smb, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, err) = start_with(&base, "-linux-smb-dir", &smb);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(&format!("-linux-smb-dir {} has mode 0777", smb.display())), "{err}");
+    std::fs::remove_dir(&smb).unwrap();
+    std::os::unix::fs::symlink(&base, &smb).unwrap();
+    let (code, err) = start_with(&base, "-linux-smb-dir", &smb);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is a symbolic link"), "{err}");
+    let _ = std::fs::remove_dir_all(&base);
+}

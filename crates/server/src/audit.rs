@@ -6,13 +6,28 @@
 //! The rule that makes the trail trustworthy: a call whose start record cannot be written is
 //! not run (it fails with `Unavailable`). An end record that cannot be written is logged as an
 //! error; the call's own outcome is still returned, since its work is done either way.
+//!
+//! The audit file must not stall the daemon (a frozen filesystem, a dead NFS server): records
+//! are written by one thread of their own (`Writer`), in order, and a call only awaits its
+//! record asynchronously, for at most [`RECORD_WAIT`]. A start record not written by then gets
+//! the call refused like a failed write; if it reaches the file later anyway, an end record
+//! saying the call was not run follows it. An end record not written by then stays queued: the
+//! client gets its answer, and the record goes into the file once the file answers again (one that
+//! finds the queue full is dropped, and that is logged as an error).
 
+use crate::status::go_code_name;
 pub use csi_proxy_wire::is_read_only;
 use csi_proxy_wire::Caller;
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::oneshot;
+use tonic::Code;
 
 /// Where audit records go. Each `write` must put the record down whole (one line, not
-/// interleaved with another) before it returns, or fail.
+/// interleaved with another) before it returns, or fail. It is called on the audit writer's
+/// thread only (see `Writer`), never on an async worker, so it may block.
 pub trait AuditSink: Send + Sync {
     fn write(&self, record: &Record<'_>) -> std::io::Result<()>;
     /// Whether read-only calls (List*, Get*, Is*, PathExists, the stats) are recorded too;
@@ -67,4 +82,223 @@ pub struct Record<'a> {
     pub message: Option<&'a str>,
     /// From the start of the call (before waiting for a disk) to its end: end records.
     pub duration: Option<Duration>,
+}
+
+/// How long a call waits for its start record to be written before it is refused (and its
+/// handler for its end record before answering anyway), unless the context says otherwise.
+pub const RECORD_WAIT: Duration = Duration::from_secs(5);
+
+/// Records waiting for the writer at most. The writer is only ever behind while the file does not
+/// answer, and then every new call is refused once this many wait.
+const QUEUE: usize = 1024;
+
+/// The end record's message of a call cancelled before its host work began.
+pub(crate) const CANCELLED_BEFORE_WORK: &str =
+    "the client cancelled the call before its host work began; nothing was done";
+
+/// What a call refused because its start record was not written within `wait` is told.
+pub(crate) fn timed_out_message(service: &str, method: &str, wait: Duration) -> String {
+    format!("{service}/{method} was not run: its audit record could not be written within {wait:?} (the audit file is not answering)")
+}
+
+/// A record with what it quotes owned, on its way to the writer thread.
+pub(crate) struct Owned {
+    pub event: Event,
+    pub call: u64,
+    pub time: SystemTime,
+    pub caller: Option<Arc<Caller>>,
+    pub service: &'static str,
+    pub method: &'static str,
+    pub request: Option<String>,
+    pub code: Option<&'static str>,
+    pub message: Option<String>,
+    pub duration: Option<Duration>,
+}
+
+impl Owned {
+    fn record(&self) -> Record<'_> {
+        Record {
+            event: self.event,
+            call: self.call,
+            time: self.time,
+            caller: self.caller.as_deref(),
+            service: self.service,
+            method: self.method,
+            request: self.request.as_deref(),
+            code: self.code,
+            message: self.message.as_deref(),
+            duration: self.duration,
+        }
+    }
+}
+
+/// Why a start record is not in the file: the call must not run.
+#[derive(Debug)]
+pub(crate) enum StartFailed {
+    /// The sink refused it.
+    Write(std::io::Error),
+    /// Not written within the wait (or [`QUEUE`] records already wait): the file does not answer.
+    TimedOut { waited: Duration, queued: bool },
+    /// The writer thread is gone.
+    Stopped,
+}
+
+/// What became of a queued start record (an [`AtomicU8`]): the writer and the waiting call agree
+/// on it with one compare-and-swap, so a record the call gave up on is either never written or
+/// followed by an end record saying the call did not run.
+const QUEUED: u8 = 0;
+const WRITTEN: u8 = 1;
+const TIMED_OUT: u8 = 2;
+const CANCELLED: u8 = 3;
+
+struct Job {
+    record: Owned,
+    /// Start records: whether the call still waits for it.
+    ticket: Option<Arc<AtomicU8>>,
+    /// When the call began (for the end record of a call that gave up on its start record).
+    began: Instant,
+    done: Option<oneshot::Sender<std::io::Result<()>>>,
+}
+
+/// The one thread that writes records to the sink, in the order they were queued, so that no
+/// async worker ever waits on the audit file: calls wait for their records asynchronously and
+/// for at most `wait` (see `call.rs`).
+pub(crate) struct Writer {
+    queue: SyncSender<Job>,
+    read_only_calls: bool,
+    wait: Duration,
+}
+
+impl Writer {
+    pub(crate) fn start(sink: Arc<dyn AuditSink>, wait: Duration) -> Writer {
+        let (queue, rx) = sync_channel(QUEUE);
+        let read_only_calls = sink.read_only_calls();
+        let spawned =
+            std::thread::Builder::new().name("csi-proxy-audit".into()).spawn(move || write_queued(&rx, &*sink, wait));
+        if let Err(e) = spawned {
+            // The queue's receiver is gone with the closure: every audited call is refused.
+            tracing::error!(target: "csi_proxy::audit", error = %e, "cannot start the audit writer thread");
+        }
+        Writer { queue, read_only_calls, wait }
+    }
+
+    pub(crate) fn read_only_calls(&self) -> bool {
+        self.read_only_calls
+    }
+
+    pub(crate) fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// Queues a start record and waits until it is written, for at most the writer's wait. Given
+    /// up on (timed out, or this future dropped), the record is skipped if not yet written, else
+    /// followed by an end record saying the call was not run.
+    pub(crate) async fn start_record(&self, record: Owned, began: Instant) -> Result<(), StartFailed> {
+        let ticket = Arc::new(AtomicU8::new(QUEUED));
+        let (done, written) = oneshot::channel();
+        let job = Job { record, ticket: Some(ticket.clone()), began, done: Some(done) };
+        match self.queue.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(StartFailed::TimedOut { waited: self.wait, queued: true }),
+            Err(TrySendError::Disconnected(_)) => return Err(StartFailed::Stopped),
+        }
+        // Dropped while waiting (the client cancelled the call): given up on as cancelled.
+        let mut cancelled = GiveUp { ticket: Some(ticket.clone()) };
+        let outcome = tokio::time::timeout(self.wait, written).await;
+        cancelled.ticket = None;
+        match outcome {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(StartFailed::Write(e)),
+            Ok(Err(_)) => Err(StartFailed::Stopped),
+            Err(_) => match ticket.compare_exchange(QUEUED, TIMED_OUT, Ordering::AcqRel, Ordering::Acquire) {
+                // Written as the wait ran out: the call may run.
+                Err(WRITTEN) => Ok(()),
+                _ => Err(StartFailed::TimedOut { waited: self.wait, queued: false }),
+            },
+        }
+    }
+
+    /// Queues an end (or refused) record without waiting; the receiver answers once it is written
+    /// or has failed (the writer logs a failure). A record that finds [`QUEUE`] records waiting
+    /// (the file has not answered for a while) is dropped, and that is logged as an error.
+    pub(crate) fn last_record(&self, record: Owned) -> Option<oneshot::Receiver<std::io::Result<()>>> {
+        let (done, written) = oneshot::channel();
+        let (call, service, method) = (record.call, record.service, record.method);
+        let job = Job { record, ticket: None, began: Instant::now(), done: Some(done) };
+        match self.queue.try_send(job) {
+            Ok(()) => Some(written),
+            Err(e) => {
+                let why = match e {
+                    TrySendError::Full(_) => "the audit file is not answering and the queue for it is full",
+                    TrySendError::Disconnected(_) => "the audit writer has stopped",
+                };
+                tracing::error!(target: "csi_proxy::audit", service, method, call, why,
+                    "cannot write the audit record of a finished call; it is lost");
+                None
+            }
+        }
+    }
+}
+
+/// Marks a start record given up on as cancelled when dropped armed (the call's future was
+/// dropped while it waited).
+struct GiveUp {
+    ticket: Option<Arc<AtomicU8>>,
+}
+
+impl Drop for GiveUp {
+    fn drop(&mut self) {
+        if let Some(t) = &self.ticket {
+            let _ = t.compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+}
+
+/// The writer thread: runs until every [`Writer`] is gone.
+fn write_queued(rx: &Receiver<Job>, sink: &dyn AuditSink, wait: Duration) {
+    let write = |record: &Owned| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.write(&record.record())))
+            .unwrap_or_else(|_| Err(std::io::Error::other("the audit sink panicked")))
+    };
+    while let Ok(job) = rx.recv() {
+        let r = &job.record;
+        if job.ticket.as_ref().is_some_and(|t| t.load(Ordering::Acquire) != QUEUED) {
+            // Its call gave up before the record reached the file, and did not run.
+            continue;
+        }
+        let result = write(r);
+        match (&job.ticket, &result) {
+            (Some(ticket), Ok(())) => {
+                if let Err(gave_up) = ticket.compare_exchange(QUEUED, WRITTEN, Ordering::AcqRel, Ordering::Acquire) {
+                    // In the file after its call gave up: say that the call did not run.
+                    let (code, message) = match gave_up {
+                        TIMED_OUT => (go_code_name(Code::Unavailable), timed_out_message(r.service, r.method, wait)),
+                        _ => (go_code_name(Code::Cancelled), CANCELLED_BEFORE_WORK.to_string()),
+                    };
+                    let end = Owned {
+                        event: Event::End,
+                        time: SystemTime::now(),
+                        request: None,
+                        code: Some(code),
+                        message: Some(message),
+                        duration: Some(job.began.elapsed()),
+                        caller: r.caller.clone(),
+                        ..*r
+                    };
+                    if let Err(e) = write(&end) {
+                        tracing::error!(target: "csi_proxy::audit", service = r.service, method = r.method,
+                            call = r.call, error = %e, "cannot write the audit record of a call that was not run");
+                    }
+                }
+            }
+            (None, Err(e)) => {
+                tracing::error!(target: "csi_proxy::audit", service = r.service, method = r.method, call = r.call,
+                    error = %e, "cannot write the audit record of a finished call");
+            }
+            _ => {}
+        }
+        if let Some(done) = job.done {
+            let _ = done.send(result);
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! The path of every unary call: wire request → internal operation → host → wire response.
 
-use crate::audit::{is_read_only, AuditSink, Event, Record};
+use crate::audit::{is_read_only, timed_out_message, Event, Owned, StartFailed, Writer, CANCELLED_BEFORE_WORK};
 use crate::locks::{Key, Serial};
 use crate::pool::{Pool, Submitted, GROW_AFTER};
 use crate::status::{code_of, go_code_name, to_status};
@@ -118,10 +118,10 @@ impl Context {
         if let Some(o) = &self.0.observer {
             o.started(service, method);
         }
-        let audit = self.0.audit.as_ref().filter(|a| a.read_only_calls() || !is_read_only(method)).map(|sink| {
+        let audit = self.0.audit.as_ref().filter(|a| a.read_only_calls() || !is_read_only(method)).map(|writer| {
             let caller = request.extensions().get::<Arc<Caller>>().cloned();
             let call = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
-            Audit { sink: sink.clone(), call, caller, service, method, start }
+            Audit { writer: writer.clone(), call, caller, service, method, start }
         });
         // Also returns the request as logged, rendered only when it will be written (one line
         // per call, together with the outcome, after the work).
@@ -173,7 +173,7 @@ impl Context {
             Ok(prepared) => prepared,
             Err(e) => {
                 if let Some(audit) = &audit {
-                    audit.refused(&e);
+                    audit.refused(&e).await;
                 }
                 return (Err(e), None);
             }
@@ -182,7 +182,7 @@ impl Context {
         let shown = (logged || audit.is_some()).then(|| format!("{op:?}"));
         let end = match audit {
             None => None,
-            Some(audit) => match audit.started(shown.as_deref().unwrap_or_default()) {
+            Some(audit) => match audit.started(shown.as_deref().unwrap_or_default()).await {
                 Ok(()) => Some(EndRecord(Arc::new(Pending { audit, stage: Mutex::new(Stage::Waiting) }))),
                 Err(e) => return (Err(e), logged.then_some(shown).flatten()),
             },
@@ -191,7 +191,7 @@ impl Context {
         let pending = end.as_ref().map(|e| e.0.clone());
         let result = self.work::<Req::Op, Resp>(name, op, serial, pending).await;
         if let Some(end) = end {
-            end.finish(&result);
+            end.finish(&result).await;
         }
         (result, shown)
     }
@@ -370,7 +370,7 @@ fn error_outcome(e: &Error) -> (&'static str, Option<String>) {
 
 /// One audited call: where its records go and what they all say.
 struct Audit {
-    sink: Arc<dyn AuditSink>,
+    writer: Arc<Writer>,
     call: u64,
     caller: Option<Arc<Caller>>,
     service: &'static str,
@@ -379,12 +379,12 @@ struct Audit {
 }
 
 impl Audit {
-    fn record(&self, event: Event) -> Record<'_> {
-        Record {
+    fn record(&self, event: Event) -> Owned {
+        Owned {
             event,
             call: self.call,
             time: SystemTime::now(),
-            caller: self.caller.as_deref(),
+            caller: self.caller.clone(),
             service: self.service,
             method: self.method,
             request: None,
@@ -394,34 +394,53 @@ impl Audit {
         }
     }
 
-    /// Writes the start record; failing, the call must not run.
-    fn started(&self, request: &str) -> Result<()> {
-        let request = bound_message(request);
-        let record = Record { request: Some(&request), ..self.record(Event::Start) };
-        self.sink.write(&record).map_err(|e| {
-            tracing::error!(target: "csi_proxy::audit", service = self.service, method = self.method, error = %e,
+    /// Writes the start record; failing, or not written within the writer's wait, the call must
+    /// not run. Waits without holding the worker.
+    async fn started(&self, request: &str) -> Result<()> {
+        let record = Owned { request: Some(bound_message(request).into_owned()), ..self.record(Event::Start) };
+        self.writer.start_record(record, self.start).await.map_err(|failed| {
+            let (service, method) = (self.service, self.method);
+            let message = match &failed {
+                StartFailed::Write(e) => {
+                    format!("{service}/{method} was not run: its audit record could not be written ({e})")
+                }
+                StartFailed::TimedOut { waited, .. } => timed_out_message(service, method, *waited),
+                StartFailed::Stopped => {
+                    format!("{service}/{method} was not run: its audit record could not be written (the audit writer has stopped)")
+                }
+            };
+            let queue_full = matches!(failed, StartFailed::TimedOut { queued: true, .. });
+            tracing::error!(target: "csi_proxy::audit", service, method, error = %message, queue_full,
                 "cannot write the audit record; the call is refused");
-            Error::unavailable(format!(
-                "{}/{} was not run: its audit record could not be written ({e})",
-                self.service, self.method
-            ))
+            Error::unavailable(message)
         })
     }
 
     /// The record of a request that could not be read as an operation (no start record).
-    fn refused(&self, e: &Error) {
+    async fn refused(&self, e: &Error) {
         let (code, message) = error_outcome(e);
-        self.write_last(Event::Refused, code, message.as_deref());
+        self.write_last(Event::Refused, code, message).await;
     }
 
-    /// Writes the end (or refused) record.
-    fn write_last(&self, event: Event, code: &'static str, message: Option<&str>) {
-        let duration = Some(self.start.elapsed());
-        let record = Record { code: Some(code), message, duration, ..self.record(event) };
-        if let Err(e) = self.sink.write(&record) {
-            tracing::error!(target: "csi_proxy::audit", service = self.service, method = self.method,
-                call = self.call, error = %e, "cannot write the audit record of a finished call");
+    /// Queues the end (or refused) record and waits, at most the writer's wait, until it is
+    /// written, so that it is normally in the file before the client has its answer. Past the
+    /// wait the answer goes out anyway; the record stays queued (see [`Writer::last_record`]).
+    async fn write_last(&self, event: Event, code: &'static str, message: Option<String>) {
+        if let Some(written) = self.queue_last(event, code, message) {
+            let _ = tokio::time::timeout(self.writer.wait(), written).await;
         }
+    }
+
+    /// Queues the end (or refused) record without waiting: for the paths that cannot wait (a
+    /// handler being dropped, a pool thread), which must not block on the file either.
+    fn queue_last(
+        &self,
+        event: Event,
+        code: &'static str,
+        message: Option<String>,
+    ) -> Option<tokio::sync::oneshot::Receiver<std::io::Result<()>>> {
+        let duration = Some(self.start.elapsed());
+        self.writer.last_record(Owned { code: Some(code), message, duration, ..self.record(event) })
     }
 }
 
@@ -487,7 +506,7 @@ impl Pending {
         if matches!(*stage, Stage::Abandoned) {
             *stage = Stage::Ended;
             drop(stage);
-            self.audit.write_last(Event::End, code, Some(&after_client_left(message)));
+            self.audit.queue_last(Event::End, code, Some(after_client_left(message)));
         } else {
             *stage = Stage::Finished(code, message);
         }
@@ -504,10 +523,10 @@ impl Pending {
 struct EndRecord(Arc<Pending>);
 
 impl EndRecord {
-    fn finish<T>(self, result: &Result<T>) {
+    async fn finish<T>(self, result: &Result<T>) {
         *self.0.stage() = Stage::Ended;
         let (code, message) = outcome_of(result);
-        self.0.audit.write_last(Event::End, code, message.as_deref());
+        self.0.audit.write_last(Event::End, code, message).await;
     }
 }
 
@@ -522,10 +541,7 @@ impl Drop for EndRecord {
                 *stage = Stage::Abandoned;
                 return;
             }
-            Stage::Waiting => (
-                go_code_name(Code::Cancelled),
-                "the client cancelled the call before its host work began; nothing was done".to_string(),
-            ),
+            Stage::Waiting => (go_code_name(Code::Cancelled), CANCELLED_BEFORE_WORK.to_string()),
             Stage::Stepping => (
                 go_code_name(Code::Cancelled),
                 "the client cancelled the rescan part-way: a step under way runs to its end, later ones are not \
@@ -535,7 +551,7 @@ impl Drop for EndRecord {
             Stage::Finished(code, message) => (code, after_client_left(message)),
         };
         drop(stage);
-        self.0.audit.write_last(Event::End, code, Some(&message));
+        self.0.audit.queue_last(Event::End, code, Some(message));
     }
 }
 

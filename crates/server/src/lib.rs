@@ -60,7 +60,7 @@ struct Inner {
     locks: locks::Locks,
     config: Config,
     observer: Option<Arc<dyn CallObserver>>,
-    audit: Option<Arc<dyn audit::AuditSink>>,
+    audit: Option<Arc<audit::Writer>>,
 }
 
 /// Shared state of every service: the host backends, configuration and observers.
@@ -80,13 +80,19 @@ impl Context {
     /// an end record in `sink` (see [`audit`]). Call before serving: the copy starts with fresh
     /// disk locks.
     pub fn with_audit(self, sink: Arc<dyn audit::AuditSink>) -> Self {
+        self.with_audit_within(sink, audit::RECORD_WAIT)
+    }
+
+    /// The same, waiting at most `wait` for each record (see [`audit`]) instead of
+    /// [`audit::RECORD_WAIT`].
+    pub fn with_audit_within(self, sink: Arc<dyn audit::AuditSink>, wait: Duration) -> Self {
         let inner = &self.0;
         Context(Arc::new(Inner {
             hosts: inner.hosts.clone(),
             locks: Default::default(),
             config: inner.config.clone(),
             observer: inner.observer.clone(),
-            audit: Some(sink),
+            audit: Some(Arc::new(audit::Writer::start(sink, wait))),
         }))
     }
 

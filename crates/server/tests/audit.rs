@@ -426,3 +426,155 @@ async fn a_call_cancelled_while_waiting_for_its_disk_is_recorded_as_not_done() {
     assert_eq!((r[3].event, r[3].call, r[3].code), (Event::End, r[0].call, Some("OK")));
     assert_eq!(disk.partitioned.load(std::sync::atomic::Ordering::SeqCst), 1, "the cancelled call did not run");
 }
+
+/// A sink whose writes wait while it is frozen, as a write to a frozen filesystem does.
+#[derive(Default)]
+struct Freezable {
+    frozen: Mutex<bool>,
+    thawed: std::sync::Condvar,
+    /// Writes that have found it frozen.
+    stuck: Mutex<usize>,
+    stuck_changed: std::sync::Condvar,
+    inner: Sink,
+}
+
+impl AuditSink for Freezable {
+    fn write(&self, r: &Record<'_>) -> std::io::Result<()> {
+        let mut frozen = self.frozen.lock().unwrap();
+        if *frozen {
+            *self.stuck.lock().unwrap() += 1;
+            self.stuck_changed.notify_all();
+        }
+        while *frozen {
+            frozen = self.thawed.wait(frozen).unwrap();
+        }
+        self.inner.write(r)
+    }
+}
+
+impl Freezable {
+    fn set(&self, frozen: bool) {
+        *self.frozen.lock().unwrap() = frozen;
+        self.thawed.notify_all();
+    }
+
+    /// Waits (a generous bound) until a write is stuck on the frozen sink.
+    fn wait_stuck(&self) {
+        let stuck = self.stuck.lock().unwrap();
+        let (stuck, _) = self.stuck_changed.wait_timeout_while(stuck, Duration::from_secs(10), |n| *n == 0).unwrap();
+        assert!(*stuck > 0, "no write reached the frozen sink");
+    }
+}
+
+/// Thaws the sink when dropped, so that a failing test still lets the runtime stop.
+struct Thaw(Arc<Freezable>);
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// Waits for a result handed over from the runtime; `what` never came within a generous bound.
+fn within<T>(rx: &mpsc::Receiver<T>, what: &str) -> T {
+    rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| panic!("{what}: no answer within 10 s"))
+}
+
+/// With the audit file not answering, more changing calls than the runtime has workers neither
+/// stall it nor run: each is refused once its start record has waited the bound (named in the
+/// message), while an unaudited call answers. The one record the writer was writing when the file
+/// froze lands after the thaw, followed by an end record saying the call did not run; the others
+/// never reach the file. Checked from outside the runtime, since a stalled runtime could not
+/// time itself out.
+#[test]
+fn a_frozen_audit_file_refuses_changing_calls_and_stalls_nothing_else() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let host = Arc::new(MemoryHost::new());
+    let sink = Arc::new(Freezable::default());
+    let ctx = Context::new(Hosts::from_one(host.clone()), Config::default())
+        .with_audit_within(sink.clone(), Duration::from_millis(200));
+    let thaw = Thaw(sink.clone());
+    sink.set(true);
+
+    let (refused_tx, refused_rx) = mpsc::channel();
+    for i in 0..4 {
+        let (ctx, tx) = (ctx.clone(), refused_tx.clone());
+        rt.spawn(async move { tx.send(mkdir(&ctx, &format!(r"C:\var\lib\kubelet\frozen{i}")).await).unwrap() });
+    }
+    // The unaudited calls come once the file holds up a write, behind the changing calls.
+    sink.wait_stuck();
+    let (exists_tx, exists_rx) = mpsc::channel();
+    for _ in 0..4 {
+        let (ctx, tx) = (ctx.clone(), exists_tx.clone());
+        rt.spawn(async move {
+            let req = from_caller(v1::PathExistsRequest { path: r"C:\var\lib\kubelet".into() });
+            tx.send(ctx.unary::<_, v1::PathExistsResponse>("v1.Filesystem", "PathExists", req).await.is_ok()).unwrap()
+        });
+    }
+    for _ in 0..4 {
+        assert!(within(&exists_rx, "PathExists while the audit file is frozen"));
+    }
+    for _ in 0..4 {
+        let e = within(&refused_rx, "Mkdir while the audit file is frozen").unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+        assert!(e.message().contains("audit record could not be written within 200ms"), "{e:?}");
+    }
+    assert!(host.with(|s| s.tree.is_empty()), "a refused call ran");
+    assert!(sink.inner.records().is_empty());
+
+    drop(thaw);
+    let (tx, rx) = mpsc::channel();
+    let after = ctx.clone();
+    rt.spawn(async move { tx.send(mkdir(&after, r"C:\var\lib\kubelet\thawed").await).unwrap() });
+    within(&rx, "Mkdir after the thaw").unwrap();
+    let r = sink.inner.records();
+    let seen: Vec<_> = r.iter().map(|k| (k.event, k.code)).collect();
+    assert_eq!(
+        seen,
+        [(Event::Start, None), (Event::End, Some("Unavailable")), (Event::Start, None), (Event::End, Some("OK"))],
+        "{r:#?}"
+    );
+    assert_eq!(r[0].call, r[1].call);
+    assert!(r[1].message.as_deref().unwrap().contains("was not run"), "{:?}", r[1]);
+    assert!(r[2].request.as_deref().unwrap().contains("thawed"), "{:?}", r[2]);
+}
+
+/// An end record the file does not take holds up the answer by the bound only; the record is
+/// written once the file answers again, after the records before it.
+#[test]
+fn an_end_record_the_frozen_file_does_not_take_is_written_after_the_thaw() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let host = Arc::new(MemoryHost::new());
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let mut hosts = Hosts::from_one(host.clone());
+    hosts.filesystem = Arc::new(SlowMkdir { inner: host, entered: Mutex::new(entered_tx), go: Mutex::new(go_rx) });
+    let sink = Arc::new(Freezable::default());
+    let ctx = Context::new(hosts, Config::default()).with_audit_within(sink.clone(), Duration::from_millis(200));
+    let thaw = Thaw(sink.clone());
+
+    let (tx, rx) = mpsc::channel();
+    let slow = ctx.clone();
+    rt.spawn(async move { tx.send(mkdir(&slow, r"C:\var\lib\kubelet\slow").await).unwrap() });
+    within(&entered_rx, "the slow Mkdir's host work");
+    sink.set(true);
+    go_tx.send(()).unwrap();
+    within(&rx, "the slow Mkdir, its end record frozen").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let other = ctx.clone();
+    rt.spawn(async move {
+        let req = from_caller(v1::PathExistsRequest { path: r"C:\var\lib\kubelet\slow".into() });
+        tx.send(other.unary::<_, v1::PathExistsResponse>("v1.Filesystem", "PathExists", req).await.unwrap()).unwrap()
+    });
+    assert!(within(&rx, "PathExists with an end record frozen").into_inner().exists);
+    assert_eq!(sink.inner.records().len(), 1);
+
+    drop(thaw);
+    let (tx, rx) = mpsc::channel();
+    rt.spawn(async move { tx.send(mkdir(&ctx, r"C:\var\lib\kubelet\after").await).unwrap() });
+    within(&rx, "Mkdir after the thaw").unwrap();
+    let r = sink.inner.records();
+    let seen: Vec<_> = r.iter().map(|k| (k.event, k.code)).collect();
+    assert_eq!(seen, [(Event::Start, None), (Event::End, Some("OK")), (Event::Start, None), (Event::End, Some("OK"))]);
+    assert_eq!(r[0].call, r[1].call);
+}

@@ -146,21 +146,51 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, BindError> {
 /// replace a socket with one of their own, and the node plugins would talk to them. It must be a
 /// real directory (not a link), owned by the daemon's user, writable by nobody else.
 fn check_dir_owner(dir: &Path) -> Result<(), BindError> {
+    let meta = fs::symlink_metadata(dir).map_err(io_err("checking socket directory", dir))?;
+    check_private(&meta, Private::Dir).map_err(|NotPrivate { why, uid }| BindError::UnsafeDir {
+        dir: dir.to_path_buf(),
+        why,
+        uid,
+    })
+}
+
+/// What [`check_private`] expects to find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Private {
+    Dir,
+    File,
+}
+
+/// Why something only the daemon's user may change is not so: `why` completes "<path> …".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct NotPrivate {
+    pub why: String,
+    /// The daemon's (effective) uid, for the advice.
+    pub uid: u32,
+}
+
+/// The one check of what the daemon trusts on disk that others could have made (the socket
+/// directory, the audit file, the SMB directory): `meta` (from `symlink_metadata`, or `fstat` of
+/// a file opened without following links) must be a real `expected`, not a link, owned by the
+/// daemon's user and writable by nobody else.
+pub fn check_private(meta: &fs::Metadata, expected: Private) -> Result<(), NotPrivate> {
     use std::os::unix::fs::MetadataExt;
     let uid = rustix::process::geteuid().as_raw();
-    let unsafe_dir = |why: String| BindError::UnsafeDir { dir: dir.to_path_buf(), why, uid };
-    let meta = fs::symlink_metadata(dir).map_err(io_err("checking socket directory", dir))?;
+    let refuse = |why: String| Err(NotPrivate { why, uid });
     if meta.file_type().is_symlink() {
-        return Err(unsafe_dir("is a symbolic link".into()));
+        return refuse("is a symbolic link".into());
     }
-    if !meta.is_dir() {
-        return Err(unsafe_dir("is not a directory".into()));
+    match expected {
+        Private::Dir if !meta.is_dir() => return refuse("is not a directory".into()),
+        Private::File if !meta.is_file() => return refuse("is not a regular file".into()),
+        _ => {}
     }
     if meta.uid() != uid {
-        return Err(unsafe_dir(format!("is owned by uid {}", meta.uid())));
+        return refuse(format!("is owned by uid {}", meta.uid()));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(unsafe_dir(format!("has mode {:04o}: others can write to it", meta.mode() & 0o7777)));
+        return refuse(format!("has mode {:04o}: others can write to it", meta.mode() & 0o7777));
     }
     Ok(())
 }
