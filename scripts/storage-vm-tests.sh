@@ -19,6 +19,9 @@
 # seal, the password checked after a restart) and crates/stack-tests/tests/iscsi_vm.rs (the iSCSI group on open-iscsi against tgtd:
 # portals, discovery, CHAP and mutual CHAP logins, the target's disk through the disk and volume
 # groups; secrets in no argv, log line or error text).
+#
+# Last, crates/cli/tests/conformance.rs: `csi-proxyctl conformance` against the real daemon binary
+# on Debian's kernel (loop disks, udev), and that it leaves nothing behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VM=$(readlink -f ../shared/tools/storage-vm)
@@ -46,6 +49,7 @@ bins=$({
   cargo test -p csi-proxy-host --lib --no-run --message-format=json
   cargo test -p csi-proxy-stack-tests --test scsi_vm --test linux_volumes --test smb_vm --test iscsi_vm \
     --no-run --message-format=json
+  cargo test -p csi-proxyctl --test conformance --no-run --message-format=json
 } | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -57,7 +61,10 @@ lib=$(awk '$1 == "csi_proxy_host" {print $2}' <<<"$bins")
 volumes=$(awk '$1 == "linux_volumes" {print $2}' <<<"$bins")
 smb_vm=$(awk '$1 == "smb_vm" {print $2}' <<<"$bins")
 iscsi_vm=$(awk '$1 == "iscsi_vm" {print $2}' <<<"$bins")
-for b in "$scsi_vm" "$lib" "$volumes" "$smb_vm" "$iscsi_vm"; do
+conformance=$(awk '$1 == "conformance" {print $2}' <<<"$bins")
+# The conformance test runs the daemon and csi-proxyctl binaries beside its own target dir.
+cargo build -q -p csi-proxy -p csi-proxyctl
+for b in "$scsi_vm" "$lib" "$volumes" "$smb_vm" "$iscsi_vm" "$conformance"; do
   [ -x "$b" ] || { echo "test binaries not found in: $bins" >&2; exit 1; }
 done
 
@@ -77,4 +84,7 @@ echo "== storage VM: Samba on 127.0.0.1, SMB mappings through the kernel's cifs 
 "$VM" run -- "$smb_vm" --test-threads=1
 echo "== storage VM: iSCSI (tgtd target, open-iscsi initiator)"
 "$VM" run -- "$iscsi_vm" --test-threads=1
+echo "== storage VM: csi-proxyctl conformance against the daemon on Debian's kernel"
+# shellcheck disable=SC2016 # expanded in the VM
+"$VM" run -- sh -c 'modprobe -a loop xfs; "$1" --test-threads=1' sh "$conformance"
 echo "== storage VM: passed in $(($(date +%s) - start)) s"

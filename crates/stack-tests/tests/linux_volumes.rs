@@ -516,7 +516,10 @@ fn a_node_naming_no_device_is_waited_for_then_refused_as_stale() {
     let _namespaces = shared();
     let a = Case::new("enxio", FsType::Ext4, 64 * MIB);
     let va = a.env.block.volume(&a.id).unwrap();
-    let mine = rdev(&va.node);
+    // The kernel's numbers (its /dev node may not be there yet where udev runs).
+    let numbers = fs::read_to_string(format!("/sys/class/block/{}/dev", va.name)).unwrap();
+    let (major, minor) = numbers.trim().split_once(':').unwrap();
+    let mine: (u32, u32) = (major.parse().unwrap(), minor.parse().unwrap());
     // The partition's major with a minor no device has.
     let nothing = (mine.0, (1000..).find(|m| !Path::new(&format!("/sys/dev/block/{}:{m}", mine.0)).exists()).unwrap());
     let copy = a.env.base.join("dev copy");
