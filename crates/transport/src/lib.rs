@@ -733,6 +733,40 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A reflection request over the limit gets an error status, not an empty OK stream.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn an_oversized_reflection_request_is_refused_with_a_status() {
+        use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+        let (dir, apis, stop_tx, server) = serve_two_apis("reflection-big").await;
+        let channel = socket_channel(apis[1].socket_path(&dir)).await;
+        let mut client = ServerReflectionClient::new(channel.clone());
+        let big = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::FileByFilename("x".repeat(5000))),
+        };
+        let answer = match client.server_reflection_info(tokio_stream::iter([big])).await {
+            Ok(r) => r.into_inner().message().await,
+            Err(e) => Err(e),
+        };
+        let e = answer.expect_err("an oversized request got an OK answer");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+        assert!(e.message().contains("4096"), "{e:?}");
+        // The endpoint still answers a request of the right size.
+        let small = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut answers = client.server_reflection_info(tokio_stream::iter([small])).await.unwrap().into_inner();
+        assert!(answers.message().await.unwrap().is_some());
+        let _ = stop_tx.send(true);
+        server.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Server reflection over a real socket, as grpcurl asks: v1 and v1alpha list the endpoint's
     /// own API (not another endpoint's), health and reflection; the API's file comes back by
     /// symbol with its methods; another API's symbol is NOT_FOUND there.
