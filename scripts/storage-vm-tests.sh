@@ -21,7 +21,10 @@
 # groups; secrets in no argv, log line or error text).
 #
 # Last, crates/cli/tests/conformance.rs: `csi-proxyctl conformance` against the real daemon binary
-# on Debian's kernel (loop disks, udev), and that it leaves nothing behind.
+# on Debian's kernel (loop disks, udev), and that it leaves nothing behind; then
+# crates/cli/tests/conformance_remote_vm.rs in a VM of its own: the same with -smb-share and
+# -iscsi-portal against Samba and tgtd (CHAP), the smb and iscsi checks passing, no secret in the
+# output, no mount, session or added portal left, a portal there before kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VM=$(readlink -f ../shared/tools/storage-vm)
@@ -49,7 +52,7 @@ bins=$({
   cargo test -p csi-proxy-host --lib --no-run --message-format=json
   cargo test -p csi-proxy-stack-tests --test scsi_vm --test linux_volumes --test smb_vm --test iscsi_vm \
     --no-run --message-format=json
-  cargo test -p csi-proxyctl --test conformance --no-run --message-format=json
+  cargo test -p csi-proxyctl --test conformance --test conformance_remote_vm --no-run --message-format=json
 } | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -62,9 +65,10 @@ volumes=$(awk '$1 == "linux_volumes" {print $2}' <<<"$bins")
 smb_vm=$(awk '$1 == "smb_vm" {print $2}' <<<"$bins")
 iscsi_vm=$(awk '$1 == "iscsi_vm" {print $2}' <<<"$bins")
 conformance=$(awk '$1 == "conformance" {print $2}' <<<"$bins")
+conformance_remote=$(awk '$1 == "conformance_remote_vm" {print $2}' <<<"$bins")
 # The conformance test runs the daemon and csi-proxyctl binaries beside its own target dir.
 cargo build -q -p csi-proxy -p csi-proxyctl
-for b in "$scsi_vm" "$lib" "$volumes" "$smb_vm" "$iscsi_vm" "$conformance"; do
+for b in "$scsi_vm" "$lib" "$volumes" "$smb_vm" "$iscsi_vm" "$conformance" "$conformance_remote"; do
   [ -x "$b" ] || { echo "test binaries not found in: $bins" >&2; exit 1; }
 done
 
@@ -87,4 +91,7 @@ echo "== storage VM: iSCSI (tgtd target, open-iscsi initiator)"
 echo "== storage VM: csi-proxyctl conformance against the daemon on Debian's kernel"
 # shellcheck disable=SC2016 # expanded in the VM
 "$VM" run -- sh -c 'modprobe -a loop xfs; "$1" --test-threads=1' sh "$conformance"
+echo "== storage VM: csi-proxyctl conformance with a test share (Samba) and target (tgtd)"
+# shellcheck disable=SC2016 # expanded in the VM
+"$VM" run -- sh -c 'modprobe -a loop xfs; "$1" --test-threads=1' sh "$conformance_remote"
 echo "== storage VM: passed in $(($(date +%s) - start)) s"

@@ -37,6 +37,19 @@ Node check (changes the host: run it on a node you may test on, as root on Linux
                           C:\\var\\lib\\kubelet); the scratch directory is made inside it.
     -scratch-dir <dir>    Where the disks' backing files go (default the temp directory).
                           The -timeout applies to each step.
+    -smb-share <\\\\host\\share>
+                          A test share (also //host/share) to map, write through and remove
+                          (smb v1), with -smb-user <name> and -smb-password-file <file>; the
+                          file '-' is standard input (not a terminal). A second mapping with
+                          a wrong password must be refused. Without it: skipped.
+    -iscsi-portal <host[:port]>, -iscsi-target <iqn>
+                          A test target to discover, log in to, list the disks of and log out
+                          of (iscsi v1alpha2); port 3260 by default. CHAP: -iscsi-chap-user
+                          <name> and -iscsi-chap-secret-file <file> (or '-'). A portal that
+                          was there before the run is kept. Without them: skipped.
+                          Passwords and secrets come only from files or standard input (never
+                          the command line or the environment), at most 1024 bytes, one
+                          trailing newline dropped; they appear in no output.
 
 Any call:
   call <group>/<version> <Method> ['<json request>']
@@ -78,7 +91,159 @@ pub enum Command {
     Service(String),
     Methods(Option<Api>),
     Call { api: Api, method: String, request: String },
-    Conformance { kubelet_path: std::path::PathBuf, scratch_dir: std::path::PathBuf },
+    Conformance { kubelet_path: std::path::PathBuf, scratch_dir: std::path::PathBuf, remote: Remote },
+}
+
+/// Where a password or secret is read from: a file, or standard input (`-`). There is no flag
+/// that takes one on the command line, and none is read from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    File(std::path::PathBuf),
+    Stdin,
+}
+
+impl SecretSource {
+    fn new(value: String) -> SecretSource {
+        if value == "-" {
+            SecretSource::Stdin
+        } else {
+            SecretSource::File(value.into())
+        }
+    }
+}
+
+/// The conformance run's test share and target, when given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Remote {
+    pub smb: Option<SmbArgs>,
+    pub iscsi: Option<IscsiArgs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmbArgs {
+    /// `\\host\share[\path]`, backslashes only.
+    pub share: String,
+    pub user: String,
+    pub password: SecretSource,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IscsiArgs {
+    pub host: String,
+    pub port: u32,
+    pub iqn: String,
+    /// One-way CHAP: the user name and where the secret is.
+    pub chap: Option<(String, SecretSource)>,
+}
+
+/// Most a password or secret file may hold.
+pub const MAX_SECRET: u64 = 1024;
+
+/// A password or secret: shown by nothing (its Debug says it is withheld).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Another secret: this one with `suffix` (a password that must be refused).
+    pub fn with_suffix(&self, suffix: &str) -> Secret {
+        Secret(format!("{}{suffix}", self.0))
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<withheld>)")
+    }
+}
+
+/// Reads the secret `flag` names from `source` (standard input only when it is no terminal,
+/// which would echo it).
+pub fn read_secret(flag: &str, source: &SecretSource) -> Result<Secret, String> {
+    use std::io::IsTerminal;
+    match source {
+        SecretSource::Stdin => {
+            let stdin = std::io::stdin();
+            if stdin.is_terminal() {
+                return Err(format!(
+                    "-{flag} -: standard input is a terminal, which would show what is typed; pipe it in or give a file"
+                ));
+            }
+            secret_from(stdin.lock(), flag, "standard input")
+        }
+        SecretSource::File(path) => {
+            let name = path.display().to_string();
+            let f = std::fs::File::open(path).map_err(|e| format!("-{flag}: cannot open {name:?}: {e}"))?;
+            secret_from(f, flag, &name)
+        }
+    }
+}
+
+/// At most [`MAX_SECRET`] bytes of UTF-8 from `from`, one trailing newline dropped. No error
+/// quotes what was read.
+pub fn secret_from(from: impl std::io::Read, flag: &str, name: &str) -> Result<Secret, String> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    from.take(MAX_SECRET + 1).read_to_end(&mut bytes).map_err(|e| format!("-{flag}: reading {name:?}: {e}"))?;
+    if bytes.len() as u64 > MAX_SECRET {
+        return Err(format!(
+            "-{flag}: {name:?} holds more than {MAX_SECRET} bytes, the limit for a password or secret"
+        ));
+    }
+    let mut text = String::from_utf8(bytes).map_err(|_| format!("-{flag}: {name:?} is not valid UTF-8"))?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    if text.is_empty() {
+        return Err(format!("-{flag}: {name:?} is empty"));
+    }
+    Ok(Secret(text))
+}
+
+/// `\\host\share[\path]` or `//host/share[/path]`, as `\\host\share[\path]`.
+fn smb_share(text: &str) -> Result<String, String> {
+    let bad = || format!("-smb-share {:?} is not \\\\host\\share or //host/share", bounded(text));
+    let rest = text.strip_prefix("\\\\").or_else(|| text.strip_prefix("//")).ok_or_else(bad)?;
+    let parts: Vec<&str> = rest.split(['\\', '/']).filter(|p| !p.is_empty()).collect();
+    if parts.len() < 2 || rest.starts_with(['\\', '/']) {
+        return Err(bad());
+    }
+    Ok(format!("\\\\{}", parts.join("\\")))
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port` (port 3260 when not given).
+fn iscsi_portal(text: &str) -> Result<(String, u32), String> {
+    let bad = || format!("-iscsi-portal {:?} is not host[:port] (an IPv6 address in brackets)", bounded(text));
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+        match after {
+            "" => (host, None),
+            _ => (host, Some(after.strip_prefix(':').ok_or_else(bad)?)),
+        }
+    } else {
+        match text.split_once(':') {
+            Some((h, p)) if !p.contains(':') => (h, Some(p)),
+            Some(_) => (text, None), // an IPv6 address without a port
+            None => (text, None),
+        }
+    };
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad());
+    }
+    let port = match port {
+        None => 3260,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 => u32::from(n),
+            _ => return Err(bad()),
+        },
+    };
+    Ok((host.to_owned(), port))
 }
 
 #[derive(Debug)]
@@ -93,7 +258,7 @@ pub struct Options {
 
 #[derive(Debug)]
 pub enum Parsed {
-    Run(Options),
+    Run(Box<Options>),
     Help,
     Version,
 }
@@ -105,6 +270,9 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
     let mut socket_dir = None;
     let mut kubelet_path = None;
     let mut scratch_dir = None;
+    // The conformance run's test share and target.
+    let (mut smb_share_, mut smb_user, mut smb_password) = (None, None, None);
+    let (mut portal, mut target, mut chap_user, mut chap_secret) = (None, None, None, None);
     let mut words = Vec::new();
     let mut it = argv.iter();
     let mut flags_done = false;
@@ -137,9 +305,17 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
             "socket-dir" => socket_dir = Some(std::path::PathBuf::from(value("dir")?)),
             "kubelet-path" => kubelet_path = Some(std::path::PathBuf::from(value("dir")?)),
             "scratch-dir" => scratch_dir = Some(std::path::PathBuf::from(value("dir")?)),
+            "smb-share" => smb_share_ = Some(smb_share(&value("\\\\host\\share")?)?),
+            "smb-user" => smb_user = Some(value("name")?),
+            "smb-password-file" => smb_password = Some(SecretSource::new(value("file, or - for standard input")?)),
+            "iscsi-portal" => portal = Some(iscsi_portal(&value("host[:port]")?)?),
+            "iscsi-target" => target = Some(value("iqn")?),
+            "iscsi-chap-user" => chap_user = Some(value("name")?),
+            "iscsi-chap-secret-file" => chap_secret = Some(SecretSource::new(value("file, or - for standard input")?)),
             _ => return Err(format!("unknown option {:?}", bounded(arg))),
         }
     }
+    let remote = remote(smb_share_, smb_user, smb_password, portal, target, chap_user, chap_secret)?;
     let mut words = words.into_iter();
     let Some(command) = words.next() else {
         return Err("no command given".into());
@@ -165,11 +341,15 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
         "conformance" => Command::Conformance {
             kubelet_path: kubelet_path.take().unwrap_or_else(|| DEFAULT_KUBELET_PATH.into()),
             scratch_dir: scratch_dir.take().unwrap_or_else(std::env::temp_dir),
+            remote: remote.clone(),
         },
         other => return Err(format!("unknown command {:?}", bounded(other))),
     };
     if kubelet_path.is_some() || scratch_dir.is_some() {
         return Err("-kubelet-path and -scratch-dir are options of the conformance command".into());
+    }
+    if remote != Remote::default() && !matches!(command, Command::Conformance { .. }) {
+        return Err("-smb-* and -iscsi-* are options of the conformance command".into());
     }
     if let Command::Conformance { kubelet_path, .. } = &command {
         check_kubelet_path(kubelet_path)?;
@@ -177,7 +357,41 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
     if let Some(extra) = words.next() {
         return Err(format!("unexpected argument {:?}", bounded(&extra)));
     }
-    Ok(Parsed::Run(Options { command, json, yes, timeout, socket_dir }))
+    Ok(Parsed::Run(Box::new(Options { command, json, yes, timeout, socket_dir })))
+}
+
+/// The test share's and target's flags, checked together.
+fn remote(
+    share: Option<String>,
+    user: Option<String>,
+    password: Option<SecretSource>,
+    portal: Option<(String, u32)>,
+    target: Option<String>,
+    chap_user: Option<String>,
+    chap_secret: Option<SecretSource>,
+) -> Result<Remote, String> {
+    let smb = match (share, user, password) {
+        (None, None, None) => None,
+        (Some(share), Some(user), Some(password)) if !user.is_empty() => Some(SmbArgs { share, user, password }),
+        (Some(_), _, _) => return Err("-smb-share needs -smb-user <name> and -smb-password-file <file or ->".into()),
+        _ => return Err("-smb-user and -smb-password-file go with -smb-share".into()),
+    };
+    let chap = match (chap_user, chap_secret) {
+        (None, None) => None,
+        (Some(u), Some(s)) if !u.is_empty() => Some((u, s)),
+        _ => return Err("CHAP needs both -iscsi-chap-user <name> and -iscsi-chap-secret-file <file or ->".into()),
+    };
+    let iscsi = match (portal, target) {
+        (None, None) if chap.is_none() => None,
+        (Some((host, port)), Some(iqn)) if !iqn.is_empty() => Some(IscsiArgs { host, port, iqn, chap }),
+        _ => return Err("the iSCSI check needs both -iscsi-portal <host[:port]> and -iscsi-target <iqn>".into()),
+    };
+    let both_stdin = matches!(&smb, Some(s) if s.password == SecretSource::Stdin)
+        && matches!(&iscsi, Some(IscsiArgs { chap: Some((_, SecretSource::Stdin)), .. }));
+    if both_stdin {
+        return Err("-smb-password-file and -iscsi-chap-secret-file can't both be standard input (-)".into());
+    }
+    Ok(Remote { smb, iscsi })
 }
 
 /// The daemon's default `-kubelet-path`.
@@ -241,7 +455,7 @@ mod tests {
 
     fn run(args: &[&str]) -> Result<Options, String> {
         match parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())? {
-            Parsed::Run(o) => Ok(o),
+            Parsed::Run(o) => Ok(*o),
             other => panic!("{other:?}"),
         }
     }
@@ -279,6 +493,123 @@ mod tests {
     fn conformance_takes_its_directories() {
         let o = run(&["conformance", "-kubelet-path=/k", "-scratch-dir", "/s", "-json"]).unwrap();
         assert!(o.json);
-        assert_eq!(o.command, Command::Conformance { kubelet_path: "/k".into(), scratch_dir: "/s".into() });
+        assert_eq!(
+            o.command,
+            Command::Conformance { kubelet_path: "/k".into(), scratch_dir: "/s".into(), remote: Remote::default() }
+        );
+    }
+
+    fn conformance_remote(args: &[&str]) -> Result<Remote, String> {
+        let mut all = vec!["conformance", "-kubelet-path", if cfg!(windows) { r"C:\k" } else { "/k" }];
+        all.extend_from_slice(args);
+        match run(&all)?.command {
+            Command::Conformance { remote, .. } => Ok(remote),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_test_share_and_target_are_flags() {
+        let r = conformance_remote(&["-smb-share", "//srv/data/sub", "-smb-user", "u", "-smb-password-file", "/pw"])
+            .unwrap();
+        let smb = r.smb.unwrap();
+        assert_eq!(smb.share, r"\\srv\data\sub");
+        assert_eq!((smb.user.as_str(), &smb.password), ("u", &SecretSource::File("/pw".into())));
+        assert!(r.iscsi.is_none());
+        let r = conformance_remote(&["-smb-share", r"\\srv\data", "-smb-user=u", "-smb-password-file", "-"]).unwrap();
+        assert_eq!(
+            r.smb.as_ref().map(|s| (s.share.as_str(), &s.password)),
+            Some((r"\\srv\data", &SecretSource::Stdin))
+        );
+
+        let r = conformance_remote(&["-iscsi-portal", "10.0.0.5", "-iscsi-target", "iqn.2003-01.org:t1"]).unwrap();
+        let i = r.iscsi.unwrap();
+        assert_eq!((i.host.as_str(), i.port, i.iqn.as_str(), &i.chap), ("10.0.0.5", 3260, "iqn.2003-01.org:t1", &None));
+        let r = conformance_remote(&[
+            "-iscsi-portal=[fd00::5]:3261",
+            "-iscsi-target=iqn.x",
+            "-iscsi-chap-user",
+            "alice",
+            "-iscsi-chap-secret-file",
+            "/s",
+        ])
+        .unwrap();
+        let i = r.iscsi.unwrap();
+        assert_eq!((i.host.as_str(), i.port), ("fd00::5", 3261));
+        assert_eq!(i.chap, Some(("alice".into(), SecretSource::File("/s".into()))));
+        assert_eq!(iscsi_portal("fd00::5").unwrap(), ("fd00::5".into(), 3260));
+        assert_eq!(iscsi_portal("host:3262").unwrap(), ("host".into(), 3262));
+    }
+
+    #[test]
+    fn test_share_and_target_mistakes_are_named() {
+        let e = |args: &[&str]| conformance_remote(args).unwrap_err();
+        assert!(e(&["-smb-share", "srv/data", "-smb-user", "u", "-smb-password-file", "f"]).contains("srv/data"));
+        assert!(e(&["-smb-share", "//srv", "-smb-user", "u", "-smb-password-file", "f"]).contains("//srv"));
+        assert!(e(&["-smb-share", "//srv/d", "-smb-password-file", "f"]).contains("-smb-user"));
+        assert!(e(&["-smb-share", "//srv/d", "-smb-user", "u"]).contains("-smb-password-file"));
+        assert!(e(&["-smb-user", "u"]).contains("-smb-share"));
+        assert!(e(&["-iscsi-portal", "h"]).contains("-iscsi-target"));
+        assert!(e(&["-iscsi-target", "iqn.x"]).contains("-iscsi-portal"));
+        assert!(e(&["-iscsi-portal", "h:0", "-iscsi-target", "iqn.x"]).contains("h:0"));
+        assert!(e(&["-iscsi-portal", "h:99999", "-iscsi-target", "iqn.x"]).contains("h:99999"));
+        assert!(e(&["-iscsi-portal", "h", "-iscsi-target", "iqn.x", "-iscsi-chap-user", "a"]).contains("secret-file"));
+        let both = e(&[
+            "-smb-share=//s/d",
+            "-smb-user=u",
+            "-smb-password-file=-",
+            "-iscsi-portal=h",
+            "-iscsi-target=iqn.x",
+            "-iscsi-chap-user=a",
+            "-iscsi-chap-secret-file=-",
+        ]);
+        assert!(both.contains("standard input"), "{both}");
+        // Only the conformance command takes them.
+        assert!(run(&["disks", "-iscsi-portal", "h", "-iscsi-target", "iqn.x"]).unwrap_err().contains("conformance"));
+    }
+
+    /// No flag takes a password or secret itself: each spelling one might try is unknown.
+    #[test]
+    fn no_password_or_secret_on_the_command_line() {
+        for flag in ["-smb-password", "-password", "-iscsi-chap-secret", "-chap-secret", "-secret"] {
+            let e = conformance_remote(&[flag, "hunter2"]).unwrap_err();
+            assert!(e.starts_with("unknown option") && e.contains(flag), "{flag}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+            let e = conformance_remote(&[&format!("{flag}=hunter2")]).unwrap_err();
+            assert!(e.starts_with("unknown option"), "{flag}: {e}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_bounded_and_never_quoted() {
+        let s = secret_from(&b"Pw,with=Comma 7\n"[..], "smb-password-file", "/pw").unwrap();
+        assert_eq!(s.expose(), "Pw,with=Comma 7");
+        assert_eq!(format!("{s:?}"), "Secret(<withheld>)");
+        assert_eq!(secret_from(&b"a b \r\n"[..], "f", "x").unwrap().expose(), "a b ");
+        assert_eq!(secret_from(&b"x\n\n"[..], "f", "x").unwrap().expose(), "x\n");
+        let exact = "k".repeat(MAX_SECRET as usize);
+        assert_eq!(secret_from(exact.as_bytes(), "f", "x").unwrap().expose(), exact);
+
+        let big = format!("{}SECRETTAIL", "s".repeat(MAX_SECRET as usize));
+        let e = secret_from(big.as_bytes(), "smb-password-file", "/etc/pw").unwrap_err();
+        assert!(e.contains("-smb-password-file") && e.contains("\"/etc/pw\"") && e.contains("1024 bytes"), "{e}");
+        assert!(!e.contains("SECRETTAIL") && !e.contains("sss"), "{e}");
+        let e = secret_from(&b"\n"[..], "iscsi-chap-secret-file", "/s").unwrap_err();
+        assert!(e.contains("/s") && e.contains("empty"), "{e}");
+        let e = secret_from(&b"pw\xff"[..], "f", "/s").unwrap_err();
+        assert!(e.contains("UTF-8") && !e.contains("pw"), "{e}");
+
+        // From a real file, and a file over the bound.
+        let dir = std::env::temp_dir().join(format!("csi-proxyctl-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ok, over) = (dir.join("ok"), dir.join("over"));
+        std::fs::write(&ok, "filePw-1\n").unwrap();
+        std::fs::write(&over, "x".repeat(MAX_SECRET as usize + 1)).unwrap();
+        assert_eq!(read_secret("smb-password-file", &SecretSource::File(ok)).unwrap().expose(), "filePw-1");
+        let e = read_secret("iscsi-chap-secret-file", &SecretSource::File(over.clone())).unwrap_err();
+        assert!(e.contains(&over.display().to_string()) && e.contains("1024"), "{e}");
+        let e = read_secret("smb-password-file", &SecretSource::File(dir.join("missing"))).unwrap_err();
+        assert!(e.contains("missing"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

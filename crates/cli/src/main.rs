@@ -39,7 +39,7 @@ fn main() -> ExitCode {
             println!("csi-proxyctl {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
         }
-        Ok(Parsed::Run(o)) => o,
+        Ok(Parsed::Run(o)) => *o,
         Err(e) => {
             eprintln!("error: {e}\n\nRun 'csi-proxyctl --help' for the commands and options.");
             return ExitCode::from(USAGE);
@@ -54,7 +54,7 @@ fn main() -> ExitCode {
     };
     match rt.block_on(run(parsed)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Refused(msg)) => {
+        Err(Failure::Refused(msg) | Failure::Usage(msg)) => {
             eprintln!("error: {}", term::printable(&msg));
             ExitCode::from(USAGE)
         }
@@ -74,6 +74,8 @@ fn main() -> ExitCode {
 pub enum Failure {
     /// A mutating call that was not confirmed.
     Refused(String),
+    /// Options that can't be used (exit status 2), found after parsing (a secret's file).
+    Usage(String),
     /// A call the daemon answered with an error.
     Rpc {
         what: String,
@@ -141,8 +143,9 @@ async fn run(o: args::Options) -> Result<(), Failure> {
     // A call's request is read and confirmed before the time limit starts: it bounds the
     // daemon's answer, not the person at the prompt.
     // Its -timeout bounds each step; the whole run takes as long as its steps.
-    if let Command::Conformance { kubelet_path, scratch_dir } = &o.command {
-        return conformance::run(&ctx, kubelet_path, scratch_dir).await;
+    if let Command::Conformance { kubelet_path, scratch_dir, remote } = &o.command {
+        let given = conformance::Given::read(remote).map_err(Failure::Usage)?;
+        return conformance::run(&ctx, kubelet_path, scratch_dir, given).await;
     }
     let prepared = match &o.command {
         Command::Call { api, method, request } => Some(prepare_call(*api, method, request, o.yes)?),

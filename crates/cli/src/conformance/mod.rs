@@ -5,15 +5,18 @@
 //! rest of it is listed as skipped); the other checks still run.
 
 mod named;
+mod remote;
 mod scratch;
 #[cfg(windows)]
 mod vhd;
+pub use remote::Given;
 #[cfg(windows)]
 pub use vhd::{probe_main as vhd_probe_main, PROBE_ARG as VHD_PROBE_ARG};
 
 use crate::{table, Ctx, Failure};
 use csi_proxy_client::{v1, Code, Group, Status};
 use csi_proxy_flows::{self as flows, azuredisk, ebs, gce_pd, vsphere, BlockVolume, Local, Node, Proxy};
+use remote::Remote;
 use scratch::{Made, Unavailable};
 use serde_json::json;
 use std::future::Future;
@@ -78,19 +81,20 @@ fn bounded(s: &str) -> String {
 
 impl From<Status> for StepErr {
     fn from(s: Status) -> Self {
-        StepErr::Failed(format!("{:?}: {}", s.code(), bounded(s.message())))
+        // Bounded when recorded (after the secrets are withheld).
+        StepErr::Failed(format!("{:?}: {}", s.code(), s.message()))
     }
 }
 
 impl From<flows::Failure> for StepErr {
     fn from(f: flows::Failure) -> Self {
-        StepErr::Failed(format!("{:?}: {}", f.code, bounded(&f.message)))
+        StepErr::Failed(format!("{:?}: {}", f.code, f.message))
     }
 }
 
 impl From<anyhow::Error> for StepErr {
     fn from(e: anyhow::Error) -> Self {
-        StepErr::Failed(bounded(&format!("{e:#}")))
+        StepErr::Failed(format!("{e:#}"))
     }
 }
 
@@ -112,7 +116,12 @@ struct Report {
     timeout: Duration,
     /// The step running, for the report when a stop signal ends it.
     running: Option<(&'static str, String, Instant)>,
+    /// Passwords and secrets of the run: withheld from every result recorded.
+    secrets: Vec<String>,
 }
+
+/// What a result shows instead of a secret.
+const WITHHELD: &str = "<withheld>";
 
 /// One named check: its steps run in order until one fails.
 struct Check<'r> {
@@ -130,11 +139,33 @@ impl Report {
     fn count(&self, kind: &str) -> usize {
         self.rows.iter().filter(|r| r.res.kind() == kind).count()
     }
+
+    /// Records a row: its result with the secrets withheld, then bounded.
+    fn push(&mut self, check: &'static str, step: String, res: Res, time: Duration) {
+        let clean = |text: &str| {
+            let mut text = text.to_owned();
+            // Longest first: the wrong password holds the real one.
+            let mut secrets: Vec<&String> = self.secrets.iter().filter(|s| !s.is_empty()).collect();
+            secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+            for s in secrets {
+                text = text.replace(s.as_str(), WITHHELD);
+            }
+            bounded(&text)
+        };
+        let res = match res {
+            Res::Ok => Res::Ok,
+            Res::Failed(s) => Res::Failed(clean(&s)),
+            Res::Skipped(s) => Res::Skipped(clean(&s)),
+            Res::NeedsWindows(s) => Res::NeedsWindows(clean(&s)),
+        };
+        let step = clean(&step);
+        self.rows.push(Row { check, step, res, time });
+    }
 }
 
 impl Check<'_> {
     fn row(&mut self, step: &str, res: Res, time: Duration) {
-        self.report.rows.push(Row { check: self.name, step: step.to_owned(), res, time });
+        self.report.push(self.name, step.to_owned(), res, time);
     }
 
     /// Runs `step` (bounded by the timeout) unless an earlier step failed; its value on success.
@@ -186,7 +217,7 @@ impl Local for FsLocal {
 
 /// The run: connects, makes the scratch directories, runs the checks until they end or a stop
 /// signal comes, removes what it made, and prints the report.
-pub async fn run(ctx: &Ctx, kubelet_path: &Path, scratch_dir: &Path) -> Result<(), Failure> {
+pub async fn run(ctx: &Ctx, kubelet_path: &Path, scratch_dir: &Path, given: Given) -> Result<(), Failure> {
     // Handlers first: a stop from here on goes through the cleanup.
     let mut stop = StopSignals::new()?;
     let mut channels = Vec::new();
@@ -202,19 +233,33 @@ pub async fn run(ctx: &Ctx, kubelet_path: &Path, scratch_dir: &Path) -> Result<(
     if cfg!(target_os = "linux") {
         proxy.not_sent.push(("disk/v1.SetDiskState", "a loop disk has no online state"));
     }
+    let iscsi = match &given.iscsi {
+        None => None,
+        Some(_) => {
+            let api = csi_proxy_client::find_api("iscsi", "v1alpha2").expect("a served API");
+            Some(ctx.connect(api).await?)
+        }
+    };
+    let mut remote = Remote::new(given, iscsi);
     let mut made = Made::new(kubelet_path, scratch_dir)?;
-    let mut report = Report { rows: Vec::new(), timeout: ctx.timeout, running: None };
+    let secrets = remote.secrets();
+    let mut report = Report { rows: Vec::new(), timeout: ctx.timeout, running: None, secrets };
     let stopped = tokio::select! {
-        () = checks(&mut report, &mut proxy, &mut made) => None,
+        () = checks(&mut report, &mut proxy, &mut made, &mut remote) => None,
         sig = stop.recv() => Some(sig),
     };
     if let (Some(sig), Some((check, step, start))) = (stopped, report.running.take()) {
         let res = Res::Failed(format!("stopped by {sig}"));
-        report.rows.push(Row { check, step, res, time: start.elapsed() });
+        report.push(check, step, res, start.elapsed());
     }
     let mut c = report.check("cleanup");
     if let Some(sig) = stopped {
         c.row("run", Res::Failed(format!("stopped by {sig}")), Duration::ZERO);
+    }
+    // What the smb and iscsi checks left on the daemon's side, through the daemon (bounded: it
+    // may be what stopped answering).
+    for (step, res, time) in remote.undo(&mut proxy, ctx.timeout).await {
+        c.row(&step, res, time);
     }
     let start = Instant::now();
     let problems = made.clean();
@@ -228,10 +273,17 @@ pub async fn run(ctx: &Ctx, kubelet_path: &Path, scratch_dir: &Path) -> Result<(
 }
 
 fn print(ctx: &Ctx, report: &Report, stopped: Option<&'static str>) {
+    print!("{}", render(ctx.json, report, stopped));
+}
+
+/// The report as a table (then the long failures and the counts), or as JSON.
+fn render(json: bool, report: &Report, stopped: Option<&'static str>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     let (passed, failed) = (report.count("ok"), report.count("failed"));
     let needs_windows = report.count("needs-windows");
     let skipped = report.count("skipped") + needs_windows;
-    if ctx.json {
+    if json {
         let steps: Vec<_> = report
             .rows
             .iter()
@@ -244,10 +296,9 @@ fn print(ctx: &Ctx, report: &Report, stopped: Option<&'static str>) {
                        "seconds": r.time.as_secs_f64()})
             })
             .collect();
-        let out = json!({"steps": steps, "passed": passed, "failed": failed, "skipped": skipped,
+        let doc = json!({"steps": steps, "passed": passed, "failed": failed, "skipped": skipped,
                          "needs_windows": needs_windows, "stopped_by": stopped});
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return;
+        return format!("{}\n", serde_json::to_string_pretty(&doc).unwrap_or_default());
     }
     // Long reasons would widen every line: the table shows their start, the failures follow
     // it in full (as bounded as the JSON's).
@@ -262,15 +313,16 @@ fn print(ctx: &Ctx, report: &Report, stopped: Option<&'static str>) {
             vec![r.check.to_owned(), r.step.clone(), result, format!("{:.2}s", r.time.as_secs_f64())]
         })
         .collect();
-    print!("{}", table::render(&["CHECK", "STEP", "RESULT", "TIME"], &rows));
+    out.push_str(&table::render(&["CHECK", "STEP", "RESULT", "TIME"], &rows));
     for r in report.rows.iter().filter(|r| matches!(r.res, Res::Failed(_)) && r.res.text().chars().count() > CELL) {
-        println!("{} / {}: {}", r.check, r.step, crate::term::printable(&r.res.text()));
+        let _ = writeln!(out, "{} / {}: {}", r.check, r.step, crate::term::printable(&r.res.text()));
     }
     let mut last = format!("{passed} passed, {failed} failed, {skipped} skipped");
     if needs_windows > 0 {
         last.push_str(&format!(" ({needs_windows} need Windows APIs this host lacks)"));
     }
-    println!("{last}");
+    let _ = writeln!(out, "{last}");
+    out
 }
 
 /// Ctrl-C, and SIGTERM on unix (what a pod's stop and `kill` send).
@@ -323,7 +375,7 @@ fn text(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made) {
+async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made, remote: &mut Remote) {
     let root = text(&made.kubelet_dir);
     let node = if cfg!(windows) { Node::windows(&root) } else { Node::linux(&root) };
     filesystem(report, p, &node).await;
@@ -333,18 +385,8 @@ async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made) {
         block_flow(report, p, made, &node, driver).await;
     }
     named::windows_checks(report, p, made, &node).await;
-    let mut c = report.check("smb");
-    c.row(
-        "csi-driver-smb and azurefile flows",
-        Res::Skipped("needs a test share; a run against one is not implemented yet".into()),
-        Duration::ZERO,
-    );
-    let mut c = report.check("iscsi");
-    c.row(
-        "portal, discovery, login, disk",
-        Res::Skipped("needs a test target; a run against one is not implemented yet".into()),
-        Duration::ZERO,
-    );
+    remote::smb(report, p, remote, &root, sep(&node)).await;
+    remote::iscsi(report, remote).await;
 }
 
 /// Mkdir, PathExists, IsSymlink, Rmdir in the scratch directory; the links in a check of their
@@ -634,5 +676,57 @@ async fn block_flow(report: &mut Report, p: &mut Proxy, made: &mut Made, node: &
         // Whatever the flow left mounted goes with the disk (it is ours by its backing file).
         c.blocked = None;
         c.run("remove the scratch disk", async { Ok(made.disks.remove(n)?) }).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSWORD: &str = "Pw,with=Comma 7";
+
+    /// A run's report with results that quote the password and the wrong one (as a careless
+    /// daemon might): neither is in the table or the JSON.
+    #[test]
+    fn the_password_is_in_no_table_and_no_json() {
+        let remote = remote::fake(PASSWORD);
+        let secrets = remote.secrets();
+        assert_eq!(secrets.len(), 2, "the password and the wrong one");
+        assert!(secrets[1].starts_with(PASSWORD) && secrets[1] != PASSWORD);
+        let mut report = Report { rows: Vec::new(), timeout: Duration::from_secs(1), running: None, secrets };
+        let mut c = report.check("smb");
+        c.row(r"NewSmbGlobalMapping of \\srv\data at a link", Res::Ok, Duration::ZERO);
+        let long = format!("PermissionDenied: {} logon failure for {PASSWORD}", "x".repeat(MAX_QUOTE - 30));
+        c.row("NewSmbGlobalMapping with a wrong password is refused", Res::Failed(long), Duration::ZERO);
+        let quoted = format!("Internal: mount error with password={PASSWORD}{}", "-not-the-password");
+        c.row("RemoveSmbGlobalMapping", Res::Failed(quoted), Duration::ZERO);
+        c.row("the link is gone", Res::Skipped(format!("why: {PASSWORD}")), Duration::ZERO);
+        for json in [false, true] {
+            let out = render(json, &report, None);
+            assert!(!out.contains(PASSWORD), "{out}");
+            assert!(!out.contains("Pw,with"), "{out}");
+            assert!(out.contains(WITHHELD), "{out}");
+            assert!(out.contains("NewSmbGlobalMapping"), "{out}");
+        }
+        let table = render(false, &report, None);
+        assert!(table.trim_end().ends_with("1 passed, 2 failed, 1 skipped"), "{table}");
+        let json: serde_json::Value = serde_json::from_str(&render(true, &report, None)).unwrap();
+        assert_eq!(json["failed"], 2);
+        assert_eq!(json["steps"][2]["detail"], format!("Internal: mount error with password={WITHHELD}"));
+    }
+
+    /// Without the flags each check is one row naming them.
+    #[tokio::test]
+    async fn without_the_flags_smb_and_iscsi_are_skipped_naming_them() {
+        let mut report = Report { rows: Vec::new(), timeout: Duration::from_secs(1), running: None, secrets: vec![] };
+        let mut r = Remote::new(Given::default(), None);
+        remote::iscsi(&mut report, &mut r).await;
+        assert_eq!(report.rows.len(), 1);
+        assert_eq!(report.rows[0].check, "iscsi");
+        assert!(report.rows[0].res.text().starts_with("skipped: give -iscsi-portal"), "{}", report.rows[0].res.text());
+        assert!(r.secrets().is_empty());
+        let json = render(true, &report, None);
+        assert!(json.contains("give -iscsi-portal and -iscsi-target"), "{json}");
+        assert_eq!(remote::SMB_SKIPPED.split(' ').nth(1), Some("-smb-share,"));
     }
 }
