@@ -13,10 +13,18 @@
 //! removed by someone else is noticed there, and the file is opened (created) at the path again.
 //!
 //! A record, one line each, keys in alphabetical order (absent when they do not apply):
-//! `{"api":"v1.Disk","call":7,"caller":{"exe":"/usr/bin/driver","gid":0,"pid":4242,"uid":0},`
-//! `"event":"start","method":"PartitionDisk","request":"PartitionDisk { disk: 3 }",`
-//! `"time":"2026-11-25T02:13:24.123456Z"}` and later
-//! `{"api":"v1.Disk","call":7,…,"code":"OK","duration_seconds":0.0123,"event":"end",…}`.
+//! `{"api":"v1.Disk","call":7,"event":"start","method":"PartitionDisk",`
+//! `"peer_at_connect":{"exe":"/usr/bin/driver","gid":0,"pid":4242,"uid":0},`
+//! `"request":"PartitionDisk { disk: 3 }","time":"2026-11-25T02:13:24.123456Z"}` and later
+//! `{"api":"v1.Disk","call":7,"code":"OK","duration_seconds":0.0123,"event":"end",…}`.
+//!
+//! `peer_at_connect` is what the kernel guarantees: the process that connected the call's
+//! connection, with the pid, uid and gid it had then (SO_PEERCRED; on Windows the pipe's client
+//! process and its user SID), and `exe` read from that pid when the daemon accepted the
+//! connection. It is not necessarily who sent the call: a process that connects, then hands the
+//! connection to another, execs or exits, stays named. There is no `caller` key any more (it held
+//! the same values): the new name says what they are, and a reader of `caller` finds it missing
+//! rather than reading a connect-time identity as the sender's.
 
 #[cfg(doc)]
 use crate::logging::open_audit_file;
@@ -60,7 +68,7 @@ pub fn json_line(r: &Record<'_>) -> String {
     o.insert("time".into(), Value::String(rfc3339(r.time)));
     o.insert("event".into(), r.event.name().into());
     o.insert("call".into(), r.call.into());
-    let caller = r.caller.filter(|c| !c.is_unknown()).map(|c| {
+    let peer = r.peer_at_connect.filter(|c| !c.is_unknown()).map(|c| {
         let mut m = Map::new();
         let mut put = |k: &str, v: Option<Value>| {
             if let Some(v) = v {
@@ -74,7 +82,7 @@ pub fn json_line(r: &Record<'_>) -> String {
         put("exe", c.exe.clone().map(Value::from));
         Value::Object(m)
     });
-    o.insert("caller".into(), caller.unwrap_or(Value::Null));
+    o.insert("peer_at_connect".into(), peer.unwrap_or(Value::Null));
     o.insert("api".into(), r.service.into());
     o.insert("method".into(), r.method.into());
     if let Some(v) = r.request {
@@ -138,7 +146,7 @@ mod tests {
                 event: Event::Start,
                 call,
                 time: UNIX_EPOCH,
-                caller: None,
+                peer_at_connect: None,
                 service: "v1.Filesystem",
                 method: "Mkdir",
                 request: Some(&request),
@@ -171,7 +179,7 @@ mod tests {
             event: Event::Start,
             call,
             time: UNIX_EPOCH,
-            caller: None,
+            peer_at_connect: None,
             service: "v1.Filesystem",
             method: "Mkdir",
             request: Some(request),
@@ -335,7 +343,7 @@ mod tests {
             event: Event::End,
             call: 3,
             time: UNIX_EPOCH,
-            caller: Some(&caller),
+            peer_at_connect: Some(&caller),
             service: "v1.Disk",
             method: "PartitionDisk",
             request: None,
@@ -348,14 +356,15 @@ mod tests {
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["event"], "end");
         assert_eq!(v["call"], 3);
-        assert_eq!(v["caller"], json!({"pid": 9, "uid": 0, "gid": 0, "exe": "/x\n\"y"}));
+        assert_eq!(v["peer_at_connect"], json!({"pid": 9, "uid": 0, "gid": 0, "exe": "/x\n\"y"}));
+        assert_eq!(v.get("caller"), None, "the connect-time peer is named as such only");
         assert_eq!(v["api"], "v1.Disk");
         assert_eq!(v["code"], "NotFound");
         assert_eq!(v["message"], "disk 3 \"x\"\nnot found");
         assert_eq!(v["duration_seconds"], 1.5);
         assert!(v.get("request").is_none());
         let unknown = Caller::default();
-        let v: Value = serde_json::from_str(&json_line(&Record { caller: Some(&unknown), ..r })).unwrap();
-        assert_eq!(v["caller"], Value::Null);
+        let v: Value = serde_json::from_str(&json_line(&Record { peer_at_connect: Some(&unknown), ..r })).unwrap();
+        assert_eq!(v["peer_at_connect"], Value::Null);
     }
 }

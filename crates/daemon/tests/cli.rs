@@ -613,9 +613,9 @@ fn audit_log_records_who_called_what_and_no_secret() {
     let uid = String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout).unwrap();
     let mut calls = std::collections::BTreeMap::<u64, Vec<&str>>::new();
     for r in &records {
-        assert_eq!(r["caller"]["pid"], u64::from(std::process::id()), "{r}");
-        assert_eq!(r["caller"]["uid"].to_string(), uid.trim(), "{r}");
-        assert_eq!(r["caller"]["exe"], me.to_str().unwrap(), "{r}");
+        assert_eq!(r["peer_at_connect"]["pid"], u64::from(std::process::id()), "{r}");
+        assert_eq!(r["peer_at_connect"]["uid"].to_string(), uid.trim(), "{r}");
+        assert_eq!(r["peer_at_connect"]["exe"], me.to_str().unwrap(), "{r}");
         assert!(r["method"] != "PathExists", "a read-only call was recorded: {r}");
         calls.entry(r["call"].as_u64().unwrap()).or_default().push(r["event"].as_str().unwrap());
     }
@@ -629,6 +629,69 @@ fn audit_log_records_who_called_what_and_no_secret() {
     assert!(records.iter().all(|r| r["event"] != "end" || r["duration_seconds"].is_f64()));
     let smb = records.iter().find(|r| r["method"] == "NewSmbGlobalMapping" && r["event"] == "start").unwrap();
     assert!(smb["request"].as_str().unwrap().contains("<redacted>"), "{smb}");
+}
+
+/// The audit record names what the kernel guarantees, under a name that says so: a child process
+/// connects the socket and exits, this process then sends the call on that connection, and the
+/// records' `peer_at_connect` is the child (SO_PEERCRED is fixed at connect), not the sender.
+#[cfg(target_os = "linux")]
+#[test]
+#[allow(unsafe_code)] // pre_exec: the child connects between fork and exec
+fn the_audit_record_names_the_peer_as_it_connected() {
+    use rustix::net::{connect, socket_with, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    use std::os::unix::process::CommandExt;
+    let dir = tempdir("audit-peer");
+    let root = tempdir("audit-peer-root");
+    std::fs::create_dir_all(&root).unwrap();
+    let audit = root.with_extension("audit.log");
+    let _ = std::fs::remove_file(&audit);
+    let d = start(&dir, &["-kubelet-path", root.to_str().unwrap(), "-audit-log", audit.to_str().unwrap()]);
+
+    let socket = socket_with(AddressFamily::UNIX, SocketType::STREAM, SocketFlags::CLOEXEC, None).unwrap();
+    let (theirs, addr) =
+        (socket.try_clone().unwrap(), SocketAddrUnix::new(dir.join("csi-proxy-filesystem-v1.sock")).unwrap());
+    let mut child = Command::new("true");
+    // SAFETY: the hook makes one syscall, connect, on a descriptor and an address made before the
+    // fork; it allocates nothing and takes no lock.
+    unsafe {
+        child.pre_exec(move || connect(&theirs, &addr).map_err(std::io::Error::from));
+    }
+    let mut child = child.spawn().unwrap();
+    let child_pid = child.id();
+    assert!(child.wait().unwrap().success());
+
+    let made = root.join("made-by-the-parent");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let stream = std::os::unix::net::UnixStream::from(socket);
+        stream.set_nonblocking(true).unwrap();
+        let stream = std::sync::Mutex::new(Some(tokio::net::UnixStream::from_std(stream).unwrap()));
+        let ch = tonic::transport::Endpoint::from_static("http://[::]:50051")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let stream = stream.lock().unwrap().take();
+                async move { stream.map(hyper_util::rt::TokioIo::new).ok_or_else(|| std::io::Error::other("one only")) }
+            }))
+            .await
+            .unwrap();
+        let path = made.to_str().unwrap().to_string();
+        let mut fs = csi_proxy_wire::v1::filesystem_client::FilesystemClient::new(ch);
+        fs.mkdir(csi_proxy_wire::v1::MkdirRequest { path }).await.unwrap();
+    });
+    drop(d);
+    assert!(made.is_dir());
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_file(&audit);
+    let records: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<_> = records.iter().map(|r| (r["method"].as_str(), r["event"].as_str())).collect();
+    assert_eq!(events, [(Some("Mkdir"), Some("start")), (Some("Mkdir"), Some("end"))], "{text}");
+    let uid = u64::from(rustix::process::getuid().as_raw());
+    for r in &records {
+        assert_eq!(r["peer_at_connect"]["pid"], u64::from(child_pid), "the connecting child: {r}");
+        assert_ne!(child_pid, std::process::id());
+        assert_eq!(r["peer_at_connect"]["uid"], uid, "{r}");
+        assert_eq!(r.get("caller"), None, "{r}");
+    }
 }
 
 /// Returns from the calling test, with a note, unless it runs as root (loop mounts and

@@ -1,5 +1,6 @@
 //! The audit trail: a record when a privileged call starts and another when it ends, with who
-//! asked (the transport's [`Caller`]), what was asked (the operation as its `Debug` shows it,
+//! connected (the transport's [`Caller`]: the peer of the call's connection as the OS recorded it
+//! when that peer connected), what was asked (the operation as its `Debug` shows it,
 //! which redacts secrets), and how it ended. Where the records go is the sink's business (the
 //! daemon's `-audit-log` file).
 //!
@@ -68,8 +69,11 @@ pub struct Record<'a> {
     /// Numbers the calls of this daemon run; a start and its end carry the same number.
     pub call: u64,
     pub time: SystemTime,
-    /// `None` when the transport attached no caller (in-process tests).
-    pub caller: Option<&'a Caller>,
+    /// The process that connected the call's connection, as the OS recorded it at connect time
+    /// (SO_PEERCRED; the pipe's client process), not necessarily the one that sent this call: a
+    /// process that connects and hands the connection on, or exits or execs, stays named. `None`
+    /// when the transport attached none (in-process tests).
+    pub peer_at_connect: Option<&'a Caller>,
     /// The gRPC service, `<version>.<Group>` (`v1.Disk`).
     pub service: &'a str,
     pub method: &'a str,
@@ -106,7 +110,7 @@ pub(crate) struct Owned {
     pub event: Event,
     pub call: u64,
     pub time: SystemTime,
-    pub caller: Option<Arc<Caller>>,
+    pub peer_at_connect: Option<Arc<Caller>>,
     pub service: &'static str,
     pub method: &'static str,
     pub request: Option<String>,
@@ -121,7 +125,7 @@ impl Owned {
             event: self.event,
             call: self.call,
             time: self.time,
-            caller: self.caller.as_deref(),
+            peer_at_connect: self.peer_at_connect.as_deref(),
             service: self.service,
             method: self.method,
             request: self.request.as_deref(),
@@ -282,7 +286,7 @@ fn write_queued(rx: &Receiver<Job>, sink: &dyn AuditSink, wait: Duration) {
                         code: Some(code),
                         message: Some(message),
                         duration: Some(job.began.elapsed()),
-                        caller: r.caller.clone(),
+                        peer_at_connect: r.peer_at_connect.clone(),
                         ..*r
                     };
                     if let Err(e) = write(&end) {

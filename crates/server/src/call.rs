@@ -119,9 +119,9 @@ impl Context {
             o.started(service, method);
         }
         let audit = self.0.audit.as_ref().filter(|a| a.read_only_calls() || !is_read_only(method)).map(|writer| {
-            let caller = request.extensions().get::<Arc<Caller>>().cloned();
+            let peer_at_connect = request.extensions().get::<Arc<Caller>>().cloned();
             let call = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
-            Audit { writer: writer.clone(), call, caller, service, method, start }
+            Audit { writer: writer.clone(), call, peer_at_connect, service, method, start }
         });
         // Also returns the request as logged, rendered only when it will be written (one line
         // per call, together with the outcome, after the work).
@@ -372,7 +372,8 @@ fn error_outcome(e: &Error) -> (&'static str, Option<String>) {
 struct Audit {
     writer: Arc<Writer>,
     call: u64,
-    caller: Option<Arc<Caller>>,
+    /// The connection's peer as the OS recorded it when it connected.
+    peer_at_connect: Option<Arc<Caller>>,
     service: &'static str,
     method: &'static str,
     start: Instant,
@@ -384,7 +385,7 @@ impl Audit {
             event,
             call: self.call,
             time: SystemTime::now(),
-            caller: self.caller.clone(),
+            peer_at_connect: self.peer_at_connect.clone(),
             service: self.service,
             method: self.method,
             request: None,

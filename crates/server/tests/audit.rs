@@ -16,7 +16,7 @@ use tonic::{Code, Request};
 struct Kept {
     event: Event,
     call: u64,
-    caller: Option<Caller>,
+    peer_at_connect: Option<Caller>,
     service: String,
     method: String,
     request: Option<String>,
@@ -40,7 +40,7 @@ impl AuditSink for Sink {
         self.records.lock().unwrap().push(Kept {
             event: r.event,
             call: r.call,
-            caller: r.caller.cloned(),
+            peer_at_connect: r.peer_at_connect.cloned(),
             service: r.service.to_string(),
             method: r.method.to_string(),
             request: r.request.map(str::to_string),
@@ -94,7 +94,7 @@ async fn a_changing_call_gets_a_start_and_an_end_record_naming_its_caller() {
     assert_eq!((start.event, end.event), (Event::Start, Event::End));
     assert_eq!(start.call, end.call);
     for x in [start, end] {
-        assert_eq!(x.caller, Some(caller()));
+        assert_eq!(x.peer_at_connect, Some(caller()));
         assert_eq!((x.service.as_str(), x.method.as_str()), ("v1.Filesystem", "Mkdir"));
     }
     assert!(start.request.as_deref().unwrap().contains(r"C:\\var\\lib\\kubelet\\pods\\a"), "{start:?}");
@@ -136,7 +136,7 @@ async fn a_request_that_cannot_be_read_is_recorded_as_refused_without_a_start() 
     assert_eq!(r[0].event, Event::Refused);
     assert_eq!(r[0].code, Some("InvalidArgument"));
     assert_eq!(r[0].message.as_deref(), Some(e.message()));
-    assert_eq!(r[0].caller, Some(caller()));
+    assert_eq!(r[0].peer_at_connect, Some(caller()));
 
     // One the operation itself refuses is a call that started and ended with the refusal.
     let e = mkdir(&ctx, "").await.unwrap_err();

@@ -11,8 +11,11 @@ fn exe_of(pid: u32) -> Option<String> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.to_string_lossy().into_owned())
 }
 
-/// The peer of a unix socket connection: SO_PEERCRED's pid, uid and gid (fixed when the client
-/// connected), and the pid's executable.
+/// The peer of a unix socket connection as it connected: SO_PEERCRED's pid, uid and gid (fixed by
+/// the kernel at connect, whoever writes on the connection later), and that pid's executable, read
+/// now (at accept). Linux would also give each write's sender (SO_PASSCRED), but the bytes reach
+/// HTTP/2 through plain reads, and tying a request's frames back to the writes that carried them
+/// would take a transport of its own; so the audit trail names this connect-time peer only.
 #[cfg(unix)]
 pub fn of_unix_stream(stream: &tokio::net::UnixStream) -> Caller {
     let Ok(cred) = stream.peer_cred() else { return Caller::default() };

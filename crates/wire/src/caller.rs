@@ -4,8 +4,10 @@
 
 use std::fmt;
 
-/// The client process of a connection. Every field is what the OS answered; a field the OS
-/// would not tell (a process that exited, access denied) is `None`.
+/// The client process of a connection as the OS recorded it when the client connected (Linux:
+/// SO_PEERCRED; Windows: the pipe's client process), not necessarily the process that sends a
+/// given call on it. Every field is what the OS answered; a field the OS would not tell (a process
+/// that exited, access denied) is `None`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
     /// Process ID (Linux: SO_PEERCRED; Windows: GetNamedPipeClientProcessId).
