@@ -607,7 +607,8 @@ mod tests {
         std::fs::write(&over, "x".repeat(MAX_SECRET as usize + 1)).unwrap();
         assert_eq!(read_secret("smb-password-file", &SecretSource::File(ok)).unwrap().expose(), "filePw-1");
         let e = read_secret("iscsi-chap-secret-file", &SecretSource::File(over.clone())).unwrap_err();
-        assert!(e.contains(&over.display().to_string()) && e.contains("1024"), "{e}");
+        // The name is quoted as Rust quotes a string (Windows' backslashes doubled).
+        assert!(e.contains(&format!("{:?}", over.display().to_string())) && e.contains("1024"), "{e}");
         let e = read_secret("smb-password-file", &SecretSource::File(dir.join("missing"))).unwrap_err();
         assert!(e.contains("missing"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
