@@ -61,12 +61,16 @@ fn answers(b: &[u8]) {
     }
 }
 
-/// STORAGE_DEVICE_ID_DESCRIPTOR read a second way: Size bounds everything, each identifier is
+/// STORAGE_DEVICE_ID_DESCRIPTOR read a second way: Size (or the bytes returned, if fewer) bounds everything, each identifier is
 /// a 16-byte header and its bytes, the next one NextOffset (at least the header) further on.
 fn reference_identifiers(b: &[u8]) -> Option<Vec<ioctl::Identifier>> {
     let size = u32_at(b, 4)? as usize;
     let count = u32_at(b, 8)?;
-    let desc = b.get(..size).filter(|_| size >= 12)?;
+    if size < 12 {
+        return None;
+    }
+    // A Size past the bytes returned is bounded by them (drivers answer such descriptors).
+    let desc = &b[..size.min(b.len())];
     let mut out = Vec::new();
     let mut at = 12;
     for i in 0..count {
