@@ -22,6 +22,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::frame::Boundaries;
+
 /// Timeouts applied to every accepted connection; zero disables a timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnPolicy {
@@ -92,64 +94,6 @@ impl Drop for InFlightGuard {
     }
 }
 
-const PREFACE_LEN: usize = 24;
-const FRAME_HEADER_LEN: usize = 9;
-
-/// Follows frame boundaries in the client's byte stream (only lengths; no validation).
-#[derive(Debug, Default)]
-struct Frames {
-    /// Octets of the preface still to come; then frames.
-    preface_left: usize,
-    header: [u8; 3],
-    header_seen: usize,
-    payload_left: usize,
-    complete: u64,
-}
-
-impl Frames {
-    fn new() -> Self {
-        Frames { preface_left: PREFACE_LEN, ..Frames::default() }
-    }
-
-    fn mid_frame(&self) -> bool {
-        self.preface_left > 0 && self.preface_left < PREFACE_LEN || self.header_seen > 0 || self.payload_left > 0
-    }
-
-    fn feed(&mut self, mut data: &[u8]) {
-        while !data.is_empty() {
-            if self.preface_left > 0 {
-                let n = self.preface_left.min(data.len());
-                self.preface_left -= n;
-                data = &data[n..];
-            } else if self.payload_left > 0 {
-                let n = self.payload_left.min(data.len());
-                self.payload_left -= n;
-                data = &data[n..];
-                if self.payload_left == 0 {
-                    self.complete += 1;
-                }
-            } else {
-                let n = (FRAME_HEADER_LEN - self.header_seen).min(data.len());
-                for (i, &b) in data[..n].iter().enumerate() {
-                    if self.header_seen + i < 3 {
-                        self.header[self.header_seen + i] = b;
-                    }
-                }
-                self.header_seen += n;
-                data = &data[n..];
-                if self.header_seen == FRAME_HEADER_LEN {
-                    self.header_seen = 0;
-                    let h = self.header;
-                    self.payload_left = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
-                    if self.payload_left == 0 {
-                        self.complete += 1;
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Timeouts a [`Watched`] connection enforces; zero disables one.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Watch {
@@ -162,7 +106,7 @@ pub(crate) struct Watch {
 pub struct Watched<IO> {
     io: IO,
     watch: Watch,
-    frames: Frames,
+    frames: Boundaries,
     /// Until the handshake is done: its deadline; then the deadline of the frame arriving.
     read_deadline: Option<Pin<Box<Sleep>>>,
     handshake_done: bool,
@@ -180,7 +124,7 @@ impl<IO> Watched<IO> {
         Watched {
             io,
             watch,
-            frames: Frames::new(),
+            frames: Boundaries::default(),
             read_deadline: Some(Box::pin(tokio::time::sleep(effective(watch.handshake)))),
             handshake_done: false,
             handshake_flag: None,
@@ -220,7 +164,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(r) => {
                 this.frames.feed(&buf.filled()[before..]);
-                if !this.handshake_done && this.frames.complete > 0 {
+                if !this.handshake_done && this.frames.complete() > 0 {
                     this.handshake_done = true;
                     this.read_deadline = None;
                     if let Some(flag) = &this.handshake_flag {
@@ -305,7 +249,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const WATCH: Watch = Watch { handshake: Duration::from_secs(10), progress: Duration::from_secs(5) };
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    use crate::frame::PREFACE;
     const SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
 
     async fn read_all(g: &mut Watched<tokio::io::DuplexStream>) -> io::Result<usize> {

@@ -17,13 +17,13 @@
 #![allow(missing_docs)]
 
 use crate::authority::{AuthorityFix, H2Limits};
+use crate::frame::{frames, write_frame as frame, FrameHead, PREFACE, TYPE_GOAWAY, TYPE_HEADERS, TYPE_RST_STREAM};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const PROTOCOL_ERROR: u32 = 0x1;
 
 /// One request as the server received it.
@@ -195,26 +195,18 @@ where
 }
 
 fn read_server_frames(bytes: &[u8], outcome: &mut Outcome) {
-    let mut rest = bytes;
-    while rest.len() >= 9 {
-        let len = (usize::from(rest[0]) << 16) | (usize::from(rest[1]) << 8) | usize::from(rest[2]);
-        if rest.len() < 9 + len {
-            break;
-        }
-        let (kind, stream) = (rest[3], u32::from_be_bytes([rest[5], rest[6], rest[7], rest[8]]) & 0x7fff_ffff);
-        let p = &rest[9..9 + len];
+    for (FrameHead { kind, stream, .. }, p) in frames(bytes) {
         let word = |at: usize| p.get(at..at + 4).map_or(0, |w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
         match kind {
-            0x1 => {
+            TYPE_HEADERS => {
                 outcome.answered.insert(stream);
             }
-            0x3 => {
+            TYPE_RST_STREAM => {
                 outcome.resets.insert((stream, word(0)));
             }
-            0x7 => outcome.goaways.push((word(0) & 0x7fff_ffff, word(4))),
+            TYPE_GOAWAY => outcome.goaways.push((word(0) & 0x7fff_ffff, word(4))),
             _ => {}
         }
-        rest = &rest[9 + len..];
     }
 }
 
@@ -360,15 +352,6 @@ const AUTHORITIES: &[&[u8]] = &[
 ];
 
 const PATHS: &[&[u8]] = &[b"/v1.Disk/ListDiskIDs", b"/", b"/x?y"];
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8], out: &mut Vec<u8>) {
-    let len = payload.len() as u32;
-    out.extend_from_slice(&len.to_be_bytes()[1..]);
-    out.push(kind);
-    out.push(flags);
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-}
 
 fn string(value: &[u8], huffman: bool, out: &mut Vec<u8>) {
     use crate::authority::test_support::{encode_int, huffman_encode};

@@ -4,6 +4,8 @@
 //! - [`pipe`]: `\\.\pipe\csi-proxy-<group>-<version>` (Windows).
 //! - [`authority`]: rewrites the `:authority` values that Go and Python clients send on pipes and
 //!   sockets, which stock `h2` would reject, before the bytes reach the HTTP/2 server.
+//! - [`frame`]: the HTTP/2 connection preface and frame header, for everything here that reads
+//!   raw frames.
 //! - [`conn`]: per-connection handshake, progress and idle timeouts and the in-flight count
 //!   they respect; [`ServeOptions`] adds the limits on connections.
 //! - [`limits`]: the process's open-file limit.
@@ -19,6 +21,7 @@ pub mod authority;
 pub mod body;
 pub mod caller;
 pub mod conn;
+pub mod frame;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -489,7 +492,7 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    use crate::frame::PREFACE;
 
     fn options(idle: Duration) -> ServeOptions {
         ServeOptions {

@@ -3,15 +3,15 @@
 
 use bytes::Bytes;
 use csi_proxy_transport::authority::AuthorityFix;
+use csi_proxy_transport::frame::{self, PREFACE};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures/grpc-go/");
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const RST_STREAM: u8 = 0x3;
-const GOAWAY: u8 = 0x7;
+const RST_STREAM: u8 = frame::TYPE_RST_STREAM;
+const GOAWAY: u8 = frame::TYPE_GOAWAY;
 const PROTOCOL_ERROR: u32 = 0x1;
 
 /// The `:authority` values the captured clients sent (see the fixture README).
@@ -21,18 +21,14 @@ const RAW: &str = r"\\.\\pipe\\csi-proxy-disk-v1";
 /// Splits `bytes` into whole frames: (type, flags, stream, frame bytes); a trailing partial
 /// frame is left out.
 fn split_frames(bytes: &[u8]) -> Vec<(u8, u8, u32, &[u8])> {
-    let mut out = Vec::new();
-    let mut rest = bytes;
-    while rest.len() >= 9 {
-        let len = (usize::from(rest[0]) << 16) | (usize::from(rest[1]) << 8) | usize::from(rest[2]);
-        if rest.len() < 9 + len {
-            break;
-        }
-        let stream = u32::from_be_bytes([rest[5], rest[6], rest[7], rest[8]]) & 0x7fff_ffff;
-        out.push((rest[3], rest[4], stream, &rest[..9 + len]));
-        rest = &rest[9 + len..];
-    }
-    out
+    let mut at = 0;
+    frame::frames(bytes)
+        .map(|(h, payload)| {
+            let whole = &bytes[at..at + frame::HEADER_LEN + payload.len()];
+            at += whole.len();
+            (h.kind, h.flags, h.stream, whole)
+        })
+        .collect()
 }
 
 /// The capture minus the RST_STREAM and GOAWAY frames the client sent only because the capturing

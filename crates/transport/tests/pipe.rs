@@ -5,7 +5,7 @@
 #![cfg(windows)]
 
 use csi_proxy_transport::pipe::{self, PipeError, DEFAULT_SDDL};
-use csi_proxy_transport::{serve, ConnPolicy, Listener, ServeOptions};
+use csi_proxy_transport::{frame, serve, ConnPolicy, Listener, ServeOptions};
 use std::convert::Infallible;
 use std::ffi::c_void;
 use std::io;
@@ -421,12 +421,11 @@ async fn three_thousand_idle_pipe_connections_do_not_lock_out_another_client() {
 async fn two_hundred_fifty_six_half_open_pipe_calls_do_not_lock_out_another_client() {
     let (path, stop_tx, server) = serve_fair("halfopen");
     // PREFACE, SETTINGS, then HEADERS for POST /x on stream 1 without END_STREAM.
-    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    bytes.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    let mut bytes = frame::PREFACE.to_vec();
+    frame::write_frame(frame::TYPE_SETTINGS, 0, 0, &[], &mut bytes);
     let mut block = vec![0x83, 0x86, 0x04, 2, b'/', b'x', 0x01, 9];
     block.extend_from_slice(b"localhost");
-    bytes.extend_from_slice(&[0, 0, block.len() as u8, 1, 0x4, 0, 0, 0, 1]);
-    bytes.extend(block);
+    frame::write_frame(frame::TYPE_HEADERS, frame::FLAG_END_HEADERS, 1, &block, &mut bytes);
     let mut held = Vec::with_capacity(256);
     for _ in 0..256 {
         let mut c = dial(&path).await.unwrap();

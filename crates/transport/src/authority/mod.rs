@@ -39,6 +39,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 pub use self::hpack::{HeaderDecoder, HpackError};
 use self::hpack::{HuffmanStream, IntStep};
+use crate::frame::{
+    FrameHead, HeadReader, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY, PREFACE, TYPE_CONTINUATION, TYPE_HEADERS,
+    TYPE_PUSH_PROMISE,
+};
 
 /// SETTINGS_HEADER_TABLE_SIZE the server is assumed to advertise unless told otherwise: the
 /// protocol default, which is what the tonic/hyper server uses.
@@ -74,17 +78,6 @@ impl H2Limits {
         self.max_header_list_size
     }
 }
-
-const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const FRAME_HEADER_LEN: usize = 9;
-
-const TYPE_HEADERS: u8 = 0x1;
-const TYPE_PUSH_PROMISE: u8 = 0x5;
-const TYPE_CONTINUATION: u8 = 0x9;
-
-const FLAG_END_HEADERS: u8 = 0x4;
-const FLAG_PADDED: u8 = 0x8;
-const FLAG_PRIORITY: u8 = 0x20;
 
 /// Longest original value quoted in a log line.
 const LOG_VALUE_MAX: usize = 64;
@@ -315,31 +308,12 @@ impl Sink {
 
 // ===== frame layer =====
 
-#[derive(Debug, Clone, Copy)]
-struct FrameHead {
-    len: usize,
-    kind: u8,
-    flags: u8,
-    stream: u32,
-}
-
-impl FrameHead {
-    fn parse(b: &[u8; FRAME_HEADER_LEN]) -> FrameHead {
-        FrameHead {
-            len: (usize::from(b[0]) << 16) | (usize::from(b[1]) << 8) | usize::from(b[2]),
-            kind: b[3],
-            flags: b[4],
-            stream: u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & 0x7fff_ffff,
-        }
-    }
-}
-
 #[derive(Debug)]
 enum FrameState {
     /// Forwarding the client preface; `matched` octets seen so far.
     Preface { matched: usize },
     /// Reading a frame header.
-    Head { buf: [u8; FRAME_HEADER_LEN], n: usize },
+    Head(HeadReader),
     /// Payload octets that need no inspection.
     Skip { remaining: usize },
     /// Pad length and priority (HEADERS) or promised stream (PUSH_PROMISE) before a fragment.
@@ -422,7 +396,7 @@ impl Filter {
                 }
                 *matched += n;
                 if *matched == PREFACE.len() {
-                    self.frame = FrameState::Head { buf: [0; FRAME_HEADER_LEN], n: 0 };
+                    self.frame = FrameState::Head(HeadReader::default());
                 }
                 self.sink.emit(&data[..n]);
                 n
@@ -431,28 +405,23 @@ impl Filter {
                 let n = (*remaining).min(data.len());
                 *remaining -= n;
                 if *remaining == 0 {
-                    self.frame = FrameState::Head { buf: [0; FRAME_HEADER_LEN], n: 0 };
+                    self.frame = FrameState::Head(HeadReader::default());
                 }
                 self.sink.emit(&data[..n]);
                 n
             }
-            FrameState::Head { buf, n } => {
-                let take = (FRAME_HEADER_LEN - *n).min(data.len());
-                buf[*n..*n + take].copy_from_slice(&data[..take]);
-                let before = *n;
-                *n += take;
-                let (buf, filled) = (*buf, *n);
+            FrameState::Head(head) => {
+                let before = head.payload_len();
+                let take = head.fill(data);
+                let (len, complete) = (head.payload_len(), head.head());
                 self.sink.emit(&data[..take]);
                 // h2 checks the length as soon as it has the first three octets.
-                if before < 3 && filled >= 3 {
-                    let len = (usize::from(buf[0]) << 16) | (usize::from(buf[1]) << 8) | usize::from(buf[2]);
-                    if len > self.limits.max_frame_size {
-                        self.bypass("frame larger than SETTINGS_MAX_FRAME_SIZE");
-                        return take;
-                    }
+                if before.is_none() && len.is_some_and(|len| len > self.limits.max_frame_size) {
+                    self.bypass("frame larger than SETTINGS_MAX_FRAME_SIZE");
+                    return take;
                 }
-                if filled == FRAME_HEADER_LEN {
-                    self.start_frame(FrameHead::parse(&buf));
+                if let Some(head) = complete {
+                    self.start_frame(head);
                 }
                 take
             }
@@ -489,7 +458,7 @@ impl Filter {
     }
 
     fn next_frame(&mut self) {
-        self.frame = FrameState::Head { buf: [0; FRAME_HEADER_LEN], n: 0 };
+        self.frame = FrameState::Head(HeadReader::default());
     }
 
     fn skip(&mut self, len: usize) {
@@ -921,15 +890,14 @@ fn clip(value: &[u8]) -> String {
 mod tests {
     use super::hpack::{encode_int, huffman_encode};
     use super::*;
+    use crate::frame::{write_frame, HEADER_LEN};
     use tokio::io::AsyncReadExt;
 
     const BAD: &[u8] = br"\\.\pipe\csi-proxy-disk-v1";
 
     fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-        out.extend([kind, flags]);
-        out.extend(stream.to_be_bytes());
-        out.extend_from_slice(payload);
+        let mut out = Vec::new();
+        write_frame(kind, flags, stream, payload, &mut out);
         out
     }
 
@@ -995,14 +963,9 @@ mod tests {
     /// Splits an output byte stream into (type, flags, stream, payload) frames.
     fn frames(bytes: &[u8]) -> Vec<(u8, u8, u32, Vec<u8>)> {
         assert_eq!(&bytes[..24], PREFACE);
-        let mut rest = &bytes[24..];
-        let mut out = Vec::new();
-        while !rest.is_empty() {
-            let h = FrameHead::parse(rest[..9].try_into().unwrap());
-            let end = FRAME_HEADER_LEN + h.len;
-            out.push((h.kind, h.flags, h.stream, rest[FRAME_HEADER_LEN..end].to_vec()));
-            rest = &rest[end..];
-        }
+        let mut it = crate::frame::frames(&bytes[24..]);
+        let out = it.by_ref().map(|(h, payload)| (h.kind, h.flags, h.stream, payload.to_vec())).collect();
+        assert!(it.rest().is_empty(), "a partial frame at the end");
         out
     }
 
@@ -1277,7 +1240,7 @@ mod tests {
         }
         assert_eq!(out, input);
         assert!(fix.is_bypassed());
-        let bound = 3 + (H2Limits::SERVER.max_continuations() + 1) * FRAME_HEADER_LEN;
+        let bound = 3 + (H2Limits::SERVER.max_continuations() + 1) * HEADER_LEN;
         assert!(most <= bound, "held {most} octets, bound {bound}");
     }
 
