@@ -432,29 +432,32 @@ const STATIC_TABLE: [(&str, &str); 61] = [
     ("www-authenticate", ""),
 ];
 
-/// Length of the name of static table entry `index` (1..=61).
-pub(crate) fn static_name_len(index: usize) -> usize {
-    STATIC_TABLE[index - 1].0.len()
+/// Per-entry overhead the RFC adds to name and value lengths (§4.1).
+const ENTRY_OVERHEAD: usize = 32;
+
+/// What an index refers to: a static entry (name, value) or a dynamic one.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Entry<'a, E> {
+    Static(&'static str, &'static str),
+    Dynamic(&'a E),
 }
 
-/// Number of entries in the static table.
-pub(crate) const STATIC_ENTRIES: usize = STATIC_TABLE.len();
-
-/// Per-entry overhead the RFC adds to name and value lengths (§4.1).
-pub(crate) const ENTRY_OVERHEAD: usize = 32;
-
-/// The dynamic table, kept entry-for-entry identical to the one in the server's decoder.
-#[derive(Debug, Default)]
-pub(crate) struct DynamicTable {
-    /// Newest entry first, so HPACK index 62 is `entries[0]`.
-    entries: VecDeque<(Bytes, Bytes)>,
+/// The HPACK index space (§2.3): the static table, then a dynamic table whose entries are
+/// whatever its user keeps of them (`E`: the [`HeaderDecoder`] keeps names and values, the
+/// `:authority` adapter only what it needs to recognise an `:authority` name). Insertion,
+/// eviction and size updates follow §4 exactly, as `h2`'s decoder does, so a table fed the same
+/// representations holds the same entries as the server's.
+#[derive(Debug)]
+pub(crate) struct Table<E> {
+    /// Newest entry first, so HPACK index 62 is `entries[0]`; each with its size (§4.1).
+    entries: VecDeque<(E, usize)>,
     size: usize,
     max_size: usize,
 }
 
-impl DynamicTable {
+impl<E> Table<E> {
     pub(crate) fn new(max_size: usize) -> Self {
-        DynamicTable { entries: VecDeque::new(), size: 0, max_size }
+        Table { entries: VecDeque::new(), size: 0, max_size }
     }
 
     #[cfg(test)]
@@ -462,54 +465,60 @@ impl DynamicTable {
         self.size
     }
 
+    /// The dynamic entries, newest first.
     #[cfg(test)]
-    pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.entries.iter().map(|(n, v)| (&n[..], &v[..]))
-    }
-
-    fn entry_size(name: &[u8], value: &[u8]) -> usize {
-        name.len() + value.len() + ENTRY_OVERHEAD
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &E> {
+        self.entries.iter().map(|(e, _)| e)
     }
 
     fn evict_to(&mut self, limit: usize) {
         while self.size > limit {
             match self.entries.pop_back() {
-                Some((n, v)) => self.size -= Self::entry_size(&n, &v),
+                Some((_, s)) => self.size -= s,
                 None => break,
             }
         }
     }
 
-    pub(crate) fn insert(&mut self, name: Bytes, value: Bytes) {
-        let len = Self::entry_size(&name, &value);
+    /// Adds an entry whose name and value have these decoded lengths (§4.4).
+    pub(crate) fn insert(&mut self, entry: E, name_len: usize, value_len: usize) {
+        let len = name_len + value_len + ENTRY_OVERHEAD;
         if len > self.max_size {
-            // An entry bigger than the whole table empties it and is not stored (§4.4).
+            // An entry bigger than the whole table empties it and is not stored.
             self.entries.clear();
             self.size = 0;
             return;
         }
         self.evict_to(self.max_size - len);
         self.size += len;
-        self.entries.push_front((name, value));
+        self.entries.push_front((entry, len));
     }
 
+    /// A dynamic table size update (§6.3): evicts down to the new size.
     pub(crate) fn set_max_size(&mut self, max_size: usize) {
         self.max_size = max_size;
         self.evict_to(max_size);
     }
 
-    /// Name and value of the entry at a 1-based HPACK index (static entries first).
-    fn entry(&self, index: usize) -> Result<(Bytes, Bytes), HpackError> {
+    /// The entry at a 1-based HPACK index (static entries first).
+    pub(crate) fn get(&self, index: usize) -> Result<Entry<'_, E>, HpackError> {
         match index {
             0 => Err(HpackError::BadIndex(0)),
-            1..=61 => {
+            1..=STATIC_ENTRIES => {
                 let (name, value) = STATIC_TABLE[index - 1];
-                Ok((Bytes::from_static(name.as_bytes()), Bytes::from_static(value.as_bytes())))
+                Ok(Entry::Static(name, value))
             }
-            _ => self.entries.get(index - 62).cloned().ok_or(HpackError::BadIndex(index)),
+            _ => self
+                .entries
+                .get(index - STATIC_ENTRIES - 1)
+                .map(|(e, _)| Entry::Dynamic(e))
+                .ok_or(HpackError::BadIndex(index)),
         }
     }
 }
+
+/// Number of entries in the static table.
+const STATIC_ENTRIES: usize = STATIC_TABLE.len();
 
 // ===== walking a block (RFC 7541 §6) =====
 
@@ -520,13 +529,21 @@ struct Field {
     value: Bytes,
 }
 
+/// Name and value at a 1-based HPACK index.
+fn field_at(table: &Table<(Bytes, Bytes)>, index: usize) -> Result<(Bytes, Bytes), HpackError> {
+    Ok(match table.get(index)? {
+        Entry::Static(name, value) => (Bytes::from_static(name.as_bytes()), Bytes::from_static(value.as_bytes())),
+        Entry::Dynamic((name, value)) => (name.clone(), value.clone()),
+    })
+}
+
 /// Walks one complete header block, updating `table` exactly as a decoder would, and calls
 /// `on_field` with each header field in order.
 ///
 /// `limit` is the SETTINGS_HEADER_TABLE_SIZE the decoding side advertised: the ceiling for
 /// dynamic table size updates. On error the table may be partly updated.
 fn walk_block(
-    table: &mut DynamicTable,
+    table: &mut Table<(Bytes, Bytes)>,
     limit: usize,
     block: &[u8],
     mut on_field: impl FnMut(&Field),
@@ -541,7 +558,7 @@ fn walk_block(
         if first & 0x80 != 0 {
             // Indexed field.
             let (index, n) = decode_int(rest, 7)?;
-            let (name, value) = table.entry(index)?;
+            let (name, value) = field_at(table, index)?;
             pos += n;
             seen_field = true;
             on_field(&Field { name, value });
@@ -572,7 +589,7 @@ fn walk_block(
             pos += n;
             name
         } else {
-            table.entry(name_index)?.0
+            field_at(table, name_index)?.0
         };
         let (value, n) = decode_string(&block[pos..])?;
         pos += n;
@@ -581,7 +598,8 @@ fn walk_block(
         let field = Field { name, value };
         on_field(&field);
         if indexing {
-            table.insert(field.name, field.value);
+            let (name_len, value_len) = (field.name.len(), field.value.len());
+            table.insert((field.name, field.value), name_len, value_len);
         }
     }
     Ok(())
@@ -598,7 +616,7 @@ fn walk_block(
 /// block and never above the size given to [`HeaderDecoder::new`].
 #[derive(Debug)]
 pub struct HeaderDecoder {
-    table: DynamicTable,
+    table: Table<(Bytes, Bytes)>,
     /// SETTINGS_HEADER_TABLE_SIZE of the decoding side: the ceiling for size updates.
     limit: usize,
 }
@@ -608,7 +626,7 @@ impl HeaderDecoder {
     /// [`DEFAULT_HEADER_TABLE_SIZE`](super::DEFAULT_HEADER_TABLE_SIZE), unless the receiving
     /// side's SETTINGS said otherwise).
     pub fn new(max_table_size: usize) -> Self {
-        HeaderDecoder { table: DynamicTable::new(max_table_size), limit: max_table_size }
+        HeaderDecoder { table: Table::new(max_table_size), limit: max_table_size }
     }
 
     /// Decodes one complete header block (the fragments of a HEADERS frame and its
@@ -699,27 +717,31 @@ mod tests {
 
     #[test]
     fn dynamic_table_eviction() {
-        let mut t = DynamicTable::new(100);
-        t.insert(Bytes::from_static(b"a"), Bytes::from_static(b"1234567")); // 40
-        t.insert(Bytes::from_static(b"bb"), Bytes::from_static(b"123456")); // 40
+        let mut t = Table::new(100);
+        let insert = |t: &mut Table<(Bytes, Bytes)>, n: &'static [u8], v: Bytes| {
+            let (nl, vl) = (n.len(), v.len());
+            t.insert((Bytes::from_static(n), v), nl, vl);
+        };
+        insert(&mut t, b"a", Bytes::from_static(b"1234567")); // 40
+        insert(&mut t, b"bb", Bytes::from_static(b"123456")); // 40
         assert_eq!(t.size(), 80);
         // 40 more does not fit: the oldest entry goes.
-        t.insert(Bytes::from_static(b"ccc"), Bytes::from_static(b"12345")); // 40
+        insert(&mut t, b"ccc", Bytes::from_static(b"12345")); // 40
         assert_eq!(t.size(), 80);
         let names: Vec<_> = t.entries().map(|(n, _)| n.to_vec()).collect();
         assert_eq!(names, vec![b"ccc".to_vec(), b"bb".to_vec()]);
-        assert_eq!(&t.entry(62).unwrap().0[..], b"ccc");
-        assert_eq!(&t.entry(63).unwrap().0[..], b"bb");
-        assert_eq!(t.entry(64), Err(HpackError::BadIndex(64)));
+        assert_eq!(&field_at(&t, 62).unwrap().0[..], b"ccc");
+        assert_eq!(&field_at(&t, 63).unwrap().0[..], b"bb");
+        assert_eq!(field_at(&t, 64), Err(HpackError::BadIndex(64)));
         // Shrinking evicts from the old end.
         t.set_max_size(50);
         assert_eq!(t.size(), 40);
         // An entry larger than the table empties it.
-        t.insert(Bytes::from_static(b"x"), Bytes::from(vec![b'y'; 40]));
+        insert(&mut t, b"x", Bytes::from(vec![b'y'; 40]));
         assert_eq!(t.size(), 0);
         assert_eq!(t.entries().count(), 0);
-        assert_eq!(&t.entry(1).unwrap().0[..], b":authority");
-        assert_eq!(&t.entry(61).unwrap().0[..], b"www-authenticate");
+        assert_eq!(&field_at(&t, 1).unwrap().0[..], b":authority");
+        assert_eq!(&field_at(&t, 61).unwrap().0[..], b"www-authenticate");
     }
 
     fn as_strs(headers: &[(Bytes, Bytes)]) -> Vec<(&str, &str)> {
@@ -762,7 +784,7 @@ mod tests {
             for (block, want) in blocks.iter().zip(&expected) {
                 assert_eq!(as_strs(&d.decode(&hex(block)).unwrap()), *want, "{block}");
             }
-            let table: Vec<_> = d.table.entries().collect();
+            let table: Vec<_> = d.table.entries().map(|(n, v)| (&n[..], &v[..])).collect();
             let want_table: Vec<(&[u8], &[u8])> = vec![
                 (b"custom-key", b"custom-value"),
                 (b"cache-control", b"no-cache"),

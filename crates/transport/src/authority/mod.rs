@@ -30,15 +30,14 @@ mod hpack;
 
 use bytes::BytesMut;
 use pin_project_lite::pin_project;
-use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use self::hpack::{Entry, HuffmanStream, IntStep, Table};
 pub use self::hpack::{HeaderDecoder, HpackError};
-use self::hpack::{HuffmanStream, IntStep};
 use crate::frame::{
     FrameHead, HeadReader, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY, PREFACE, TYPE_CONTINUATION, TYPE_HEADERS,
     TYPE_PUSH_PROMISE,
@@ -619,30 +618,28 @@ struct Literal {
 
 const AUTHORITY: &[u8] = b":authority";
 
+/// What the mirror keeps of a dynamic table entry: whether its name is `:authority`, and the
+/// name's length (a literal that indexes the name needs it for the new entry's size).
+#[derive(Debug, Clone, Copy)]
+struct NameOnly {
+    authority: bool,
+    name_len: usize,
+}
+
 /// A mirror of h2's HPACK decoder state: the dynamic table's names and sizes, and where in a
 /// representation the input is. Deliberately no stricter than h2: anything h2 rejects ends the
 /// connection, so only the structure and the table have to match.
 #[derive(Debug)]
 struct HpackStream {
     limits: H2Limits,
-    /// Newest first: (name is `:authority`, name length, entry size).
-    table: VecDeque<(bool, usize, usize)>,
-    size: usize,
-    max_size: usize,
+    table: Table<NameOnly>,
     rep: Rep,
     lit: Literal,
 }
 
 impl HpackStream {
     fn new(limits: H2Limits) -> Self {
-        HpackStream {
-            limits,
-            table: VecDeque::new(),
-            size: 0,
-            max_size: limits.header_table_size,
-            rep: Rep::Start,
-            lit: Literal::default(),
-        }
+        HpackStream { limits, table: Table::new(limits.header_table_size), rep: Rep::Start, lit: Literal::default() }
     }
 
     fn at_boundary(&self) -> bool {
@@ -657,32 +654,9 @@ impl HpackStream {
 
     /// (name is `:authority`, name length) of table entry `index`, as h2's `Table::get`.
     fn name_of(&self, index: usize) -> Option<(bool, usize)> {
-        match index {
-            0 => None,
-            1..=hpack::STATIC_ENTRIES => Some((index == 1, hpack::static_name_len(index))),
-            _ => self.table.get(index - hpack::STATIC_ENTRIES - 1).map(|&(a, n, _)| (a, n)),
-        }
-    }
-
-    fn evict_to(&mut self, limit: usize) {
-        while self.size > limit {
-            match self.table.pop_back() {
-                Some((_, _, s)) => self.size -= s,
-                None => break,
-            }
-        }
-    }
-
-    /// As h2's `Table::insert`: evict until it fits, store only if it then fits.
-    fn insert(&mut self, authority: bool, name_len: usize, value_len: usize) {
-        let len = name_len + value_len + hpack::ENTRY_OVERHEAD;
-        self.evict_to(self.max_size.saturating_sub(len));
-        if self.size + len <= self.max_size {
-            self.size += len;
-            self.table.push_front((authority, name_len, len));
-        } else {
-            self.table.clear();
-            self.size = 0;
+        match self.table.get(index).ok()? {
+            Entry::Static(name, _) => Some((name.as_bytes() == AUTHORITY, name.len())),
+            Entry::Dynamic(e) => Some((e.authority, e.name_len)),
         }
     }
 
@@ -766,8 +740,7 @@ impl HpackStream {
                 if value > self.limits.header_table_size {
                     return Err("table size update above the limit");
                 }
-                self.max_size = value;
-                self.evict_to(value);
+                self.table.set_max_size(value);
                 self.rep = Rep::Start;
             }
             IntOf::NameIndex => {
@@ -845,7 +818,7 @@ impl HpackStream {
         }
         if lit.indexing {
             let (authority, name_len) = (lit.name_authority, lit.name_len);
-            self.insert(authority, name_len, decoded_len);
+            self.table.insert(NameOnly { authority, name_len }, name_len, decoded_len);
         }
         self.rep = Rep::Start;
         Ok(())
