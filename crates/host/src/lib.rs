@@ -17,6 +17,7 @@
 //!
 //! [`native`] picks the real backend of the OS this is built for: the one place that does.
 
+pub mod data_volume;
 pub mod error;
 pub mod formats;
 #[cfg(feature = "fuzzing")]
@@ -115,7 +116,8 @@ pub trait VolumeHost: Send + Sync {
     fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()>;
     fn is_volume_formatted(&self, volume_id: &str) -> Result<bool>;
     fn format_volume(&self, volume_id: &str) -> Result<()>;
-    /// `size_bytes == 0` means as large as the disk allows.
+    /// `size_bytes == 0` means as large as the disk allows. `volume_id` may also be a disk
+    /// number, standing for that disk's data volume ([`data_volume`]).
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()>;
     fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats>;
     fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32>;

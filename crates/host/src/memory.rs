@@ -162,8 +162,33 @@ impl State {
     fn disk(&mut self, n: u32) -> Result<&mut SimDisk> {
         self.disks.get_mut(&n).ok_or_else(|| Error::not_found(format!("disk {n} not found")))
     }
+    /// The volume a request names: `id` itself, or, where `by_disk` allows it and `id` is a disk
+    /// number, that disk's data volume (every simulated partition holds data).
+    fn volume_by(&mut self, id: &str, by_disk: data_volume::DiskNumber) -> Result<(String, &mut SimVolume)> {
+        let id = match (by_disk, data_volume::disk_number_in(id)) {
+            (data_volume::DiskNumber::DataVolume, Some(disk)) => {
+                let found: Vec<data_volume::Candidate> = (self.disks.get(&disk).into_iter())
+                    .flat_map(|d| d.partitions.iter())
+                    .filter_map(|(p, id)| self.volumes.get(id).map(|v| (p, id, v.size)))
+                    .map(|(p, id, size)| data_volume::Candidate {
+                        id: id.clone(),
+                        partition: *p,
+                        kind: "simulated data partition".into(),
+                        data: true,
+                        size,
+                    })
+                    .collect();
+                data_volume::data_volume(disk, &found)?
+            }
+            _ => id.to_owned(),
+        };
+        match self.volumes.get_mut(&id) {
+            Some(v) => Ok((id, v)),
+            None => Err(Error::not_found(format!("volume {id:?} not found"))),
+        }
+    }
     fn volume(&mut self, id: &str) -> Result<&mut SimVolume> {
-        self.volumes.get_mut(id).ok_or_else(|| Error::not_found(format!("volume {id:?} not found")))
+        self.volume_by(id, data_volume::DiskNumber::Refused).map(|(_, v)| v)
     }
     fn portal_targets(&mut self, p: &TargetPortal) -> Result<&mut BTreeMap<String, SimTarget>> {
         if !self.registered.contains(p) {
@@ -279,7 +304,8 @@ impl VolumeHost for MemoryHost {
     }
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
         self.with(|s| {
-            let disk = s.volume(volume_id)?.disk;
+            let (id, v) = s.volume_by(volume_id, data_volume::DiskNumber::DataVolume)?;
+            let (volume_id, disk) = (id.as_str(), v.disk);
             let max = s.disk(disk)?.size;
             let want = if size_bytes == 0 { max } else { size_bytes };
             if want > max {
@@ -572,5 +598,17 @@ mod tests {
         assert_eq!(h.list_volumes_on_disk(1, 0).unwrap(), vec!["vol-1-1".to_string()]);
         assert!(h.list_volumes_on_disk(1, 2).unwrap().is_empty());
         assert!(matches!(h.partition_disk(9), Err(Error::NotFound(m)) if m.contains("disk 9")));
+    }
+
+    #[test]
+    fn resize_takes_a_disk_number_for_that_disks_data_volume() {
+        let h = MemoryHost::sample();
+        h.partition_disk(1).unwrap();
+        // A clone restored onto a larger disk: the volume is smaller than its disk.
+        h.with(|s| s.volumes.get_mut("vol-1-1").unwrap().size = GIB / 4);
+        h.resize_volume("1", 0).unwrap();
+        assert_eq!(h.with(|s| s.volumes["vol-1-1"].size), GIB);
+        assert!(matches!(h.resize_volume("0", 0), Err(Error::NotFound(m)) if m.contains("disk 0 has no volumes")));
+        assert!(matches!(h.is_volume_formatted("1"), Err(Error::NotFound(_))), "only ResizeVolume takes one");
     }
 }

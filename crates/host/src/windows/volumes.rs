@@ -45,7 +45,10 @@
 //! - **FormatVolume**: NTFS, quick, through `MSFT_Volume.Format` with upstream's arguments. A
 //!   volume that holds a filesystem is refused with FailedPrecondition (upstream formats with
 //!   Force and loses the data), as on Linux.
-//! - **ResizeVolume(size)**: the partition is found through Win32 (the volume's one extent and
+//! - **ResizeVolume(size)**: the volume ID may also be a disk number, meaning that disk's data
+//!   volume (the largest GPT basic data or MBR FAT/IFS partition's volume among the volumes
+//!   ListVolumesOnDisk finds there; none, or a tie, is an error naming the disk and what is on
+//!   it): azuredisk ≥ 1.32 sends one (`crate::data_volume`). The partition is found through Win32 (the volume's one extent and
 //!   its partition number), then `MSFT_Partition.Resize`, which extends NTFS along with the
 //!   partition, and `MSFT_Disk.Refresh`. Against the partition's current length P: `0` means
 //!   `GetSupportedSize`'s SizeMax; within 100 MiB of P either way is a no-op (upstream's rule,
@@ -76,9 +79,11 @@
 //! naming the volume.
 
 use super::contain::{Containment, Held, Nt};
+use super::disks::GPT_BASIC_DATA;
 use super::extents::{self, IOCTL_DISK_GET_PARTITION_INFO_EX, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS};
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::{attr, code, failure as os, Access, Win32};
+use crate::data_volume::{self, Candidate, DiskNumber};
 use crate::error::DOES_NOT_EXIST;
 use crate::paths::windows as wp;
 use crate::types::VolumeStats;
@@ -228,6 +233,44 @@ impl<H> Target<H> {
     }
 }
 
+/// A volume found on a disk by [`Volumes::on_disk`].
+struct OnDisk {
+    /// As FindFirstVolumeW named it.
+    name: String,
+    id: VolumeId,
+    /// How many disk extents it has (on any disk).
+    extents: usize,
+    partition: Option<extents::PartitionInfo>,
+}
+
+impl OnDisk {
+    /// What the data-volume rule needs of it: a data partition is a GPT basic data partition,
+    /// or an MBR partition of a FAT or IFS (NTFS, exFAT) type, that is the volume's only extent.
+    fn candidate(&self) -> Candidate {
+        use extents::PartitionStyle as S;
+        let (number, size) = self.partition.as_ref().map_or((0, 0), |p| (p.number, p.length as u64));
+        let (kind, data) = match (&self.partition, self.extents) {
+            (_, n) if n > 1 => (format!("spans {n} extents"), false),
+            (None, _) => ("no partition information".to_owned(), false),
+            (Some(p), _) => match &p.style {
+                S::Gpt { partition_type, .. } if partition_type == GPT_BASIC_DATA => {
+                    ("GPT basic data".to_owned(), true)
+                }
+                S::Gpt { partition_type, .. } => (format!("GPT type {partition_type}"), false),
+                S::Mbr { partition_type } => {
+                    (format!("MBR type {partition_type:#04x}"), MBR_DATA.contains(partition_type))
+                }
+                S::Raw => ("no partition table".to_owned(), false),
+            },
+        };
+        Candidate { id: self.id.id.clone(), partition: number, kind, data, size }
+    }
+}
+
+/// MBR partition types that hold a filesystem Windows mounts: FAT12, FAT16 (< 32 MiB), FAT16,
+/// IFS (NTFS, exFAT), FAT32, FAT32 (LBA), FAT16 (LBA).
+const MBR_DATA: [u8; 7] = [0x01, 0x04, 0x06, 0x07, 0x0b, 0x0c, 0x0e];
+
 impl<N: Nt> Volumes<N> {
     /// `contain` checks and holds the target paths (the roots are its).
     pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>, contain: Containment<N>) -> Self {
@@ -334,6 +377,54 @@ impl<N: Nt> Volumes<N> {
         Ok(t)
     }
 
+    /// Every volume whose disk extents touch `disk`, sorted by partition number (volumes without
+    /// one last). Volumes that don't answer (CD-ROMs, media not ready) are skipped.
+    fn on_disk(&self, disk: u32) -> Result<Vec<OnDisk>> {
+        let all = self.win32.volumes().map_err(|e| os("listing the volumes", e))?;
+        if all.len() > MAX_VOLUMES {
+            tracing::warn!(count = all.len(), "more volumes than {MAX_VOLUMES}; looking at the first {MAX_VOLUMES}");
+        }
+        let mut found = Vec::new();
+        for name in all.into_iter().take(MAX_VOLUMES) {
+            let Ok(v) = VolumeId::parse(&name) else {
+                tracing::debug!(volume = %shown(&name), "not a volume GUID path; skipped");
+                continue;
+            };
+            let extents = match self.extents(&v) {
+                Ok(list) if list.iter().any(|(d, _, _)| *d == disk) => list.len(),
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::debug!(volume = %v, error = %e, "no disk extents; skipped");
+                    continue;
+                }
+            };
+            let partition = match self.partition_info(&v) {
+                Ok(info) => Some(info),
+                Err(e) => {
+                    tracing::debug!(volume = %v, error = %e, "no partition information");
+                    None
+                }
+            };
+            found.push(OnDisk { name, id: v, extents, partition });
+        }
+        found.sort_by_key(|o| {
+            let n = o.partition.as_ref().map(|p| p.number);
+            (n.is_none(), n, o.name.clone())
+        });
+        Ok(found)
+    }
+
+    /// The one way a request's volume ID becomes a volume: its form checked, or, where `by_disk`
+    /// allows it, a disk number resolved to that disk's data volume ([`data_volume`]).
+    fn volume_id(&self, id: &str, by_disk: DiskNumber) -> Result<VolumeId> {
+        let disk = match (by_disk, data_volume::disk_number_in(id)) {
+            (DiskNumber::DataVolume, Some(disk)) => disk,
+            _ => return VolumeId::parse(id),
+        };
+        let found: Vec<Candidate> = self.on_disk(disk)?.iter().map(OnDisk::candidate).collect();
+        VolumeId::parse(&data_volume::data_volume(disk, &found)?)
+    }
+
     fn partition_row(&self, v: &VolumeId, disk: u32, number: u32) -> Result<Row> {
         let q = Query::select(Namespace::Storage, "MSFT_Partition", &["Size"])
             .eq("DiskNumber", disk)
@@ -346,45 +437,16 @@ impl<N: Nt> Volumes<N> {
 
 impl<N: Nt> VolumeHost for Volumes<N> {
     fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>> {
-        let all = self.win32.volumes().map_err(|e| os("listing the volumes", e))?;
-        if all.len() > MAX_VOLUMES {
-            tracing::warn!(count = all.len(), "more volumes than {MAX_VOLUMES}; looking at the first {MAX_VOLUMES}");
-        }
-        let mut found: Vec<(Option<u32>, String)> = Vec::new();
-        for name in all.into_iter().take(MAX_VOLUMES) {
-            let Ok(v) = VolumeId::parse(&name) else {
-                tracing::debug!(volume = %shown(&name), "not a volume GUID path; skipped");
-                continue;
-            };
-            let on_disk = match self.extents(&v) {
-                Ok(list) => list.iter().any(|(d, _, _)| *d == disk),
-                Err(e) => {
-                    tracing::debug!(volume = %v, error = %e, "no disk extents; skipped");
-                    continue;
-                }
-            };
-            if !on_disk {
-                continue;
-            }
-            let number = match self.partition_info(&v) {
-                Ok(info) => Some(info.number),
-                Err(e) => {
-                    tracing::debug!(volume = %v, error = %e, "no partition information");
-                    None
-                }
-            };
-            if partition > 0 && number != Some(partition) {
-                continue;
-            }
-            found.push((number, name));
-        }
-        // Volumes without a partition number go last.
-        found.sort_by_key(|(n, name)| (n.is_none(), *n, name.clone()));
-        Ok(found.into_iter().map(|(_, name)| name).collect())
+        Ok(self
+            .on_disk(disk)?
+            .into_iter()
+            .filter(|o| partition == 0 || o.partition.as_ref().map(|p| p.number) == Some(partition))
+            .map(|o| o.name)
+            .collect())
     }
 
     fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
-        let v = VolumeId::parse(volume_id)?;
+        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
         let t = self.target(target_path, false)?;
         let Some(attrs) = t.attrs() else {
             return Err(Error::not_found(format!(
@@ -434,7 +496,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
     }
 
     fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
-        let v = VolumeId::parse(volume_id)?;
+        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
         let t = self.target(target_path, false)?;
         self.win32.flush(&v.device).map_err(|e| on_volume(&v, "flushing", e))?;
         match &t.mounted {
@@ -459,12 +521,12 @@ impl<N: Nt> VolumeHost for Volumes<N> {
     }
 
     fn is_volume_formatted(&self, volume_id: &str) -> Result<bool> {
-        let v = VolumeId::parse(volume_id)?;
+        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
         Ok(self.filesystem(&v)?.is_some())
     }
 
     fn format_volume(&self, volume_id: &str) -> Result<()> {
-        let v = VolumeId::parse(volume_id)?;
+        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
         if let Some(fs) = self.filesystem(&v)? {
             return Err(Error::precondition(format!(
                 "volume {v} already holds a {fs} filesystem; refusing to format it, which would destroy its data"
@@ -494,7 +556,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
     }
 
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
-        let v = VolumeId::parse(volume_id)?;
+        let v = self.volume_id(volume_id, DiskNumber::DataVolume)?;
         let disk = match self.extents(&v)?.as_slice() {
             [(disk, _, _)] => *disk,
             [] => {
@@ -547,7 +609,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
     }
 
     fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
-        let v = VolumeId::parse(volume_id)?;
+        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
         let (total, free) = self.win32.free_space(&v.id).map_err(|e| {
             if raw(&e) == Some(code::ERROR_UNRECOGNIZED_VOLUME) {
                 Error::precondition(format!("volume {v} holds no filesystem; expected a formatted volume"))
@@ -562,7 +624,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
     }
 
     fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32> {
-        let v = VolumeId::parse(volume_id)?;
+        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
         match self.extents(&v)?.first() {
             Some((disk, _, _)) => Ok(*disk),
             // The volume is there (its device answered), it just isn't on a disk: not NotFound.
@@ -622,7 +684,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
     }
 
     fn flush_volume(&self, volume_id: &str) -> Result<()> {
-        let v = VolumeId::parse(volume_id)?;
+        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
         self.win32.flush(&v.device).map_err(|e| on_volume(&v, "flushing", e))
     }
 }

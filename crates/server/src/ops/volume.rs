@@ -1,6 +1,7 @@
 use super::op;
 use crate::call::{non_negative, required};
 use crate::locks::Serial;
+use csi_proxy_host::data_volume::disk_number_in;
 use csi_proxy_host::types::VolumeStats;
 
 op!(ListVolumesOnDisk { disk: u32, partition: u32 } -> Vec<String>,
@@ -35,7 +36,12 @@ op!(FormatVolume { volume_id: String } -> (), serial |s| {
 op!(ResizeVolume { volume_id: String, size_bytes: i64 } -> (), serial |s| {
     required("volume_id", &s.volume_id)?;
     non_negative("size_bytes", s.size_bytes)?;
-    Ok(Serial::Volume(s.volume_id.clone()))
+    // A disk number stands for that disk's data volume (azuredisk >= 1.32's NodeStageVolume):
+    // the call holds that disk.
+    Ok(match disk_number_in(&s.volume_id) {
+        Some(disk) => Serial::Disk(disk),
+        None => Serial::Volume(s.volume_id.clone()),
+    })
 }, |s, ctx| {
     let v = required("volume_id", &s.volume_id)?;
     let size = non_negative("size_bytes", s.size_bytes)?;
@@ -56,3 +62,18 @@ op!(WriteVolumeCache { volume_id: String } -> (), serial |s| {
     let v = required("volume_id", &s.volume_id)?;
     ctx.hosts().volume.flush_volume(v)
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::Op;
+
+    #[test]
+    fn a_resize_by_disk_number_holds_that_disk() {
+        let by_disk = ResizeVolume { volume_id: "2".into(), size_bytes: 0 };
+        assert_eq!(by_disk.serial().unwrap(), Serial::Disk(2));
+        let id = r"\\?\Volume{0a1b2c3d-0000-1111-2222-333344445555}\";
+        let by_id = ResizeVolume { volume_id: id.into(), size_bytes: 0 };
+        assert_eq!(by_id.serial().unwrap(), Serial::Volume(id.into()));
+    }
+}

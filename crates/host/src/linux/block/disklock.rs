@@ -29,6 +29,7 @@
 //! written without the lock.
 
 use super::{Block, Disk, Volume};
+use crate::data_volume::DiskNumber;
 use crate::{Error, Result};
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
@@ -115,8 +116,15 @@ impl Block {
     /// lock only tells which disk to lock. A volume the kernel does not show yet (a table
     /// re-read by someone else just ended) is waited for, at most [`super::volumes::NODE_WAIT`].
     pub(crate) fn hold_volume(&self, volume_id: &str, mode: Lock) -> Result<HeldVolume> {
-        let guid = super::partitions::parse_volume_id(volume_id)?;
-        let mut disk = self.volume(volume_id)?.disk;
+        self.hold_volume_by(volume_id, mode, DiskNumber::Refused)
+    }
+
+    /// [`Self::hold_volume`] through [`Block::volume_by`]: a disk number, where `by_disk` allows
+    /// it, holds that disk's data volume as chosen before the lock.
+    pub(crate) fn hold_volume_by(&self, volume_id: &str, mode: Lock, by_disk: DiskNumber) -> Result<HeldVolume> {
+        let first = self.volume_by(volume_id, by_disk)?;
+        let guid = super::partitions::parse_volume_id(&first.id)?;
+        let mut disk = first.disk;
         // The volume can move between the lookup and the lock (a disk replaced): follow it a
         // few times, then give up retryably.
         for _ in 0..3 {
@@ -132,7 +140,7 @@ impl Block {
                 }
             }
             drop(lock);
-            disk = self.volume(volume_id)?.disk;
+            disk = self.volume_by(volume_id, by_disk)?.disk;
         }
         Err(Error::Aborted(format!("volume {volume_id} keeps moving between disks; retry the call")))
     }

@@ -62,6 +62,8 @@ pub struct Volume {
     /// Byte offset and length on the disk.
     pub start: u64,
     pub size: u64,
+    /// The GPT partition type.
+    pub(crate) type_guid: crate::formats::gpt::Guid,
 }
 
 /// The disk and volume groups of the native Linux host.

@@ -38,6 +38,7 @@
 
 use super::disklock::{DiskLock, HeldVolume, Lock};
 use super::{blkpg, loopdev, Block, Disk, Volume};
+use crate::data_volume::{self, Candidate, DiskNumber};
 use crate::formats::gpt::{
     aligned_extent, classify_mbr, protective_mbr, BlockIo, Entry, Guid, Mbr, Table, MICROSOFT_RESERVED,
 };
@@ -57,6 +58,11 @@ const ALIGNMENT: u64 = 1 << 20;
 const PARTITION_NAME: &str = "csi-proxy";
 /// Linux filesystem data.
 const LINUX_FS: Guid = match Guid::parse("0fc63daf-8483-4772-8e79-3d69d8477de4") {
+    Some(g) => g,
+    None => panic!(),
+};
+/// Basic data: what Windows formats, and what a disk partitioned there holds.
+const BASIC_DATA: Guid = match Guid::parse("ebd0a0a2-b9e5-4433-87c0-68b6b72699c7") {
     Some(g) => g,
     None => panic!(),
 };
@@ -676,6 +682,7 @@ impl Block {
             name,
             start,
             size: entry.lbas() * od.lbs,
+            type_guid: entry.type_guid,
         }
     }
 
@@ -694,6 +701,28 @@ impl Block {
     /// has it, FailedPrecondition when several do (found when every disk is read: on the first
     /// lookup of an ID, or when the disk it was last seen on no longer has it).
     pub fn volume(&self, volume_id: &str) -> Result<Volume> {
+        self.volume_by(volume_id, DiskNumber::Refused)
+    }
+
+    /// [`Self::volume`], where `by_disk` may let a disk number stand for that disk's data volume
+    /// ([`data_volume`]): the largest partition of the Linux filesystem or basic data type.
+    pub fn volume_by(&self, volume_id: &str, by_disk: DiskNumber) -> Result<Volume> {
+        if let (DiskNumber::DataVolume, Some(number)) = (by_disk, data_volume::disk_number_in(volume_id)) {
+            let found = self.volumes_of(&self.disk(number)?)?;
+            let candidates: Vec<Candidate> = found
+                .iter()
+                .map(|v| {
+                    let (kind, data) = match v.type_guid {
+                        LINUX_FS => ("GPT Linux filesystem".to_owned(), true),
+                        BASIC_DATA => ("GPT basic data".to_owned(), true),
+                        other => (format!("GPT type {other}"), false),
+                    };
+                    Candidate { id: v.id.clone(), partition: v.index, kind, data, size: v.size }
+                })
+                .collect();
+            let id = data_volume::data_volume(number, &candidates)?;
+            return Ok(found.into_iter().find(|v| v.id == id).expect("the data volume is one of those found"));
+        }
         let guid = parse_volume_id(volume_id)?;
         if let Some(v) = self.volume_where_last_seen(&guid) {
             return Ok(v);

@@ -28,7 +28,9 @@
 //! - **GetVolumeStats**: statvfs of the mounted filesystem: total = blocks × fragment size,
 //!   used = (blocks − free) × fragment size. Not mounted: FailedPrecondition naming the volume
 //!   (upstream answers for unmounted volumes too).
-//! - **ResizeVolume(size)**: grows the partition, then the filesystem in it — ext2/3/4 with
+//! - **ResizeVolume(size)**: the volume ID may also be a disk number, meaning that disk's data
+//!   volume (`crate::data_volume`: the largest GPT partition of the Linux filesystem or basic
+//!   data type), as on Windows. Grows the partition, then the filesystem in it — ext2/3/4 with
 //!   `resize2fs` (mounted or not; online needs CAP_SYS_RESOURCE), xfs with `xfs_growfs` and btrfs
 //!   with `btrfs filesystem resize max` (both only mounted, given the checked mount as
 //!   `/proc/self/fd/N`), NTFS with `ntfsresize` then `ntfsfix -d` (only unmounted; ntfsresize
@@ -85,6 +87,7 @@
 use super::disklock::{HeldVolume, Lock};
 use super::tools::{self, Grow};
 use super::{disk_number, Block, Volume};
+use crate::data_volume::DiskNumber;
 use crate::error::DOES_NOT_EXIST;
 use crate::formats::mountinfo::{self, Mount};
 use crate::formats::probe;
@@ -131,7 +134,7 @@ impl VolumeHost for Block {
         self.format(&self.hold_volume(volume_id, Lock::Exclusive)?)
     }
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
-        self.resize(&self.hold_volume(volume_id, Lock::Exclusive)?, size_bytes)
+        self.resize(&self.hold_volume_by(volume_id, Lock::Exclusive, DiskNumber::DataVolume)?, size_bytes)
     }
     fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
         self.stats(&self.volume(volume_id)?)
@@ -1064,6 +1067,7 @@ mod tests {
             node: "/dev/loop0p1".into(),
             start: 1 << 20,
             size: 511 << 20,
+            type_guid: crate::formats::gpt::Guid([0; 16]),
         }
     }
 

@@ -961,3 +961,82 @@ fn flushing_names_the_volume_device() {
     assert!(matches!(v.flush_volume(V1), Err(Error::PermissionDenied(_))));
     drop(s);
 }
+
+/// `partition_buf` with another GPT partition type (Windows recovery, de94bba4-…).
+fn recovery_partition_buf(number: u32, length: u64) -> Vec<u8> {
+    let mut b = partition_buf(number, length);
+    b[32..48].copy_from_slice(&[
+        0xa4, 0xbb, 0x94, 0xde, 0xd1, 0x06, 0x40, 0x4d, 0xa1, 0x6a, 0xbf, 0xd5, 0x01, 0x79, 0xd6, 0xac,
+    ]);
+    b
+}
+
+#[test]
+fn a_disk_number_resizes_that_disks_largest_data_volume() {
+    // Disk 3: V2 a larger recovery partition, V1 the basic data one; V3 is on disk 4.
+    let (s, v) = resizable(10 * GIB);
+    s.on("volumes", Answer::Strings(vec![V2.into(), V1.into(), V3.into()]));
+    on_extents(&s, V2, &[(3, 1 << 40, 50 << 30)]);
+    s.on(format!("ioctl {} 0x70048", device(V2)), Answer::Bytes(recovery_partition_buf(3, 50 * GIB)));
+    on_extents(&s, V3, &[(4, 16 << 20, 1 << 30)]);
+    on_partition(&s, V3, 1, 100 * GIB);
+    s.on_call("PART", "Resize", returned(0));
+    v.resize_volume("3", 20 * GIB).unwrap();
+    assert!(s.log().contains(&format!(r#"call PART Resize [("Size", {})]"#, 20 * GIB)), "{:#?}", s.log());
+    s.assert_all_scripted();
+    // The volume was found the way ListVolumesOnDisk finds it, and it answers the same.
+    assert_eq!(v.list_volumes_on_disk(3, 0).unwrap(), [V1, V2]);
+}
+
+#[test]
+fn a_disk_number_without_one_largest_data_volume_is_refused_naming_what_is_there() {
+    // Two basic data partitions of one size: which one is meant can't be told.
+    let (s, v) = setup();
+    s.on("volumes", Answer::Strings(vec![V1.into(), V2.into()]));
+    on_extents(&s, V1, &[(3, 16 << 20, 5 << 30)]);
+    on_partition(&s, V1, 1, 5 * GIB);
+    on_extents(&s, V2, &[(3, 6 << 30, 5 << 30)]);
+    on_partition(&s, V2, 2, 5 * GIB);
+    match v.resize_volume("3", 0) {
+        Err(Error::FailedPrecondition(m)) => {
+            assert!(m.contains("disk 3 has 2 data volumes") && m.contains(V1) && m.contains(V2), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(s.calls("call ").is_empty() && s.calls("query ").is_empty(), "nothing resized");
+
+    // Only a recovery partition, and an unknown disk.
+    let (s, v) = setup();
+    s.on("volumes", Answer::Strings(vec![V2.into()]));
+    on_extents(&s, V2, &[(3, 1 << 40, 50 << 30)]);
+    s.on(format!("ioctl {} 0x70048", device(V2)), Answer::Bytes(recovery_partition_buf(3, 50 * GIB)));
+    match v.resize_volume("3", 0) {
+        Err(Error::NotFound(m)) => {
+            assert!(m.contains("disk 3") && m.contains(V2) && m.contains("GPT type {de94bba4"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    match v.resize_volume("9", 0) {
+        Err(Error::NotFound(m)) => assert!(m.contains("disk 9 has no volumes"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.calls("call ").is_empty());
+}
+
+#[test]
+fn only_resize_takes_a_disk_number() {
+    let (s, v) = setup();
+    let calls: Vec<(&str, Result<()>)> = vec![
+        ("mount", v.mount_volume("3", MNT)),
+        ("unmount", v.unmount_volume("3", MNT)),
+        ("formatted", v.is_volume_formatted("3").map(drop)),
+        ("format", v.format_volume("3")),
+        ("stats", v.volume_stats("3").map(drop)),
+        ("disk", v.disk_number_of_volume("3").map(drop)),
+        ("flush", v.flush_volume("3")),
+    ];
+    for (rpc, r) in calls {
+        assert!(matches!(&r, Err(Error::InvalidArgument(m)) if m.contains(ID_FORM)), "{rpc}: {r:?}");
+    }
+    assert_eq!(s.log(), Vec::<String>::new());
+}
