@@ -12,7 +12,9 @@
 //!   (no data access needed, unlike IOCTL_DISK_GET_LENGTH_INFO, which gives the same length).
 //! - **GetDiskState / SetDiskState**: the disk's OFFLINE attribute (IOCTL_DISK_GET/
 //!   SET_DISK_ATTRIBUTES), persisted as MSFT_Disk.Online/Offline do; a change is read back and
-//!   the call fails when it didn't take.
+//!   the call fails when it didn't take. Online also clears the READ_ONLY attribute, persistently
+//!   (upstream only calls MSFT_Disk.Online, which leaves a read-only disk read-only); the wire's
+//!   GetDiskState has no field for read-only, so an online, read-only disk is logged.
 //! - **PartitionDisk**: upstream's WMI steps, but "a data partition exists" is decided here:
 //!   on GPT every partition but the MSR counts, on MBR every partition with a type; MBR disks get
 //!   an IFS (type 7) partition where upstream asks for a GPT type. An offline or read-only disk
@@ -457,15 +459,25 @@ impl DiskHost for Disks {
     }
 
     fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
-        if self.attributes(disk)?.offline() != online {
+        let now = self.attributes(disk)?;
+        // Online also means writable: a disk re-attached read-only, or left offline and
+        // read-only by a signature collision (kubernetes-csi/csi-proxy#437, #287), is cleared as
+        // `diskpart attributes disk clear readonly` clears it. Offline leaves read-only alone.
+        let (attributes, mask) = if online {
+            (0, ioctl::DISK_ATTRIBUTE_OFFLINE | ioctl::DISK_ATTRIBUTE_READ_ONLY)
+        } else {
+            (ioctl::DISK_ATTRIBUTE_OFFLINE, ioctl::DISK_ATTRIBUTE_OFFLINE)
+        };
+        if now.0 & mask == attributes {
             tracing::debug!(disk, online, "the disk is already in the desired state");
             return Ok(());
         }
-        // Persisted, as MSFT_Disk.Online/Offline and diskpart's online/offline are: the state
-        // survives a reboot instead of falling back to the SAN policy's.
-        let attributes = if online { 0 } else { ioctl::DISK_ATTRIBUTE_OFFLINE };
-        let input = ioctl::set_disk_attributes(true, attributes, ioctl::DISK_ATTRIBUTE_OFFLINE);
-        tracing::info!(disk, online, "changing the disk's state");
+        // SET_DISK_ATTRIBUTES (winioctl.h, learn.microsoft.com ns-winioctl-set_disk_attributes):
+        // only the attributes whose bit is set in AttributesMask change, to their bit in
+        // Attributes; Persist TRUE keeps them across reboots, as MSFT_Disk.Online/Offline and
+        // diskpart do, instead of falling back to the SAN policy's.
+        let input = ioctl::set_disk_attributes(true, attributes, mask);
+        tracing::info!(disk, online, offline = now.offline(), read_only = now.read_only(), "changing the disk's state");
         self.disk_ioctl(
             disk,
             ioctl::IOCTL_DISK_SET_DISK_ATTRIBUTES,
@@ -473,16 +485,27 @@ impl DiskHost for Disks {
             &input,
             Access::ReadWrite,
         )?;
-        if self.attributes(disk)?.offline() == online {
+        let after = self.attributes(disk)?;
+        if after.0 & mask != attributes {
+            let still = match (after.offline(), online) {
+                (true, true) => "offline",
+                (false, false) => "online",
+                _ => "read-only",
+            };
             return Err(Error::internal(format!(
-                "disk {disk} is still {} after IOCTL_DISK_SET_DISK_ATTRIBUTES succeeded",
-                if online { "offline" } else { "online" }
+                "disk {disk} is still {still} after IOCTL_DISK_SET_DISK_ATTRIBUTES succeeded"
             )));
         }
         Ok(())
     }
 
+    /// The wire's GetDiskState has only `is_online`: a disk that is online but read-only is
+    /// online there, and said so in the log.
     fn disk_online(&self, disk: u32) -> Result<bool> {
-        Ok(!self.attributes(disk)?.offline())
+        let now = self.attributes(disk)?;
+        if !now.offline() && now.read_only() {
+            tracing::warn!(disk, "the disk is online but read-only; SetDiskState(online) clears that");
+        }
+        Ok(!now.offline())
     }
 }

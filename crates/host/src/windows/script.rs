@@ -4,7 +4,8 @@
 //!
 //! Log lines, one per call:
 //! - `volumes`, `disk_interfaces`
-//! - `ioctl <path> <code as 0x…> [r|w]` (`r` opened for reading, `w` for reading and writing)
+//! - `ioctl <path> <code as 0x…> [r|w]` (`r` opened for reading, `w` for reading and writing;
+//!   the input buffers are kept apart, [`Script::ioctl_inputs`])
 //! - `filesystem_name <root>`, `free_space <root>`, `flush <device>`
 //! - `set_mount_point <dir> <volume>`, `delete_mount_point <dir>`
 //! - `volume_path_name <path>`, `volume_name_for_mount_point <mp>`, `mount_points_of <volume>`
@@ -106,6 +107,8 @@ impl Gate {
 pub struct Script {
     answers: Mutex<HashMap<String, VecDeque<Answer>>>,
     log: Arc<Mutex<Vec<String>>>,
+    /// Every I/O control's log line with the input buffer it was sent.
+    ioctl_inputs: Mutex<Vec<(String, Vec<u8>)>>,
 }
 
 impl Script {
@@ -143,6 +146,12 @@ impl Script {
     /// Calls whose line starts with `prefix`.
     pub fn calls(&self, prefix: &str) -> Vec<String> {
         self.log().into_iter().filter(|l| l.starts_with(prefix)).collect()
+    }
+
+    /// The input buffers of the I/O controls whose log line starts with `prefix`, in order.
+    pub fn ioctl_inputs(&self, prefix: &str) -> Vec<Vec<u8>> {
+        let all = self.ioctl_inputs.lock().unwrap();
+        all.iter().filter(|(line, _)| line.starts_with(prefix)).map(|(_, input)| input.clone()).collect()
     }
 
     pub fn assert_all_scripted(&self) {
@@ -198,13 +207,14 @@ impl Win32 for Script {
     fn disk_interfaces(&self) -> io::Result<Vec<String>> {
         expect!(self, "disk_interfaces".into(), Answer::Strings(v) => v)
     }
-    fn ioctl(&self, path: &str, code: u32, _input: &[u8], access: Access) -> io::Result<Vec<u8>> {
+    fn ioctl(&self, path: &str, code: u32, input: &[u8], access: Access) -> io::Result<Vec<u8>> {
         let mode = match access {
             Access::Query => "",
             Access::Read => " r",
             Access::ReadWrite => " w",
         };
         let line = format!("ioctl {path} {code:#x}{mode}");
+        self.ioctl_inputs.lock().unwrap().push((line.clone(), input.to_vec()));
         expect!(self, line, Answer::Bytes(b) => b)
     }
     fn filesystem_name(&self, root: &str) -> io::Result<String> {

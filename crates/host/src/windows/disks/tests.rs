@@ -412,7 +412,8 @@ fn disk_state_reads_the_offline_attribute() {
 
 #[test]
 fn set_state_is_idempotent() {
-    for (attrs, online) in [(0, true), (DISK_ATTRIBUTE_OFFLINE, false), (DISK_ATTRIBUTE_READ_ONLY, true)] {
+    let offline_read_only = DISK_ATTRIBUTE_OFFLINE | DISK_ATTRIBUTE_READ_ONLY;
+    for (attrs, online) in [(0, true), (DISK_ATTRIBUTE_OFFLINE, false), (offline_read_only, false)] {
         let s = Arc::new(Script::new());
         s.on(GET_ATTRS, Answer::Bytes(attributes_buf(attrs)));
         disks(&s).set_disk_online(2, online).unwrap();
@@ -431,6 +432,46 @@ fn set_state_changes_and_reads_back() {
         disks(&s).set_disk_online(2, online).unwrap();
         assert_eq!(s.log(), [GET_ATTRS, SET_ATTRS, GET_ATTRS]);
     }
+}
+
+/// SET_DISK_ATTRIBUTES as sent, field by field: (Version, Persist, Attributes, AttributesMask),
+/// the reserved bytes checked to be zero.
+fn sent_attributes(input: &[u8]) -> (u32, u8, u64, u64) {
+    assert_eq!(input.len(), 40, "sizeof(SET_DISK_ATTRIBUTES)");
+    assert!(input[5..8].iter().chain(&input[24..40]).all(|&b| b == 0), "Reserved1 and Reserved2: {input:?}");
+    let u64_at = |at: usize| u64::from_le_bytes(input[at..at + 8].try_into().unwrap());
+    (u32::from_le_bytes(input[0..4].try_into().unwrap()), input[4], u64_at(8), u64_at(16))
+}
+
+#[test]
+fn online_also_clears_read_only_persistently() {
+    let both = DISK_ATTRIBUTE_OFFLINE | DISK_ATTRIBUTE_READ_ONLY;
+    // Re-attached read-only (csi-proxy#437), and offline and read-only (#287).
+    for before in [DISK_ATTRIBUTE_READ_ONLY, both] {
+        let s = Arc::new(Script::new());
+        s.on(GET_ATTRS, Answer::Bytes(attributes_buf(before)));
+        s.on(GET_ATTRS, Answer::Bytes(attributes_buf(0)));
+        s.on(SET_ATTRS, Answer::Bytes(vec![]));
+        disks(&s).set_disk_online(2, true).unwrap();
+        assert_eq!(s.log(), [GET_ATTRS, SET_ATTRS, GET_ATTRS], "before {before:#x}");
+        let sent = s.ioctl_inputs(SET_ATTRS);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent_attributes(&sent[0]), (40, 1, 0, both), "both bits cleared, persisted");
+    }
+    // Offline changes only the offline bit.
+    let s = Arc::new(Script::new());
+    s.on(GET_ATTRS, Answer::Bytes(attributes_buf(DISK_ATTRIBUTE_READ_ONLY)));
+    s.on(GET_ATTRS, Answer::Bytes(attributes_buf(both)));
+    s.on(SET_ATTRS, Answer::Bytes(vec![]));
+    disks(&s).set_disk_online(2, false).unwrap();
+    assert_eq!(sent_attributes(&s.ioctl_inputs(SET_ATTRS)[0]), (40, 1, DISK_ATTRIBUTE_OFFLINE, DISK_ATTRIBUTE_OFFLINE));
+    // Read-only that does not clear (write-protected media): the call says so.
+    let s = Arc::new(Script::new());
+    s.on(GET_ATTRS, Answer::Bytes(attributes_buf(both)));
+    s.on(GET_ATTRS, Answer::Bytes(attributes_buf(DISK_ATTRIBUTE_READ_ONLY)));
+    s.on(SET_ATTRS, Answer::Bytes(vec![]));
+    let err = disks(&s).set_disk_online(2, true).unwrap_err();
+    assert!(matches!(&err, Error::Internal(m) if m.contains("disk 2 is still read-only")), "{err:?}");
 }
 
 #[test]
