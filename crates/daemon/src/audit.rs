@@ -15,7 +15,7 @@
 //! A record, one line each, keys in alphabetical order (absent when they do not apply):
 //! `{"api":"v1.Disk","call":7,"event":"start","method":"PartitionDisk",`
 //! `"peer_at_connect":{"exe":"/usr/bin/driver","gid":0,"pid":4242,"uid":0},`
-//! `"request":"PartitionDisk { disk: 3 }","time":"2026-11-25T02:13:24.123456Z"}` and later
+//! `"request":{"diskNumber":3},"time":"2026-11-25T02:13:24.123456Z"}` and later
 //! `{"api":"v1.Disk","call":7,"code":"OK","duration_seconds":0.0123,"event":"end",…}`.
 //!
 //! `peer_at_connect` is what the kernel guarantees: the process that connected the call's
@@ -27,14 +27,14 @@
 //! rather than reading a connect-time identity as the sender's.
 
 #[cfg(doc)]
-use crate::logging::open_audit_file;
+use crate::logging::private_file::open_audit_file;
 use crate::logging::{LogFile, KEEP_ROTATED};
 use csi_proxy_server::audit::{AuditSink, Record};
 use serde_json::{json, Map, Value};
 use std::io;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 pub struct AuditFile {
     file: Mutex<LogFile>,
@@ -86,7 +86,7 @@ pub fn json_line(r: &Record<'_>) -> String {
     o.insert("api".into(), r.service.into());
     o.insert("method".into(), r.method.into());
     if let Some(v) = r.request {
-        o.insert("request".into(), v.into());
+        o.insert("request".into(), v.clone());
     }
     if let Some(v) = r.code {
         o.insert("code".into(), v.into());
@@ -104,26 +104,7 @@ pub fn json_line(r: &Record<'_>) -> String {
 
 /// `time` as RFC 3339 in UTC with microseconds (`2026-11-25T02:13:24.123456Z`).
 fn rfc3339(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar, in 400-year eras).
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        since.subsec_micros()
-    )
+    crate::logging::clock::Utc::of(time).rfc3339()
 }
 
 #[cfg(test)]
@@ -131,7 +112,7 @@ mod tests {
     use super::*;
     use csi_proxy_server::audit::Event;
     use csi_proxy_wire::Caller;
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     /// Past the size limit the file rotates as the log file does, whole lines on each side.
     #[test]
@@ -140,7 +121,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let path = dir.join("audit.log");
         let sink = AuditFile::open(&path, 2_000, false).unwrap();
-        let request = "x".repeat(100);
+        let request = json!({"path": "x".repeat(100)});
         for call in 0..24 {
             let r = Record {
                 event: Event::Start,
@@ -174,7 +155,7 @@ mod tests {
     }
 
     #[cfg(unix)]
-    fn record(call: u64, request: &str) -> Record<'_> {
+    fn record(call: u64, request: &Value) -> Record<'_> {
         Record {
             event: Event::Start,
             call,
@@ -254,7 +235,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = temp_dir("new");
         let path = dir.join("sub/audit.log");
-        AuditFile::open(&path, 0, false).unwrap().write(&record(1, "x")).unwrap();
+        AuditFile::open(&path, 0, false).unwrap().write(&record(1, &json!("x"))).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -267,18 +248,18 @@ mod tests {
         let dir = temp_dir("moved");
         let path = dir.join("audit.log");
         let sink = AuditFile::open(&path, 0, false).unwrap();
-        sink.write(&record(1, "x")).unwrap();
+        sink.write(&record(1, &json!("x"))).unwrap();
         std::fs::rename(&path, dir.join("moved.log")).unwrap();
-        sink.write(&record(2, "x")).unwrap();
+        sink.write(&record(2, &json!("x"))).unwrap();
         assert_eq!(calls(&std::fs::read_to_string(dir.join("moved.log")).unwrap()), [1]);
         assert_eq!(calls(&std::fs::read_to_string(&path).unwrap()), [2]);
         std::fs::remove_file(&path).unwrap();
-        sink.write(&record(3, "x")).unwrap();
+        sink.write(&record(3, &json!("x"))).unwrap();
         assert_eq!(calls(&std::fs::read_to_string(&path).unwrap()), [3]);
         // What took its place must pass the checks of the first open.
         std::fs::rename(&path, dir.join("moved-again.log")).unwrap();
         std::os::unix::fs::symlink(dir.join("moved.log"), &path).unwrap();
-        let e = sink.write(&record(4, "x")).unwrap_err().to_string();
+        let e = sink.write(&record(4, &json!("x"))).unwrap_err().to_string();
         assert!(e.contains("is a symbolic link"), "{e}");
         assert_eq!(calls(&std::fs::read_to_string(dir.join("moved.log")).unwrap()), [1]);
         let _ = std::fs::remove_dir_all(&dir);
@@ -311,11 +292,11 @@ mod tests {
         let _unmount = Unmount(&dir);
         let path = dir.join("audit.log");
         let sink = AuditFile::open(&path, 0, false).unwrap();
-        sink.write(&record(1, "first")).unwrap();
+        sink.write(&record(1, &json!("first"))).unwrap();
         // Fill the rest of the filesystem: only the audit file's last page has room left.
         let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
         while std::io::Write::write(&mut filler, &[0; 4096]).is_ok_and(|n| n > 0) {}
-        let big = "y".repeat(6000);
+        let big = json!("y".repeat(6000));
         let e = sink.write(&record(2, &big)).unwrap_err();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.ends_with('\n'), "a partial record was left: {} bytes", text.len());
@@ -323,17 +304,8 @@ mod tests {
         assert!(e.to_string().contains("could be written (is the filesystem full?)"), "{e}");
         // The next record that fits (in the room left in the file's last page) follows the last
         // whole one.
-        sink.write(&record(3, "small")).unwrap();
+        sink.write(&record(3, &json!("small"))).unwrap();
         assert_eq!(calls(&std::fs::read_to_string(&path).unwrap()), [1, 3]);
-    }
-
-    #[test]
-    fn times_are_rfc3339_utc() {
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
-        // 2000-02-29 (a leap day of a century leap year), 2100-03-01 (after a skipped one).
-        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000000Z");
-        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(4_107_542_400)), "2100-03-01T00:00:00.000000Z");
-        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_micros(1_795_575_204_123_456)), "2026-11-25T02:53:24.123456Z");
     }
 
     #[test]

@@ -826,7 +826,7 @@ fn a_frozen_audit_file_stalls_no_other_call() {
             let e = tokio::time::timeout(Duration::from_secs(20), call).await.expect("refused in time").unwrap();
             let e = e.unwrap_err();
             assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
-            assert!(e.message().contains("audit record could not be written within 5s"), "{e:?}");
+            assert!(e.message().contains("audit record could not be written within 5 s"), "{e:?}");
         }
     });
     drop(frozen);

@@ -77,9 +77,9 @@ pub struct Record<'a> {
     /// The gRPC service, `<version>.<Group>` (`v1.Disk`).
     pub service: &'a str,
     pub method: &'a str,
-    /// The operation with its fields, secrets shown as `<redacted>`, bounded in size. Start
-    /// records only.
-    pub request: Option<&'a str>,
+    /// The wire request in the protobuf JSON mapping, secrets shown as `<redacted>`, strings
+    /// bounded (see [`crate::shown`]). Start records only.
+    pub request: Option<&'a serde_json::Value>,
     /// The gRPC code name as Go spells it (`OK`, `InvalidArgument`): end and refused records.
     pub code: Option<&'static str>,
     /// The error message the client got; `None` on success.
@@ -102,7 +102,7 @@ pub(crate) const CANCELLED_BEFORE_WORK: &str =
 
 /// What a call refused because its start record was not written within `wait` is told.
 pub(crate) fn timed_out_message(service: &str, method: &str, wait: Duration) -> String {
-    format!("{service}/{method} was not run: its audit record could not be written within {wait:?} (the audit file is not answering)")
+    format!("{service}/{method} was not run: its audit record could not be written within {} s (the audit file is not answering)", wait.as_secs_f64())
 }
 
 /// A record with what it quotes owned, on its way to the writer thread.
@@ -113,7 +113,7 @@ pub(crate) struct Owned {
     pub peer_at_connect: Option<Arc<Caller>>,
     pub service: &'static str,
     pub method: &'static str,
-    pub request: Option<String>,
+    pub request: Option<serde_json::Value>,
     pub code: Option<&'static str>,
     pub message: Option<String>,
     pub duration: Option<Duration>,
@@ -128,7 +128,7 @@ impl Owned {
             peer_at_connect: self.peer_at_connect.as_deref(),
             service: self.service,
             method: self.method,
-            request: self.request.as_deref(),
+            request: self.request.as_ref(),
             code: self.code,
             message: self.message.as_deref(),
             duration: self.duration,

@@ -110,7 +110,7 @@ impl Context {
         request: Request<Req>,
     ) -> Result<Response<Resp>, Status>
     where
-        Req: IntoOp,
+        Req: IntoOp + prost::Message,
         Resp: FromOutput<<Req::Op as Op>::Output> + Send + 'static,
     {
         let start = Instant::now();
@@ -140,16 +140,16 @@ impl Context {
         let request = request.as_ref();
         match result {
             Ok(resp) => {
-                tracing::debug!(target: "csi_proxy::call", %service, %method, request, ?elapsed, "ok");
+                tracing::debug!(target: "csi_proxy::call", %service, %method, request, elapsed_ms = ms(elapsed), "ok");
                 Ok(Response::new(resp))
             }
             Err(e) => {
                 let status = to_status(&e);
                 let error = status.message();
                 if code == Code::Internal {
-                    tracing::error!(target: "csi_proxy::call", %service, %method, request, ?elapsed, error, "failed");
+                    tracing::error!(target: "csi_proxy::call", %service, %method, request, elapsed_ms = ms(elapsed), error, "failed");
                 } else {
-                    tracing::info!(target: "csi_proxy::call", %service, %method, request, ?elapsed, code = ?code, error, "failed");
+                    tracing::info!(target: "csi_proxy::call", %service, %method, request, elapsed_ms = ms(elapsed), code = go_code_name(code), error, "failed");
                 }
                 Err(status)
             }
@@ -161,9 +161,13 @@ impl Context {
     /// record. A panic is turned into the `Internal` error the client gets.
     async fn serve<Req, Resp>(&self, name: Name, message: Req, audit: Option<Audit>) -> (Result<Resp>, Option<String>)
     where
-        Req: IntoOp,
+        Req: IntoOp + prost::Message,
         Resp: FromOutput<<Req::Op as Op>::Output> + Send + 'static,
     {
+        // The request as the log and the audit record show it, rendered only when one of them
+        // will be written.
+        let logged = tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG);
+        let shown = (logged || audit.is_some()).then(|| crate::shown::request_json(name.0, name.1, &message));
         let prepared = catch_unwind(AssertUnwindSafe(|| -> Result<_> {
             let op = message.into_op()?;
             let serial = op.serial()?;
@@ -178,16 +182,15 @@ impl Context {
                 return (Err(e), None);
             }
         };
-        let logged = tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG);
-        let shown = (logged || audit.is_some()).then(|| format!("{op:?}"));
+        let text = logged.then(|| shown.as_ref().map(|j| j.to_string())).flatten();
         let end = match audit {
             None => None,
-            Some(audit) => match audit.started(shown.as_deref().unwrap_or_default()).await {
+            Some(audit) => match audit.started(shown.unwrap_or_default()).await {
                 Ok(()) => Some(EndRecord(Arc::new(Pending { audit, stage: Mutex::new(Stage::Waiting) }))),
-                Err(e) => return (Err(e), logged.then_some(shown).flatten()),
+                Err(e) => return (Err(e), text),
             },
         };
-        let shown = logged.then_some(shown).flatten();
+        let shown = text;
         let pending = end.as_ref().map(|e| e.0.clone());
         let result = self.work::<Req::Op, Resp>(name, op, serial, pending).await;
         if let Some(end) = end {
@@ -351,6 +354,12 @@ static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 /// A call's service and method (`v1.Disk`, `PartitionDisk`).
 type Name = (&'static str, &'static str);
 
+/// A duration as logged: milliseconds as a number, under a key ending in `_ms` (never `Debug`'s
+/// `1.2ms` text, which log pipelines cannot compare).
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
 /// The `Internal` error of a call whose conversion or host work panicked.
 fn panicked((service, method): Name, why: &str) -> Error {
     Error::internal(format!("{service}/{method} failed: the handler panicked ({why})"))
@@ -397,8 +406,8 @@ impl Audit {
 
     /// Writes the start record; failing, or not written within the writer's wait, the call must
     /// not run. Waits without holding the worker.
-    async fn started(&self, request: &str) -> Result<()> {
-        let record = Owned { request: Some(bound_message(request).into_owned()), ..self.record(Event::Start) };
+    async fn started(&self, request: serde_json::Value) -> Result<()> {
+        let record = Owned { request: Some(request), ..self.record(Event::Start) };
         self.writer.start_record(record, self.start).await.map_err(|failed| {
             let (service, method) = (self.service, self.method);
             let message = match &failed {

@@ -14,6 +14,7 @@ pub mod call;
 pub mod locks;
 pub mod ops;
 mod pool;
+pub mod shown;
 pub mod status;
 pub mod versions;
 

@@ -43,7 +43,7 @@ impl AuditSink for Sink {
             peer_at_connect: r.peer_at_connect.cloned(),
             service: r.service.to_string(),
             method: r.method.to_string(),
-            request: r.request.map(str::to_string),
+            request: r.request.map(|v| v.to_string()),
             code: r.code,
             message: r.message.map(str::to_string),
             duration: r.duration,
@@ -517,7 +517,7 @@ fn a_frozen_audit_file_refuses_changing_calls_and_stalls_nothing_else() {
     for _ in 0..4 {
         let e = within(&refused_rx, "Mkdir while the audit file is frozen").unwrap_err();
         assert_eq!(e.code(), Code::Unavailable, "{e:?}");
-        assert!(e.message().contains("audit record could not be written within 200ms"), "{e:?}");
+        assert!(e.message().contains("audit record could not be written within 0.2 s"), "{e:?}");
     }
     assert!(host.with(|s| s.tree.is_empty()), "a refused call ran");
     assert!(sink.inner.records().is_empty());
