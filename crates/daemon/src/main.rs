@@ -146,6 +146,12 @@ impl csi_proxy_transport::ConnectionObserver for ConnectionMetrics {
     fn cancelled(&self, endpoint: &str, reason: &'static str) {
         self.0.call_cancelled(endpoint, reason)
     }
+    fn opened(&self, endpoint: &str) {
+        self.0.connection_opened(endpoint)
+    }
+    fn closed(&self, endpoint: &str) {
+        self.0.connection_closed(endpoint)
+    }
 }
 
 async fn serve(
@@ -172,6 +178,9 @@ async fn serve(
         allowed_services = ?opts.allowed_services,
         "starting csi-proxy"
     );
+    // Every answer's csi-proxy-version header: what -version prints after the program's name.
+    let line = startup::version_line();
+    csi_proxy_transport::set_version(line.strip_prefix("csi-proxy ").unwrap_or(&line));
     if opts.allowed_services.is_none() {
         tracing::warn!(
             "any host service can be started or stopped through the system API (StartService/StopService); \

@@ -15,19 +15,25 @@
 //! `grpc_method`. Label names come out sorted alphabetically (the `prometheus` crate sorts them),
 //! which an upstream integration test relies on. A series appears only after its first call.
 //!
-//! Process metrics: on Linux the `prometheus` crate's collector (CPU seconds, resident and
-//! virtual memory, open and max fds, threads, start time); on Windows the same names from the
+//! Process metrics: on Linux the `prometheus` crate's collector (resident and virtual memory,
+//! open and max fds, threads, start time) with `process_cpu_seconds_total` read by us as a float
+//! (`linux.rs`; the crate's counts whole seconds); on Windows the same names from the
 //! process's own counters (`windows.rs`; open handles as `process_open_fds`). Elsewhere only
 //! `process_start_time_seconds`, taken when [`Metrics::new`] runs.
 //!
 //! `/metrics` and the probes are served by hyper's HTTP/1.1 server, one request per connection.
 //!
 //! Our own: `csi_proxy_build_info` (version, commit, dirty), once the daemon calls
-//! [`Metrics::set_build_info`]; `csi_proxy_connections_refused_total`,
-//! `csi_proxy_connections_evicted_total` and `csi_proxy_calls_cancelled_total` (labels `endpoint`,
-//! `reason`), counted by the transport's fair admission.
+//! [`Metrics::set_build_info`]; `csi_proxy_connections_open` (label `endpoint`), and
+//! `csi_proxy_connections_refused_total`, `csi_proxy_connections_evicted_total` and
+//! `csi_proxy_calls_cancelled_total` (labels `endpoint`, `reason`), counted by the transport's fair
+//! admission. The metrics listener counts itself under `endpoint="metrics"`: its open connections,
+//! and those it closes because they sent no request while newer ones waited (evicted,
+//! `reason="no_request"`).
 
 mod build_info;
+#[cfg(target_os = "linux")]
+mod linux;
 #[cfg(windows)]
 mod windows;
 
@@ -42,7 +48,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE as CONTENT_TYPE_HEADER};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 
@@ -96,6 +102,11 @@ const HANDLED_LABELS: [&str; 4] = ["grpc_type", "grpc_service", "grpc_method", "
 const UNARY: &str = "unary";
 /// Labels of the transport's counters: the pipe's or socket's name, and a fixed reason word.
 const CONNECTION_LABELS: [&str; 2] = ["endpoint", "reason"];
+/// The `endpoint` label of the metrics listener's own connections.
+pub const METRICS_ENDPOINT: &str = "metrics";
+/// Why the metrics listener closed a connection: it sent no request head while
+/// [`MAX_WAITING_FOR_HEAD`] newer connections waited.
+const NO_REQUEST: &str = "no_request";
 
 struct Inner {
     registry: Registry,
@@ -104,6 +115,7 @@ struct Inner {
     msg_received: IntCounterVec,
     msg_sent: IntCounterVec,
     handling_seconds: HistogramVec,
+    connections_open: IntGaugeVec,
     connections_refused: IntCounterVec,
     connections_evicted: IntCounterVec,
     calls_cancelled: IntCounterVec,
@@ -155,6 +167,15 @@ impl Metrics {
             &GRPC_LABELS,
         )?;
         registry.register(Box::new(handling_seconds.clone()))?;
+        let connections_open = IntGaugeVec::new(
+            Opts::new(
+                "csi_proxy_connections_open",
+                "Connections open on each endpoint (the API endpoints' admitted connections, and the metrics \
+                 listener's as endpoint=\"metrics\").",
+            ),
+            &["endpoint"],
+        )?;
+        registry.register(Box::new(connections_open.clone()))?;
         let connections_refused = counter(
             "csi_proxy_connections_refused_total",
             "Connections closed at accept: no slot free and none to take (reason: caller_share, endpoint_full, \
@@ -163,7 +184,8 @@ impl Metrics {
         )?;
         let connections_evicted = counter(
             "csi_proxy_connections_evicted_total",
-            "Connections closed to make room for a new one (reason: no_handshake, idle).",
+            "Connections closed to make room for a new one (reason: no_handshake, idle; on the metrics listener \
+             no_request).",
             &CONNECTION_LABELS,
         )?;
         let calls_cancelled = counter(
@@ -181,6 +203,7 @@ impl Metrics {
                 msg_received,
                 msg_sent,
                 handling_seconds,
+                connections_open,
                 connections_refused,
                 connections_evicted,
                 calls_cancelled,
@@ -212,6 +235,16 @@ impl Metrics {
             self.inner.msg_sent.with_label_values(&labels).inc();
         }
         self.inner.handling_seconds.with_label_values(&labels).observe(elapsed.as_secs_f64());
+    }
+
+    /// A connection on `endpoint` was admitted: one more open there.
+    pub fn connection_opened(&self, endpoint: &str) {
+        self.inner.connections_open.with_label_values(&[endpoint]).inc();
+    }
+
+    /// A connection admitted on `endpoint` closed.
+    pub fn connection_closed(&self, endpoint: &str) {
+        self.inner.connections_open.with_label_values(&[endpoint]).dec();
     }
 
     /// Counts a connection refused at accept on `endpoint` (the pipe's or socket's name).
@@ -262,8 +295,7 @@ impl Metrics {
 
 #[cfg(target_os = "linux")]
 fn register_process_metrics(registry: &Registry) -> Result<(), MetricsError> {
-    let collector = prometheus::process_collector::ProcessCollector::for_self();
-    registry.register(Box::new(collector))?;
+    registry.register(Box::new(linux::ProcessCollector::new()?))?;
     Ok(())
 }
 
@@ -322,11 +354,13 @@ impl MetricsServer {
             match accepted {
                 Ok((stream, peer)) => {
                     let metrics = self.metrics.clone();
-                    let waiting = waiting.admit();
+                    let waiting = waiting.admit(&metrics);
+                    metrics.connection_opened(METRICS_ENDPOINT);
                     tokio::spawn(async move {
-                        if let Err(e) = handle_connection(stream, metrics, &waiting).await {
+                        if let Err(e) = handle_connection(stream, metrics.clone(), &waiting).await {
                             tracing::debug!(%peer, error = %e, "metrics connection failed");
                         }
+                        metrics.connection_closed(METRICS_ENDPOINT);
                         drop(permit);
                     });
                 }
@@ -371,13 +405,15 @@ impl Waiting {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues a new connection, closing the one waiting longest if the queue is full.
-    fn admit(&self) -> WaitingTicket {
+    /// Queues a new connection, closing the one waiting longest if the queue is full (counted
+    /// in `metrics`).
+    fn admit(&self, metrics: &Metrics) -> WaitingTicket {
         let mut w = self.lock();
         if w.queue.len() >= w.cap {
             if let Some((_, oldest)) = w.queue.pop_first() {
                 // notify_one keeps the wake-up even if that task is not yet waiting for it.
                 oldest.notify_one();
+                metrics.connection_evicted(METRICS_ENDPOINT, NO_REQUEST);
             }
         }
         let id = w.next;

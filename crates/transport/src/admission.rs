@@ -63,6 +63,11 @@ pub trait ConnectionObserver: Send + Sync + 'static {
     fn evicted(&self, endpoint: &str, reason: &'static str);
     /// A call cancelled by the transport (its request did not arrive in time, or too many calls).
     fn cancelled(&self, endpoint: &str, reason: &'static str);
+    /// A connection on `endpoint` was admitted (it holds a slot from now on).
+    fn opened(&self, _endpoint: &str) {}
+    /// A connection admitted on `endpoint` has closed; once per [`Self::opened`], evicted ones
+    /// included (they stay open briefly after giving up their slot).
+    fn closed(&self, _endpoint: &str) {}
 }
 
 static OBSERVER: OnceLock<Arc<dyn ConnectionObserver>> = OnceLock::new();
@@ -153,12 +158,16 @@ struct Table {
 pub(crate) struct Slot {
     admission: Arc<Admission>,
     id: u64,
+    endpoint: Arc<str>,
     pub conn: Arc<ConnShared>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         self.admission.table.lock().unwrap_or_else(|e| e.into_inner()).entries.remove(&self.id);
+        if let Some(o) = observer() {
+            o.closed(&self.endpoint);
+        }
     }
 }
 
@@ -223,7 +232,11 @@ impl Admission {
         table.next += 1;
         let conn = Arc::new(ConnShared::default());
         table.entries.insert(id, Entry { endpoint: endpoint.clone(), key, conn: conn.clone() });
-        Ok(Slot { admission: self.clone(), id, conn })
+        drop(table);
+        if let Some(o) = observer() {
+            o.opened(endpoint);
+        }
+        Ok(Slot { admission: self.clone(), id, endpoint: endpoint.clone(), conn })
     }
 }
 

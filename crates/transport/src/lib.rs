@@ -270,17 +270,22 @@ async fn serve_connection<IO, S, B>(
         let call = service.clone().oneshot(http::Request::from_parts(parts, body));
         let (endpoint, shared) = (endpoint.clone(), shared.clone());
         async move {
-            let Ok(_permit) = permit else {
-                shared.admission.reports.cancelled(&endpoint, "too_many_calls");
-                return Ok(body::grpc_status(RESOURCE_EXHAUSTED, "too many calls in flight; try again"));
-            };
-            let answer = tokio::select! {
-                r = call => r.map(|r| r.map(|body| Answer::Service { body })),
-                () = wait.stalled(wait_limit, unary) => {
-                    shared.admission.reports.cancelled(&endpoint, "request_timeout");
-                    Ok(body::grpc_status(CANCELLED, "the request did not arrive within the progress timeout"))
+            let mut answer = match permit {
+                Err(_) => {
+                    shared.admission.reports.cancelled(&endpoint, "too_many_calls");
+                    Ok(body::grpc_status(RESOURCE_EXHAUSTED, "too many calls in flight; try again"))
                 }
+                Ok(_permit) => tokio::select! {
+                    r = call => r.map(|r| r.map(|body| Answer::Service { body })),
+                    () = wait.stalled(wait_limit, unary) => {
+                        shared.admission.reports.cancelled(&endpoint, "request_timeout");
+                        Ok(body::grpc_status(CANCELLED, "the request did not arrive within the progress timeout"))
+                    }
+                },
             };
+            if let Ok(r) = &mut answer {
+                r.headers_mut().insert(VERSION_HEADER, version_value());
+            }
             drop(guard);
             answer
         }
@@ -345,6 +350,28 @@ async fn serve_connection<IO, S, B>(
             }
         }
     }
+}
+
+/// The response header every answer on every endpoint carries (health, reflection and the APIs'
+/// calls, failed ones too): the daemon's version, as `csi-proxy -version` prints it after the
+/// program's name. `csi-proxyctl version` reads it from a health check. One static value, cloned
+/// per answer.
+pub const VERSION_HEADER: &str = "csi-proxy-version";
+
+static VERSION: std::sync::OnceLock<http::HeaderValue> = std::sync::OnceLock::new();
+
+/// Sets the value of [`VERSION_HEADER`] for this process (the daemon calls it once, before
+/// serving); until then it is this crate's version. False if already set, or if `text` cannot be
+/// a header value (it is then left as it was).
+pub fn set_version(text: &str) -> bool {
+    match http::HeaderValue::from_str(text) {
+        Ok(v) => VERSION.set(v).is_ok(),
+        Err(_) => false,
+    }
+}
+
+fn version_value() -> http::HeaderValue {
+    VERSION.get_or_init(|| http::HeaderValue::from_static(env!("CARGO_PKG_VERSION"))).clone()
 }
 
 /// Longest an evicted connection stays open after its GOAWAY while it has no call in flight.
@@ -732,6 +759,32 @@ mod tests {
         let _ = stop_tx.send(true);
         assert_eq!(watch.message().await.unwrap().unwrap().status, Wire::NotServing as i32);
         assert!(watch.message().await.unwrap().is_none(), "the watch ends at the stop");
+        server.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Every answer names the daemon's version in its `csi-proxy-version` header: a health
+    /// check, a failed one, and a call of the API's own service.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn every_answer_names_the_version() {
+        use tonic_health::pb::health_client::HealthClient;
+        use tonic_health::pb::HealthCheckRequest;
+
+        let (dir, apis, stop_tx, server) = serve_two_apis("version").await;
+        let channel = socket_channel(apis[0].socket_path(&dir)).await;
+        let want = env!("CARGO_PKG_VERSION");
+        let mut client = HealthClient::new(channel.clone());
+        let ok = client.check(HealthCheckRequest { service: String::new() }).await.unwrap();
+        assert_eq!(ok.metadata().get(VERSION_HEADER).map(|v| v.to_str().unwrap()), Some(want));
+        let failed = client.check(HealthCheckRequest { service: apis[1].service_name() }).await.unwrap_err();
+        assert_eq!(failed.code(), tonic::Code::NotFound);
+        assert_eq!(failed.metadata().get(VERSION_HEADER).map(|v| v.to_str().unwrap()), Some(want));
+        let api_path = format!("/{}/Anything", apis[0].service_name());
+        let req = http::Request::post(api_path).body(tonic::body::Body::empty()).unwrap();
+        let answer = channel.oneshot(req).await.unwrap();
+        assert_eq!(answer.headers().get(VERSION_HEADER).map(|v| v.to_str().unwrap()), Some(want));
+        let _ = stop_tx.send(true);
         server.await.unwrap().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
