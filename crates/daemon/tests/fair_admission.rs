@@ -10,8 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_csi-proxy");
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
+use csi_proxy_transport::frame::{write_frame, FLAG_END_HEADERS, PREFACE, TYPE_HEADERS, TYPE_SETTINGS};
 
 fn tempdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("csi-proxy-fair-{tag}-{}", std::process::id()));
@@ -84,9 +83,8 @@ fn half_open_headers(id: u32) -> Vec<u8> {
     block.extend_from_slice(b"localhost");
     block.extend_from_slice(&[0x0f, 0x10, 16]);
     block.extend_from_slice(b"application/grpc");
-    let mut frame = vec![0, 0, block.len() as u8, 1, 0x4];
-    frame.extend_from_slice(&id.to_be_bytes());
-    frame.extend(block);
+    let mut frame = Vec::new();
+    write_frame(TYPE_HEADERS, FLAG_END_HEADERS, id, &block, &mut frame);
     frame
 }
 
@@ -129,7 +127,7 @@ fn two_hundred_fifty_six_half_open_calls_do_not_lock_out_another_client() {
     for _ in 0..256 {
         let mut s = UnixStream::connect(&socket).unwrap();
         let mut bytes = PREFACE.to_vec();
-        bytes.extend_from_slice(SETTINGS);
+        write_frame(TYPE_SETTINGS, 0, 0, &[], &mut bytes);
         bytes.extend(half_open_headers(1));
         // A connection the daemon refused may already be closed: that is fine.
         let _ = s.write_all(&bytes);

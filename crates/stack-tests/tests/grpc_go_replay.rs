@@ -9,6 +9,11 @@
 
 use csi_proxy_stack_tests::TestServer;
 use csi_proxy_transport::authority::{HeaderDecoder, DEFAULT_HEADER_TABLE_SIZE};
+use csi_proxy_transport::frame::{
+    self, FLAG_END_HEADERS as END_HEADERS, FLAG_END_STREAM as END_STREAM, FLAG_PADDED as PADDED,
+    FLAG_PRIORITY as PRIORITY, PREFACE, TYPE_CONTINUATION as CONTINUATION, TYPE_DATA as DATA, TYPE_GOAWAY as GOAWAY,
+    TYPE_HEADERS as HEADERS, TYPE_RST_STREAM as RST_STREAM,
+};
 use csi_proxy_wire::{v1, Group};
 use prost::Message;
 use std::collections::BTreeMap;
@@ -16,18 +21,6 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures/grpc-go/");
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const GOAWAY: u8 = 0x7;
-const CONTINUATION: u8 = 0x9;
-
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
 
 /// One HTTP/2 frame: type, flags, stream id and payload (without the 9-byte header).
 #[derive(Debug, Clone)]
@@ -40,34 +33,19 @@ struct Frame {
 
 impl Frame {
     fn encode(&self, out: &mut Vec<u8>) {
-        let len = self.payload.len() as u32;
-        out.extend_from_slice(&len.to_be_bytes()[1..]);
-        out.push(self.kind);
-        out.push(self.flags);
-        out.extend_from_slice(&self.stream.to_be_bytes());
-        out.extend_from_slice(&self.payload);
+        frame::write_frame(self.kind, self.flags, self.stream, &self.payload, out);
     }
 }
 
 /// Takes the whole frames off the front of `buf`, leaving a trailing partial frame in place.
 fn take_frames(buf: &mut Vec<u8>) -> Vec<Frame> {
-    let mut frames = Vec::new();
-    let mut pos = 0;
-    while buf.len() - pos >= 9 {
-        let h = &buf[pos..pos + 9];
-        let len = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
-        if buf.len() - pos < 9 + len {
-            break;
-        }
-        frames.push(Frame {
-            kind: h[3],
-            flags: h[4],
-            stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
-            payload: buf[pos + 9..pos + 9 + len].to_vec(),
-        });
-        pos += 9 + len;
-    }
-    buf.drain(..pos);
+    let mut whole = frame::frames(buf);
+    let frames: Vec<Frame> = whole
+        .by_ref()
+        .map(|(h, payload)| Frame { kind: h.kind, flags: h.flags, stream: h.stream, payload: payload.to_vec() })
+        .collect();
+    let used = buf.len() - whole.rest().len();
+    buf.drain(..used);
     frames
 }
 
