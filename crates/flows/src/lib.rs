@@ -15,9 +15,12 @@
 //! cache flush) is recorded in [`Proxy::warnings`], which tests expect empty.
 
 use csi_proxy_wire::{v1, v1alpha1, Group};
+use std::collections::BTreeMap;
 use std::future::Future;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
+
+pub mod legacy;
 
 /// What the kubelet would get back from the driver.
 #[derive(Debug, Clone, PartialEq)]
@@ -133,6 +136,22 @@ pub trait Local: Send + Sync {
     fn mkdir_all(&self, path: &str);
     /// `os.Readlink`: where the link at `path` points, `None` when it is none.
     fn readlink(&self, path: &str) -> Option<String>;
+    /// `os.ReadDir` (azuredisk, csi-driver-smb and azurefile ensureMountPoint read a mounted
+    /// folder to see that its link still leads somewhere): the error's text when it fails.
+    fn read_dir(&self, path: &str) -> Result<(), String> {
+        std::fs::read_dir(path).map(drop).map_err(|e| e.to_string())
+    }
+    /// `os.Remove`: a file or an empty directory.
+    fn remove(&self, path: &str) -> Result<(), String> {
+        std::fs::remove_dir(path).or_else(|_| std::fs::remove_file(path)).map_err(|e| e.to_string())
+    }
+    /// `net.ResolveIPAddr("ip4", host)` (csi-driver-smb's SMBMount for `*.svc.cluster.local`
+    /// servers): the first IPv4 address, `None` when the name does not resolve to one.
+    fn resolve_ipv4(&self, host: &str) -> Option<String> {
+        use std::net::ToSocketAddrs;
+        let addrs = (host, 445).to_socket_addrs().ok()?;
+        addrs.into_iter().find(|a| a.is_ipv4()).map(|a| a.ip().to_string())
+    }
 }
 
 /// See [`Proxy::before_call`].
@@ -157,6 +176,9 @@ pub struct Proxy {
     /// are recorded with the reason and answered OK without being sent (loop disks have no
     /// online state).
     pub not_sent: Vec<(&'static str, &'static str)>,
+    /// The older API versions' clients, once [`Proxy::connect_legacy`] made them (the drivers'
+    /// fallbacks: see [`legacy`]).
+    pub legacy: Option<legacy::Clients>,
 }
 
 /// The API versions the flows use (the drivers' GA clients; vSphere's system client).
@@ -185,6 +207,7 @@ impl Proxy {
             warnings: Vec::new(),
             before_call: None,
             not_sent: Vec::new(),
+            legacy: None,
         }
     }
 
@@ -262,6 +285,33 @@ impl Proxy {
         }
         self.note("disk/v1.SetDiskState", &[&disk.to_string(), if online { "online" } else { "offline" }]);
         self.disk.set_disk_state(v1::SetDiskStateRequest { disk_number: disk, is_online: online }).await.map(drop)
+    }
+
+    /// ListDiskLocations: the LUN of every disk that has a location.
+    pub async fn list_disk_locations(&mut self) -> Result<BTreeMap<u32, String>, Status> {
+        self.note("disk/v1.ListDiskLocations", &[]);
+        let r = self.disk.list_disk_locations(v1::ListDiskLocationsRequest {}).await?.into_inner();
+        Ok(r.disk_locations.into_iter().map(|(n, l)| (n, l.lunid)).collect())
+    }
+
+    /// ListDiskIDs: (page83, serial number) by disk number.
+    pub async fn list_disk_ids(&mut self) -> Result<BTreeMap<u32, (String, String)>, Status> {
+        self.note("disk/v1.ListDiskIDs", &[]);
+        let r = self.disk.list_disk_i_ds(v1::ListDiskIDsRequest {}).await?.into_inner();
+        Ok(r.disk_i_ds.into_iter().map(|(n, ids)| (n, (ids.page83, ids.serial_number))).collect())
+    }
+
+    /// ListDiskIDs on a disk v1 connection of its own, made by `open` and closed after the
+    /// call (aws-ebs-csi-driver's FindDevicePath makes a new client for every call).
+    pub async fn list_disk_ids_on(
+        &mut self,
+        open: impl Future<Output = Channel>,
+    ) -> Result<BTreeMap<u32, (String, String)>, Status> {
+        self.note("disk/v1.ListDiskIDs (a connection of its own)", &[]);
+        let mut client = v1::disk_client::DiskClient::new(open.await);
+        let r = client.list_disk_i_ds(v1::ListDiskIDsRequest {}).await?.into_inner();
+        drop(client);
+        Ok(r.disk_i_ds.into_iter().map(|(n, ids)| (n, (ids.page83, ids.serial_number))).collect())
     }
 
     pub async fn disk_stats(&mut self, disk: u32) -> Result<i64, Status> {
@@ -441,6 +491,9 @@ fn round_up_gib(bytes: i64) -> i64 {
 pub mod azuredisk {
     use super::*;
 
+    pub mod v1_34;
+    pub mod v1beta;
+
     /// ensureMountPoint: PathExists, then IsSymlink; a missing path is "not mounted".
     async fn is_mounted(p: &mut Proxy, node: &Node, path: &str) -> Result<bool, Status> {
         if !p.path_exists(&node.n(path)).await? {
@@ -449,8 +502,8 @@ pub mod azuredisk {
         p.is_symlink(&node.n(path)).await
     }
 
-    /// NodeStageVolume for a filesystem volume (as of v1.31; v1.32 added a ResizeVolume whose
-    /// volume ID is the disk number, which upstream csi-proxy refuses as well; see flows.md).
+    /// NodeStageVolume for a filesystem volume, as of v1.31 (v1.32 added a ResizeVolume whose
+    /// volume ID is the disk number: [`v1_34::stage`]).
     pub async fn stage(p: &mut Proxy, node: &Node, v: &BlockVolume) -> Outcome {
         let mounted = is_mounted(p, node, &v.staging)
             .await
@@ -490,7 +543,8 @@ pub mod azuredisk {
     }
 
     /// NodeExpandVolume to at least `required` bytes, as of v1.31 (v1.34 added a size check
-    /// before the resize that compares the filesystem's size in csi-proxy mode; see flows.md).
+    /// before the resize that compares the filesystem's size in csi-proxy mode:
+    /// [`v1_34::expand`]).
     /// Returns the capacity it reports.
     pub async fn expand(p: &mut Proxy, node: &Node, v: &BlockVolume, required: i64) -> Outcome<i64> {
         let id = (p.volume_at(&node.n(&v.publish)).await).map_err(|s| fail(Code::NotFound, go_error(&s)))?;
@@ -532,6 +586,9 @@ pub mod azuredisk {
 /// pkg/gce-pd-csi-driver/utils_windows.go, pkg/gce-pd-csi-driver/node.go.
 pub mod gce_pd {
     use super::*;
+
+    pub mod master;
+    pub mod v1beta;
 
     /// NodeStageVolume, not read-only: the staging path goes to IsSymlink, MountVolume and the
     /// resize's GetVolumeIDFromTargetPath exactly as the kubelet sent it (no drive on Windows).
@@ -603,6 +660,8 @@ pub mod gce_pd {
 /// pkg/mounter/mount_windows.go, pkg/driver/node.go.
 pub mod ebs {
     use super::*;
+
+    pub mod v1_64;
 
     /// handleGetDeviceNameFromMountError's pattern,
     /// `(Get-Item -Path \S+).Target, output: , error: <nil>|because it does not exist`, matched
@@ -747,6 +806,16 @@ pub mod ebs {
 pub mod vsphere {
     use super::*;
 
+    /// GetDiskNumber (v3.4.0 mounter_windows.go): ListDiskIDs, the disk whose page 83 ID is
+    /// `disk_id` exactly (the publish context's disk UUID, as the VM's SCSI disks report it).
+    pub async fn disk_number(p: &mut Proxy, disk_id: &str) -> Outcome<u32> {
+        let ids = (p.list_disk_ids().await).map_err(|s| internal("error getting disk number", &s))?;
+        ids.iter()
+            .find(|(_, (page83, _))| !page83.is_empty() && page83 == disk_id)
+            .map(|(n, _)| *n)
+            .ok_or_else(|| fail(Code::Internal, "error getting disk number: no matching disks found"))
+    }
+
     /// NodeGetInfo: the node's UUID from the BIOS serial number.
     pub async fn node_info(p: &mut Proxy) -> Outcome<String> {
         (p.bios_serial().await).map_err(|s| internal("failed to get system UUID", &s))
@@ -818,6 +887,8 @@ pub mod vsphere {
 pub mod smb {
     use super::*;
 
+    pub mod v1beta;
+
     /// Which of the two drivers.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Driver {
@@ -826,10 +897,17 @@ pub mod smb {
         AzureFile,
     }
 
-    /// ensureMountPoint: PathExists, IsSymlink; a folder that is no link gets created locally.
-    async fn ensure_mount_point(p: &mut Proxy, node: &Node, local: &dyn Local, path: &str) -> Result<bool, Status> {
-        if p.path_exists(&node.n(path)).await? && p.is_symlink(&node.n(path)).await? {
-            return Ok(true);
+    /// ensureMountPoint: PathExists, IsSymlink; a link is read (os.ReadDir) and, when that
+    /// fails, unmounted (Unmount is Rmdir in both drivers) and the ReadDir error returned; a
+    /// folder that is no link gets created locally. The error is the text the driver wraps.
+    async fn ensure_mount_point(p: &mut Proxy, node: &Node, local: &dyn Local, path: &str) -> Result<bool, String> {
+        let n = node.n(path);
+        let mounted = async { Ok::<_, Status>(p.path_exists(&n).await? && p.is_symlink(&n).await?) };
+        if mounted.await.map_err(|st| go_error(&st))? {
+            let Err(why) = local.read_dir(path) else { return Ok(true) };
+            p.warnings.push(format!("ReadDir {path} failed with {why}, unmount this directory"));
+            p.rmdir(&n, true).await.map_err(|st| go_error(&st))?;
+            return Err(why);
         }
         local.mkdir_all(path);
         Ok(false)
@@ -843,9 +921,36 @@ pub mod smb {
         Ok(())
     }
 
+    /// The share's server as SMBMount sees it: the first field of the source split at blanks
+    /// and `/` (its Split), so only a `//server/share` source has one.
+    fn server_of(source: &str) -> Option<&str> {
+        source.split([' ', '/']).find(|f| !f.is_empty())
+    }
+
+    /// SMBMount's remote path: csi-driver-smb (v1.20.3) resolves a `*.svc.cluster.local` server
+    /// to its first IPv4 address (keeping the name when that fails), turns `/` into `\` and
+    /// drops one trailing `\`; azurefile (v1.35.7) only turns the slashes.
+    pub fn remote_path(driver: Driver, local: &dyn Local, source: &str) -> String {
+        let mut source = source.to_owned();
+        if driver == Driver::Smb {
+            let server = server_of(&source).filter(|s| s.ends_with("svc.cluster.local")).map(str::to_owned);
+            if let Some(server) = server {
+                if let Some(ip) = local.resolve_ipv4(&server) {
+                    source = source.replacen(&server, &ip, 1);
+                }
+            }
+        }
+        let remote = source.replace('/', "\\");
+        match driver {
+            Driver::Smb => remote.strip_suffix('\\').map(str::to_owned).unwrap_or(remote),
+            Driver::AzureFile => remote,
+        }
+    }
+
+    /// NodeStageVolume (csi-driver-smb v1.20.3, azurefile v1.35.7).
     pub async fn stage(p: &mut Proxy, node: &Node, local: &dyn Local, driver: Driver, s: &Share) -> Outcome {
         let mounted = (ensure_mount_point(p, node, local, &s.staging).await)
-            .map_err(|st| internal(&format!("Could not mount target {}", s.staging), &st))?;
+            .map_err(|why| fail(Code::Internal, format!("Could not mount target {}: {why}", s.staging)))?;
         if mounted {
             return Ok(());
         }
@@ -853,22 +958,27 @@ pub mod smb {
             .map_err(|st| internal(&format!("prepare stage path failed for {}", s.staging), &st))?;
         // SMBMount.
         let parent = node.parent(&s.staging);
+        let remote = remote_path(driver, local, &s.source);
         let run = async {
             if !p.path_exists(&node.n(&parent)).await? {
                 p.mkdir(&node.n(&parent)).await?;
-            }
-            let mut remote = s.source.replace('/', "\\");
-            if driver == Driver::Smb {
-                remote = remote.trim_end_matches('\\').to_owned();
             }
             p.new_smb_mapping(&remote, &node.n(&s.staging), &s.username, &s.password).await
         };
         run.await.map_err(|st| internal("NewSmbGlobalMapping failed", &st))
     }
 
+    /// NodePublishVolume of an ephemeral inline volume (csi-driver-smb v1.20.3 nodeserver.go):
+    /// the driver stages the share straight into the pod's mount path; its unpublish is
+    /// [`unpublish`] (Rmdir only) and nothing is staged elsewhere.
+    pub async fn publish_ephemeral(p: &mut Proxy, node: &Node, local: &dyn Local, s: &Share) -> Outcome {
+        let inline = Share { staging: s.publish.clone(), ..s.clone() };
+        stage(p, node, local, Driver::Smb, &inline).await
+    }
+
     pub async fn publish(p: &mut Proxy, node: &Node, local: &dyn Local, s: &Share) -> Outcome {
         let mounted = (ensure_mount_point(p, node, local, &s.publish).await)
-            .map_err(|st| internal(&format!("Could not mount target {:?}", s.publish), &st))?;
+            .map_err(|why| fail(Code::Internal, format!("Could not mount target {:?}: {why}", s.publish)))?;
         if mounted {
             return Ok(());
         }
@@ -888,7 +998,8 @@ pub mod smb {
             match local.readlink(&s.staging) {
                 None => p.warnings.push(format!("SMBUnmount: can't get remote path of {}", s.staging)),
                 Some(remote) => {
-                    let remote = remote.trim_end_matches('\\').to_owned();
+                    // One trailing backslash goes (strings.TrimSuffix), as at mount time.
+                    let remote = remote.strip_suffix('\\').unwrap_or(&remote).to_owned();
                     (p.remove_smb_mapping(&remote).await)
                         .map_err(|st| internal("RemoveSmbGlobalMapping failed with error", &st))?;
                 }
@@ -916,6 +1027,40 @@ mod tests {
         let linux = Node::linux("/k");
         assert_eq!(linux.staging("d", "h"), "/k/plugins/kubernetes.io/csi/d/h/globalmount");
         assert_eq!(linux.n("/k/x"), "/k/x");
+    }
+
+    struct Resolver;
+
+    impl Local for Resolver {
+        fn mkdir_all(&self, _: &str) {}
+        fn readlink(&self, _: &str) -> Option<String> {
+            None
+        }
+        fn resolve_ipv4(&self, host: &str) -> Option<String> {
+            (host == "smb-server.default.svc.cluster.local").then(|| "10.96.0.7".to_owned())
+        }
+    }
+
+    /// csi-driver-smb v1.20.3 SMBMount: one trailing backslash goes, a cluster service name
+    /// becomes its IPv4 address (only when the source is spelled with `/`); azurefile keeps both.
+    #[test]
+    fn smb_remote_paths_as_the_drivers_make_them() {
+        use super::smb::{remote_path, Driver};
+        assert_eq!(remote_path(Driver::Smb, &Resolver, "//fileserver/share/dir/"), r"\\fileserver\share\dir");
+        assert_eq!(remote_path(Driver::Smb, &Resolver, "//fileserver/share/dir//"), r"\\fileserver\share\dir\");
+        assert_eq!(
+            remote_path(Driver::Smb, &Resolver, "//smb-server.default.svc.cluster.local/share"),
+            r"\\10.96.0.7\share"
+        );
+        assert_eq!(
+            remote_path(Driver::Smb, &Resolver, r"\\smb-server.default.svc.cluster.local\share"),
+            r"\\smb-server.default.svc.cluster.local\share"
+        );
+        assert_eq!(remote_path(Driver::Smb, &Resolver, "//other.svc.cluster.local/s"), r"\\other.svc.cluster.local\s");
+        assert_eq!(
+            remote_path(Driver::AzureFile, &Resolver, r"\\acct.file.core.windows.net\share\"),
+            r"\\acct.file.core.windows.net\share\"
+        );
     }
 
     #[test]
