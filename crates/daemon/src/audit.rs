@@ -28,7 +28,7 @@
 
 #[cfg(doc)]
 use crate::logging::private_file::open_audit_file;
-use crate::logging::{LogFile, KEEP_ROTATED};
+use crate::logging::{LogFile, Retention};
 use csi_proxy_server::audit::{AuditSink, Record};
 use serde_json::{json, Map, Value};
 use std::io;
@@ -42,12 +42,27 @@ pub struct AuditFile {
 }
 
 impl AuditFile {
-    /// Opens (creating) `path` for appending; `max_bytes` 0 never rotates. `read_only_calls`:
-    /// record the read-only calls too.
-    pub fn open(path: &Path, max_bytes: u64, read_only_calls: bool) -> anyhow::Result<AuditFile> {
-        let file = LogFile::open_audit(path, max_bytes, KEEP_ROTATED)?;
+    /// Opens (creating) `path` for appending; `max_bytes` 0 never rotates; `retention` says which
+    /// rotated files are kept. `read_only_calls`: record the read-only calls too.
+    pub fn open(path: &Path, max_bytes: u64, retention: Retention, read_only_calls: bool) -> anyhow::Result<AuditFile> {
+        let file = LogFile::open_audit(path, max_bytes, retention)?;
         Ok(AuditFile { file: Mutex::new(file), read_only_calls })
     }
+}
+
+/// Bytes in one `-audit-log-maxsize` megabyte (as the log file's).
+const MEGABYTE: u64 = 1024 * 1024;
+
+/// The rotation the `-audit-log-max*` flags ask for: size limit in bytes, and retention.
+pub fn rotation(opts: &crate::flags::Options) -> (u64, Retention) {
+    let max_bytes = opts.audit_log_max_size_mb.saturating_mul(MEGABYTE);
+    let keep = usize::try_from(opts.audit_log_max_backup).unwrap_or(usize::MAX);
+    let days = opts.audit_log_max_age_days;
+    let retention = Retention {
+        keep: (keep > 0).then_some(keep),
+        max_age: (days > 0).then(|| std::time::Duration::from_secs(days.saturating_mul(86_400))),
+    };
+    (max_bytes, retention)
 }
 
 impl AuditSink for AuditFile {
@@ -114,13 +129,15 @@ mod tests {
     use csi_proxy_wire::Caller;
     use std::time::{Duration, UNIX_EPOCH};
 
+    const FIVE: Retention = Retention { keep: Some(5), max_age: None };
+
     /// Past the size limit the file rotates as the log file does, whole lines on each side.
     #[test]
     fn the_file_rotates_by_size_keeping_whole_records() {
         let dir = std::env::temp_dir().join(format!("csi-proxy-audit-rotate-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let path = dir.join("audit.log");
-        let sink = AuditFile::open(&path, 2_000, false).unwrap();
+        let sink = AuditFile::open(&path, 2_000, FIVE, false).unwrap();
         let request = json!({"path": "x".repeat(100)});
         for call in 0..24 {
             let r = Record {
@@ -138,7 +155,7 @@ mod tests {
             sink.write(&r).unwrap();
         }
         let mut calls = Vec::new();
-        let mut names: Vec<String> = (1..=KEEP_ROTATED).rev().map(|n| format!("audit.log.{n}")).collect();
+        let mut names: Vec<String> = (1..=5).rev().map(|n| format!("audit.log.{n}")).collect();
         names.push("audit.log".into());
         assert!(dir.join("audit.log.2").exists(), "rotated at least twice");
         for name in names.iter().filter(|n| dir.join(n).exists()) {
@@ -201,7 +218,7 @@ mod tests {
                 return;
             }
         }
-        let e = AuditFile::open(&path, 0, false).err().expect("a link was opened").to_string();
+        let e = AuditFile::open(&path, 0, FIVE, false).err().expect("a link was opened").to_string();
         assert!(e.contains("is a symbolic link") || e.contains("reparse point"), "{e}");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "", "written through the link");
         let _ = std::fs::remove_dir_all(&dir);
@@ -216,13 +233,13 @@ mod tests {
         let path = dir.join("audit.log");
         std::fs::write(&path, "").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let e = AuditFile::open(&path, 0, false).err().expect("a 0666 file was opened").to_string();
+        let e = AuditFile::open(&path, 0, FIVE, false).err().expect("a 0666 file was opened").to_string();
         assert!(e.contains("has mode 0666: others can write to it") && e.contains(&path.display().to_string()), "{e}");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
-        AuditFile::open(&path, 0, false).unwrap();
+        AuditFile::open(&path, 0, FIVE, false).unwrap();
         if rustix::process::geteuid().is_root() {
             std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
-            let e = AuditFile::open(&path, 0, false).err().expect("another user's file was opened").to_string();
+            let e = AuditFile::open(&path, 0, FIVE, false).err().expect("another user's file was opened").to_string();
             assert!(e.contains("is owned by uid 65534"), "{e}");
         }
         let _ = std::fs::remove_dir_all(&dir);
@@ -235,7 +252,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = temp_dir("new");
         let path = dir.join("sub/audit.log");
-        AuditFile::open(&path, 0, false).unwrap().write(&record(1, &json!("x"))).unwrap();
+        AuditFile::open(&path, 0, FIVE, false).unwrap().write(&record(1, &json!("x"))).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -247,7 +264,7 @@ mod tests {
     fn a_renamed_or_removed_file_is_opened_again() {
         let dir = temp_dir("moved");
         let path = dir.join("audit.log");
-        let sink = AuditFile::open(&path, 0, false).unwrap();
+        let sink = AuditFile::open(&path, 0, FIVE, false).unwrap();
         sink.write(&record(1, &json!("x"))).unwrap();
         std::fs::rename(&path, dir.join("moved.log")).unwrap();
         sink.write(&record(2, &json!("x"))).unwrap();
@@ -291,7 +308,7 @@ mod tests {
         }
         let _unmount = Unmount(&dir);
         let path = dir.join("audit.log");
-        let sink = AuditFile::open(&path, 0, false).unwrap();
+        let sink = AuditFile::open(&path, 0, FIVE, false).unwrap();
         sink.write(&record(1, &json!("first"))).unwrap();
         // Fill the rest of the filesystem: only the audit file's last page has room left.
         let mut filler = std::fs::File::create(dir.join("filler")).unwrap();

@@ -86,7 +86,19 @@ pub struct Options {
     pub linux_smb_dir: PathBuf,
     /// `-audit-log`: file that gets a JSON record of every privileged call; `None`: no audit.
     pub audit_log: Option<PathBuf>,
+    /// `-audit-log-maxsize`: megabytes the audit file may reach before it is rotated (0: never).
+    pub audit_log_max_size_mb: u64,
+    /// `-audit-log-maxbackup`: rotated audit files kept at most (0: any number).
+    pub audit_log_max_backup: u64,
+    /// `-audit-log-maxage`: days a rotated audit file is kept (0: no limit by age).
+    pub audit_log_max_age_days: u64,
 }
+
+/// Default of `-audit-log-maxsize`, megabytes: what kube-apiserver's audit file gets when its flag
+/// is left at 0 (the rotation library's own default).
+pub const DEFAULT_AUDIT_LOG_MAX_SIZE_MB: u64 = 100;
+/// Default of `-audit-log-maxbackup`: as many as the log file keeps.
+pub const DEFAULT_AUDIT_LOG_MAX_BACKUP: u64 = 5;
 
 impl Default for Options {
     fn default() -> Self {
@@ -108,6 +120,9 @@ impl Default for Options {
             linux_fs_type: FsType::default(),
             linux_smb_dir: PathBuf::from(DEFAULT_LINUX_SMB_DIR),
             audit_log: None,
+            audit_log_max_size_mb: DEFAULT_AUDIT_LOG_MAX_SIZE_MB,
+            audit_log_max_backup: DEFAULT_AUDIT_LOG_MAX_BACKUP,
+            audit_log_max_age_days: 0,
         }
     }
 }
@@ -200,6 +215,9 @@ enum Target {
     LinuxFsType,
     LinuxSmbDir,
     AuditLog,
+    AuditLogMaxSize,
+    AuditLogMaxBackup,
+    AuditLogMaxAge,
     LogFileMaxSize,
     LoggingFormat,
     /// `-version`: [`parse`] answers [`ParseOutcome::Version`].
@@ -454,13 +472,36 @@ const FLAGS: &[Spec] = &[
         help: "Append a JSON record to this file when each privileged call starts and ends, with the \
                caller's identity; a call whose record cannot be written fails (empty: no audit)",
     },
+    // kube-apiserver's names and meanings for its audit file's rotation.
+    Spec {
+        name: "audit-log-maxsize",
+        kind: Kind::Uint,
+        target: Target::AuditLogMaxSize,
+        default: "100",
+        help: "The maximum size in megabytes of the audit file before it gets rotated (0: never rotated)",
+    },
+    Spec {
+        name: "audit-log-maxbackup",
+        kind: Kind::Uint,
+        target: Target::AuditLogMaxBackup,
+        default: "5",
+        help: "The maximum number of rotated audit files to retain (0: no limit on their number)",
+    },
+    Spec {
+        name: "audit-log-maxage",
+        kind: Kind::Uint,
+        target: Target::AuditLogMaxAge,
+        default: "0",
+        help: "The maximum number of days to retain rotated audit files, by when they were last written (0: no \
+               limit by age)",
+    },
     Spec {
         name: "logging-format",
         kind: Kind::String,
         target: Target::LoggingFormat,
         default: "text",
-        help: "Log line format: text, or json (one object per line with ts, level, v, logger, caller, msg and the \
-               event's fields, as Kubernetes components write them)",
+        help: "Log line format: text (klog's lines), or json (one object per line with ts, caller, msg, v and the \
+               event's fields, as Kubernetes components write them, plus level and logger)",
     },
 ];
 
@@ -580,6 +621,9 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
             opts.linux_smb_dir = PathBuf::from(value);
         }
         Target::AuditLog => opts.audit_log = non_empty(value).map(PathBuf::from),
+        Target::AuditLogMaxSize => opts.audit_log_max_size_mb = uint,
+        Target::AuditLogMaxBackup => opts.audit_log_max_backup = uint,
+        Target::AuditLogMaxAge => opts.audit_log_max_age_days = uint,
         Target::LogFileMaxSize => opts.log.log_file_max_size_mb = uint,
         Target::LoggingFormat => opts.log.format = value.parse().map_err(|_| invalid("one of text, json"))?,
         Target::Ignored | Target::Version => {}
@@ -706,6 +750,26 @@ mod tests {
         match parse(args.iter().map(|s| s.to_string())) {
             Err(e) => e,
             other => panic!("{args:?} should fail: {other:?}"),
+        }
+    }
+
+    /// kube-apiserver's three audit rotation flags, each on its own, and their defaults.
+    #[test]
+    fn audit_log_rotation_flags() {
+        let o = run(&[]);
+        assert_eq!((o.audit_log_max_size_mb, o.audit_log_max_backup, o.audit_log_max_age_days), (100, 5, 0));
+        assert_eq!(run(&["-audit-log-maxsize=7"]).audit_log_max_size_mb, 7);
+        assert_eq!(run(&["--audit-log-maxbackup", "0"]).audit_log_max_backup, 0);
+        assert_eq!(run(&["-audit-log-maxage=30"]).audit_log_max_age_days, 30);
+        // The log file's limit is not the audit file's any more.
+        assert_eq!(run(&["-log_file_max_size=1"]).audit_log_max_size_mb, 100);
+        for bad in ["-audit-log-maxsize=-1", "-audit-log-maxbackup=x", "-audit-log-maxage=1.5"] {
+            let e = fail(&[bad]).to_string();
+            assert!(e.contains(bad.split('=').next().unwrap().trim_start_matches('-')), "{e}");
+        }
+        let usage = usage();
+        for name in ["-audit-log-maxsize", "-audit-log-maxbackup", "-audit-log-maxage"] {
+            assert!(usage.contains(name), "{name} missing from the usage text");
         }
     }
 

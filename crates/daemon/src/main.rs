@@ -173,9 +173,9 @@ async fn serve(
         version = VERSION,
         commit = COMMIT,
         dirty = DIRTY,
-        working_dirs = ?opts.allowed_prefixes(),
+        working_dirs = %opts.allowed_prefixes().join(","),
         require_privacy = opts.require_privacy,
-        allowed_services = ?opts.allowed_services,
+        allowed_services = %opts.allowed_services.as_ref().map_or("(any)".to_string(), |s| s.join(",")),
         "starting csi-proxy"
     );
     // Every answer's csi-proxy-version header: what -version prints after the program's name.
@@ -224,10 +224,11 @@ async fn serve(
     let ctx = match &opts.audit_log {
         // Read-only calls too at -v=4 and above, where calls are logged in detail anyway.
         Some(path) => {
-            let max_bytes = logging::max_bytes(opts.log.log_file_max_size_mb);
-            let file = audit::AuditFile::open(path, max_bytes, opts.log.v >= 4)
+            let (max_bytes, retention) = audit::rotation(&opts);
+            let file = audit::AuditFile::open(path, max_bytes, retention, opts.log.v >= 4)
                 .with_context(|| format!("-audit-log {}", path.display()))?;
-            tracing::info!(file = %path.display(), read_only_calls = opts.log.v >= 4, "audit trail on");
+            tracing::info!(file = %path.display(), read_only_calls = opts.log.v >= 4, max_bytes,
+                max_backup = opts.audit_log_max_backup, max_age_days = opts.audit_log_max_age_days, "audit trail on");
             ctx.with_audit(Arc::new(file))
         }
         None => ctx,
@@ -280,7 +281,8 @@ const FD_RESERVE: u64 = 256;
 fn fit_connections_to_fd_limit(options: &mut ServeOptions) {
     match csi_proxy_transport::limits::raise_nofile_limit() {
         Ok(limit) => {
-            tracing::info!(soft = ?limit.soft, hard = ?limit.hard, "open-file limit");
+            let shown = |l: Option<u64>| l.map_or("unlimited".to_string(), |n| n.to_string());
+            tracing::info!(soft = %shown(limit.soft), hard = %shown(limit.hard), "open-file limit");
             if let Some(soft) = limit.soft {
                 let room = usize::try_from(soft.saturating_sub(FD_RESERVE).max(1)).unwrap_or(usize::MAX);
                 if options.max_connections > room {

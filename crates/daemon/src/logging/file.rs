@@ -54,7 +54,7 @@ pub struct LogFile {
     size: u64,
     /// Limit in bytes; 0 = unlimited.
     max_bytes: u64,
-    keep: usize,
+    retention: Retention,
     /// Whether a failed rotation has been reported (once is enough).
     reported: bool,
 }
@@ -73,13 +73,13 @@ impl LogFile {
             id: None,
             size,
             max_bytes,
-            keep,
+            retention: Retention { keep: Some(keep), max_age: None },
             reported: false,
         })
     }
 
     /// The audit file at `path` (see [`open_audit_file`]), rotated as a log file.
-    pub fn open_audit(path: &Path, max_bytes: u64, keep: usize) -> anyhow::Result<LogFile> {
+    pub fn open_audit(path: &Path, max_bytes: u64, retention: Retention) -> anyhow::Result<LogFile> {
         let mut log = LogFile {
             path: path.to_path_buf(),
             file: None,
@@ -88,7 +88,7 @@ impl LogFile {
             id: None,
             size: 0,
             max_bytes,
-            keep,
+            retention,
             reported: false,
         };
         log.reopen()?;
@@ -207,7 +207,7 @@ impl LogFile {
         if let Some(mut f) = self.file.take() {
             let _ = f.flush();
         }
-        let shifted = shift_rotated(&self.path, self.keep);
+        let shifted = shift_rotated(&self.path, self.retention);
         match self.reopen() {
             Ok(_) => {
                 if shifted.is_err() {
@@ -243,21 +243,63 @@ pub(super) fn rotated_name(path: &Path, n: usize) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Removes the oldest rotated file, renames `<path>.<n>` to `<path>.<n+1>` from the oldest down,
-/// then `<path>` to `<path>.1` (with `keep` 0, removes `<path>`).
-fn shift_rotated(path: &Path, keep: usize) -> io::Result<()> {
+/// Which rotated files are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Rotated files kept at most (`<file>.1` newest ... `<file>.<keep>` oldest); `None`: any
+    /// number.
+    pub keep: Option<usize>,
+    /// Rotated files last written longer ago than this are removed at each rotation; `None`:
+    /// none is removed for its age.
+    pub max_age: Option<std::time::Duration>,
+}
+
+/// Renames `<path>.<n>` to `<path>.<n+1>` from the oldest down, then `<path>` to `<path>.1`,
+/// removing what the retention does not keep: beyond `keep` files, and (from the first one
+/// last written longer than `max_age` ago, older ones being further down) by age. With `keep`
+/// 0, removes `<path>`.
+fn shift_rotated(path: &Path, retention: Retention) -> io::Result<()> {
     let ignore_missing = |r: io::Result<()>| match r {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         other => other,
     };
+    let keep = retention.keep.unwrap_or(usize::MAX);
     if keep == 0 {
         return ignore_missing(std::fs::remove_file(path));
     }
-    ignore_missing(std::fs::remove_file(rotated_name(path, keep)))?;
-    for n in (1..keep).rev() {
+    // The rotated files there are now: `.1` up to the first missing number.
+    let mut last = 0;
+    while last < keep && rotated_name(path, last + 1).exists() {
+        last += 1;
+    }
+    if last == keep {
+        ignore_missing(std::fs::remove_file(rotated_name(path, keep)))?;
+        last -= 1;
+    }
+    for n in (1..=last).rev() {
         ignore_missing(std::fs::rename(rotated_name(path, n), rotated_name(path, n + 1)))?;
     }
-    std::fs::rename(path, rotated_name(path, 1))
+    std::fs::rename(path, rotated_name(path, 1))?;
+    if let Some(max_age) = retention.max_age {
+        remove_older_than(path, last + 1, max_age);
+    }
+    Ok(())
+}
+
+/// Removes `<path>.<n>` for every `n` from the first, in `1..=last`, last written longer than
+/// `max_age` ago. A file whose time cannot be read is kept.
+fn remove_older_than(path: &Path, last: usize, max_age: std::time::Duration) {
+    let now = std::time::SystemTime::now();
+    let old = |n: usize| {
+        std::fs::metadata(rotated_name(path, n))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > max_age))
+    };
+    if let Some(first) = (1..=last).find(|&n| old(n)) {
+        for n in first..=last {
+            let _ = std::fs::remove_file(rotated_name(path, n));
+        }
+    }
 }
 
 fn keep_first_error(result: &mut io::Result<()>, next: io::Result<()>) {
@@ -270,7 +312,7 @@ fn keep_first_error(result: &mut io::Result<()>, next: io::Result<()>) {
 mod tests {
     use super::*;
     use crate::logging::testutil::{read, temp_dir};
-    use crate::logging::{max_bytes, KEEP_ROTATED};
+    use crate::logging::{max_bytes, Retention, KEEP_ROTATED};
 
     /// A new log file is readable by its owner and group only (it was world-readable).
     #[cfg(unix)]
@@ -414,6 +456,50 @@ mod tests {
             n += 1;
         }
         assert!(n > 10, "rotated {n} times");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `keep: None` keeps every rotated file (kube-apiserver's `-audit-log-maxbackup=0`).
+    #[test]
+    fn any_number_of_old_files_can_be_kept() {
+        let dir = temp_dir("keep-all");
+        let path = dir.join("audit.log");
+        let all = Retention { keep: None, max_age: None };
+        let mut log = LogFile::open(&path, 10, 0).unwrap();
+        log.retention = all;
+        for i in 0..12 {
+            log.write_event(format!("event {i:02}\n").as_bytes()).unwrap();
+        }
+        for n in 1..=11 {
+            assert_eq!(read(&rotated_name(&path, n)), format!("event {:02}\n", 11 - n));
+        }
+        assert!(!rotated_name(&path, 12).exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// With a maximum age, a rotation removes the rotated files last written longer ago than
+    /// that (and the older ones after them), keeping the recent ones.
+    #[test]
+    fn old_files_are_removed_by_age_at_rotation() {
+        let dir = temp_dir("max-age");
+        let path = dir.join("audit.log");
+        let day = std::time::Duration::from_secs(86_400);
+        for (n, age_days) in [(1, 0), (2, 2), (3, 5), (4, 9)] {
+            let p = rotated_name(&path, n);
+            std::fs::write(&p, format!("old {n}\n")).unwrap();
+            let f = File::options().write(true).open(&p).unwrap();
+            f.set_modified(std::time::SystemTime::now() - day * age_days).unwrap();
+        }
+        std::fs::write(&path, "current\n").unwrap();
+        let mut log = LogFile::open(&path, 10, 0).unwrap();
+        log.retention = Retention { keep: None, max_age: Some(day * 3) };
+        log.write_event(b"next\n").unwrap();
+        // current -> .1, old 1 -> .2, old 2 (2 days) -> .3; old 3 (5 days) and 4 (9 days) removed.
+        assert_eq!(read(&path), "next\n");
+        assert_eq!(read(&rotated_name(&path, 1)), "current\n");
+        assert_eq!(read(&rotated_name(&path, 2)), "old 1\n");
+        assert_eq!(read(&rotated_name(&path, 3)), "old 2\n");
+        assert!(!rotated_name(&path, 4).exists() && !rotated_name(&path, 5).exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

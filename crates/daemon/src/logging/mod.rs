@@ -19,7 +19,7 @@ use tracing::Subscriber;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-pub use file::LogFile;
+pub use file::{LogFile, Retention};
 use options::MEGABYTE;
 pub use options::{destination, directives_for, LogFormat, LogOptions, KEEP_ROTATED};
 use sink::Sink;
