@@ -2,6 +2,7 @@
 //! The real daemon on a unix socket: one client holding an endpoint's connections (idle ones, or
 //! calls whose body never comes) does not lock another client out (issue 28).
 
+use csi_proxy_transport::frame::{write_frame, FLAG_END_HEADERS, PREFACE, TYPE_HEADERS, TYPE_SETTINGS};
 use csi_proxy_wire::v1::{filesystem_client::FilesystemClient, PathExistsRequest};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -10,7 +11,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_csi-proxy");
-use csi_proxy_transport::frame::{write_frame, FLAG_END_HEADERS, PREFACE, TYPE_HEADERS, TYPE_SETTINGS};
 
 fn tempdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("csi-proxy-fair-{tag}-{}", std::process::id()));
