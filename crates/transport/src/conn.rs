@@ -148,7 +148,7 @@ impl<IO> Watched<IO> {
         match r {
             Poll::Ready(Ok(n)) if *n > 0 => self.write_deadline = None,
             Poll::Pending if Self::expired(&mut self.write_deadline, self.watch.progress, cx) => {
-                tracing::debug!(timeout = ?self.watch.progress, "closing a connection whose client takes no data");
+                tracing::debug!(timeout_ms = self.watch.progress.as_secs_f64() * 1000.0, "closing a connection whose client takes no data");
                 return Some(timed_out("the client took no data within the progress timeout"));
             }
             _ => {}

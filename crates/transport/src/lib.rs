@@ -211,8 +211,9 @@ async fn serve_limited<L, S, B>(
 fn http2_builder() -> hyper::server::conn::http2::Builder<TokioExecutor> {
     let limits = authority::H2Limits::SERVER;
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    // Message sizes are enforced by the gRPC codec; here we bound concurrent streams per
-    // connection so one client cannot exhaust the blocking pool.
+    // Message sizes are enforced by the gRPC codec. Streams per connection and the windows
+    // bound the memory a connection holds (see above); the frame and header-list limits are the
+    // ones the `:authority` adapter assumes (`H2Limits::SERVER`).
     builder
         .max_concurrent_streams(MAX_STREAMS)
         .initial_connection_window_size(1 << 20)
@@ -341,7 +342,7 @@ async fn serve_connection<IO, S, B>(
                         // GOAWAY first, so that a call the client sends meanwhile is still
                         // served and the client reconnects for the next one (a plain close
                         // loses such a call with an EOF error).
-                        tracing::debug!(timeout = ?options.conn.idle_timeout, "closing an idle connection gracefully");
+                        tracing::debug!(timeout_ms = options.conn.idle_timeout.as_secs_f64() * 1000.0, "closing an idle connection gracefully");
                         conn.as_mut().graceful_shutdown();
                         going_away = true;
                         timer.as_mut().reset(tokio::time::Instant::now() + grace);
