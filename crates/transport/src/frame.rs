@@ -1,8 +1,8 @@
 //! The HTTP/2 frame layer as far as this crate reads it (RFC 9113 §3.4, §4.1): the client
 //! connection preface and the 9-octet frame header (24-bit payload length, type, flags,
-//! 31-bit stream identifier). Everything in the workspace that reads or writes raw frames
-//! (the connection timeouts in [`crate::conn`], the `:authority` adapter, the fuzz harness and
-//! the tests that speak HTTP/2 by hand) uses this module.
+//! 31-bit stream identifier). The connection timeouts in [`crate::conn`], the `:authority`
+//! adapter, the fuzz harness and the tests that speak HTTP/2 by hand read and write raw frames
+//! with this module rather than with copies of their own.
 
 /// The client connection preface, sent before the first frame.
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
