@@ -1,4 +1,4 @@
-//! Output buffers of the two volume I/O controls the volume group reads, parsed from bytes.
+//! Output buffers of the volume and disk I/O controls the volume group reads, parsed from bytes.
 //!
 //! The real layer hands back whatever the driver wrote; nothing here trusts a count or a length
 //! before checking it against the buffer, so a short or hostile buffer is an error, never a
@@ -13,6 +13,10 @@ pub const IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS: u32 = 0x0056_0000;
 /// `IOCTL_DISK_GET_PARTITION_INFO_EX`: CTL_CODE(IOCTL_DISK_BASE 7, 0x12, METHOD_BUFFERED,
 /// FILE_ANY_ACCESS). Sent to a volume, its partition's entry; answers [`parse_partition_info`].
 pub const IOCTL_DISK_GET_PARTITION_INFO_EX: u32 = 0x0007_0048;
+
+/// `IOCTL_DISK_GET_DRIVE_LAYOUT_EX`: CTL_CODE(IOCTL_DISK_BASE 7, 0x14, METHOD_BUFFERED,
+/// FILE_ANY_ACCESS). Sent to a disk, its partition table; answers [`parse_drive_layout`].
+pub const IOCTL_DISK_GET_DRIVE_LAYOUT_EX: u32 = 0x0007_0050;
 
 /// One `DISK_EXTENT`: (DiskNumber, StartingOffset, ExtentLength), offsets in bytes.
 pub type DiskExtent = (u32, i64, i64);
@@ -128,6 +132,61 @@ pub fn parse_partition_info(buf: &[u8]) -> Result<PartitionInfo> {
         }
     };
     Ok(PartitionInfo { style, starting_offset, length, number })
+}
+
+/// `DRIVE_LAYOUT_INFORMATION_EX`: PartitionStyle (DWORD @0), PartitionCount (DWORD @4), the
+/// union of DRIVE_LAYOUT_INFORMATION_MBR and _GPT at 8 (GPT: DiskId GUID @8,
+/// StartingUsableOffset @24, UsableLength @32, MaxPartitionCount DWORD @40; padded to 40 bytes by
+/// the LARGE_INTEGERs' alignment), then PartitionEntry\[PartitionCount\] of
+/// PARTITION_INFORMATION_EX, 144 bytes each, from offset 48.
+const LAYOUT_ENTRIES: usize = 48;
+const PARTITION_INFO_SIZE: usize = 144;
+
+/// What `IOCTL_DISK_GET_DRIVE_LAYOUT_EX` says of a disk's table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriveLayout {
+    /// `PARTITION_STYLE_MBR`, `_GPT` or `_RAW`.
+    pub style: u32,
+    /// GPT only: where the usable area starts and how long it is, in bytes, and how many entries
+    /// the table's array holds.
+    pub gpt_usable: Option<(i64, i64, u32)>,
+    /// Every entry, including unused ones (length 0), in the driver's order.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// Parses `DRIVE_LAYOUT_INFORMATION_EX`.
+pub fn parse_drive_layout(buf: &[u8]) -> Result<DriveLayout> {
+    const WHAT: &str = "DRIVE_LAYOUT_INFORMATION_EX";
+    let style = u32_at(buf, 0, WHAT, "PartitionStyle")?;
+    let count = u32_at(buf, 4, WHAT, "PartitionCount")?;
+    let gpt_usable = match style {
+        PARTITION_STYLE_GPT => Some((
+            offset_at(buf, 24, WHAT, "Gpt.StartingUsableOffset")?,
+            offset_at(buf, 32, WHAT, "Gpt.UsableLength")?,
+            u32_at(buf, 40, WHAT, "Gpt.MaxPartitionCount")?,
+        )),
+        PARTITION_STYLE_MBR | PARTITION_STYLE_RAW => None,
+        other => {
+            return Err(Error::internal(format!(
+                "{WHAT}: PartitionStyle is {other}; expected 0 (MBR), 1 (GPT) or 2 (RAW)"
+            )))
+        }
+    };
+    let needed = (count as usize).checked_mul(PARTITION_INFO_SIZE).and_then(|n| n.checked_add(LAYOUT_ENTRIES));
+    if count > 0 && !matches!(needed, Some(n) if n <= buf.len()) {
+        return Err(Error::internal(format!(
+            "{WHAT} of {} bytes claims {count} partitions; expected {LAYOUT_ENTRIES} + {PARTITION_INFO_SIZE} bytes per \
+             partition",
+            buf.len()
+        )));
+    }
+    // Bounded by the buffer's length, as is this allocation.
+    let mut partitions = Vec::with_capacity(count as usize);
+    for i in 0..count as usize {
+        let at = LAYOUT_ENTRIES + i * PARTITION_INFO_SIZE;
+        partitions.push(parse_partition_info(&buf[at..at + PARTITION_INFO_SIZE])?);
+    }
+    Ok(DriveLayout { style, gpt_usable, partitions })
 }
 
 /// A GUID as stored in memory (Data1 u32, Data2 u16 and Data3 u16 little-endian, then Data4's
@@ -285,12 +344,72 @@ mod tests {
         assert_eq!(format_guid(&[0xff; 16]), "{ffffffff-ffff-ffff-ffff-ffffffffffff}");
     }
 
+    /// DRIVE_LAYOUT_INFORMATION_EX of a GPT disk, field by field, with `entries` (each a
+    /// PARTITION_INFORMATION_EX).
+    fn gpt_layout(usable: (i64, i64), max: u32, entries: &[Vec<u8>]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend(PARTITION_STYLE_GPT.to_le_bytes()); // PartitionStyle
+        b.extend((entries.len() as u32).to_le_bytes()); // PartitionCount
+        b.extend([9; 16]); // Gpt.DiskId
+        b.extend(usable.0.to_le_bytes()); // Gpt.StartingUsableOffset
+        b.extend(usable.1.to_le_bytes()); // Gpt.UsableLength
+        b.extend(max.to_le_bytes()); // Gpt.MaxPartitionCount
+        b.extend([0; 4]); // padding: the union is 40 bytes
+        assert_eq!(b.len(), LAYOUT_ENTRIES);
+        for e in entries {
+            b.extend(e);
+        }
+        b
+    }
+
+    #[test]
+    fn drive_layouts_list_every_entry() {
+        let id = [1; 16];
+        let msr = [0x16, 0xe3, 0xc9, 0xe3, 0x5c, 0x0b, 0xb8, 0x4d, 0x81, 0x7d, 0xf9, 0x2d, 0xf0, 0x02, 0x15, 0xae];
+        let entries = [
+            partition(PARTITION_STYLE_GPT, 17408, 16 << 20, 1, &gpt_union(msr, id)),
+            partition(PARTITION_STYLE_GPT, 16 << 20, 5 << 30, 2, &gpt_union(BASIC_DATA_RAW, id)),
+        ];
+        let buf = gpt_layout((17408, (10 << 30) - 34 * 512), 128, &entries);
+        assert_eq!(buf.len(), 48 + 2 * 144, "sizeof(DRIVE_LAYOUT_INFORMATION_EX) with two entries");
+        let layout = parse_drive_layout(&buf).unwrap();
+        assert_eq!(layout.style, PARTITION_STYLE_GPT);
+        assert_eq!(layout.gpt_usable, Some((17408, (10 << 30) - 34 * 512, 128)));
+        assert_eq!(layout.partitions.len(), 2);
+        assert_eq!((layout.partitions[1].number, layout.partitions[1].starting_offset), (2, 16 << 20));
+
+        let mut mbr = Vec::new();
+        mbr.extend(PARTITION_STYLE_MBR.to_le_bytes());
+        mbr.extend(1u32.to_le_bytes());
+        mbr.extend([0; 40]); // Mbr.Signature, Mbr.CheckSum and the rest of the union
+        mbr.extend(partition(PARTITION_STYLE_MBR, 1 << 20, 1 << 30, 1, &mbr_union(7)));
+        let layout = parse_drive_layout(&mbr).unwrap();
+        assert_eq!((layout.style, layout.gpt_usable, layout.partitions.len()), (PARTITION_STYLE_MBR, None, 1));
+    }
+
+    #[test]
+    fn drive_layouts_refuse_counts_beyond_the_buffer() {
+        let entry = partition(PARTITION_STYLE_GPT, 1 << 20, 1 << 30, 1, &gpt_union(BASIC_DATA_RAW, [1; 16]));
+        let mut buf = gpt_layout((17408, 1 << 30), 128, &[entry]);
+        buf[4..8].copy_from_slice(&2u32.to_le_bytes());
+        let err = parse_drive_layout(&buf).unwrap_err().to_string();
+        assert!(err.contains("claims 2 partitions") && err.contains("192 bytes"), "{err}");
+        buf[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(parse_drive_layout(&buf).is_err());
+        assert!(parse_drive_layout(&buf[..40]).is_err(), "a GPT layout without its usable area");
+        buf[0..4].copy_from_slice(&7u32.to_le_bytes());
+        assert!(parse_drive_layout(&buf).unwrap_err().to_string().contains("PartitionStyle is 7"));
+    }
+
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             if let Ok(list) = parse_disk_extents(&bytes) {
                 prop_assert!(EXTENTS_ARRAY + list.len() * EXTENT_SIZE <= bytes.len());
                 prop_assert!(list.iter().all(|(_, s, l)| *s >= 0 && *l >= 0));
+            }
+            if let Ok(layout) = parse_drive_layout(&bytes) {
+                prop_assert!(LAYOUT_ENTRIES + layout.partitions.len() * PARTITION_INFO_SIZE <= bytes.len().max(LAYOUT_ENTRIES));
             }
             if let Ok(info) = parse_partition_info(&bytes) {
                 prop_assert!(bytes.len() >= PARTITION_UNION || info.style == PartitionStyle::Raw);

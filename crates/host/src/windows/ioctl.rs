@@ -205,6 +205,15 @@ pub fn disk_size(buf: &[u8]) -> Result<u64> {
         .map_err(|_| Error::internal(format!("DISK_GEOMETRY_EX: DiskSize {} is negative", raw as i64)))
 }
 
+/// DISK_GEOMETRY_EX's Geometry.BytesPerSector (DISK_GEOMETRY { Cylinders: i64 @0, MediaType:
+/// u32 @8, TracksPerCylinder: u32 @12, SectorsPerTrack: u32 @16, BytesPerSector: u32 @20 }).
+pub fn bytes_per_sector(buf: &[u8]) -> Result<u32> {
+    match u32_at(buf, 20).ok_or_else(|| short("DISK_GEOMETRY_EX", buf.len(), 24))? {
+        0 => Err(Error::internal("DISK_GEOMETRY_EX: BytesPerSector is 0")),
+        n => Ok(n),
+    }
+}
+
 /// GET_DISK_ATTRIBUTES { Version: u32 @0, Reserved1: u32 @4, Attributes: u64 @8 }.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DiskAttributes(pub u64);

@@ -51,7 +51,9 @@
 //!   it): azuredisk ≥ 1.32 sends one (`crate::data_volume`). The partition is found through Win32 (the volume's one extent and
 //!   its partition number), then `MSFT_Partition.Resize`, which extends NTFS along with the
 //!   partition, and `MSFT_Disk.Refresh`. Against the partition's current length P: `0` means
-//!   `GetSupportedSize`'s SizeMax; within 100 MiB of P either way is a no-op (upstream's rule,
+//!   as far as the free space after it goes (IOCTL_DISK_GET_DRIVE_LAYOUT_EX and the disk's
+//!   length, the end on 1 MiB; upstream asks `MSFT_Partition.GetSupportedSize`, which fails
+//!   when the defragmentation service is off, aws-ebs-csi-driver#2877); within 100 MiB of P either way is a no-op (upstream's rule,
 //!   and what makes a repeated call idempotent); a shrink beyond that is FailedPrecondition
 //!   (upstream answers success). A volume on several extents (spanned, striped, dynamic disks)
 //!   is FailedPrecondition: there is no one partition to grow.
@@ -80,7 +82,10 @@
 
 use super::contain::{Containment, Held, Nt};
 use super::disks::GPT_BASIC_DATA;
-use super::extents::{self, IOCTL_DISK_GET_PARTITION_INFO_EX, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS};
+use super::extents::{
+    self, IOCTL_DISK_GET_DRIVE_LAYOUT_EX, IOCTL_DISK_GET_PARTITION_INFO_EX, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS,
+};
+use super::ioctl;
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::{attr, code, failure as os, Access, Win32};
 use crate::data_volume::{self, Candidate, DiskNumber};
@@ -97,6 +102,10 @@ mod tests;
 
 /// Upstream's tolerance: a requested size within this of the partition's is no change.
 pub const RESIZE_TOLERANCE: u64 = 100 << 20;
+/// Where Windows puts partition boundaries.
+const PARTITION_ALIGNMENT: u64 = 1 << 20;
+/// The size of a GPT partition entry Windows writes (the header's SizeOfPartitionEntry).
+const GPT_ENTRY_SIZE: u64 = 128;
 /// Steps of GetClosestVolumeIDFromTargetPath's walk (upstream's bound).
 pub const MAX_WALK: usize = 256;
 /// Volumes looked at by ListVolumesOnDisk; a host has far fewer.
@@ -425,6 +434,51 @@ impl<N: Nt> Volumes<N> {
         VolumeId::parse(&data_volume::data_volume(disk, &found)?)
     }
 
+    /// The largest size the volume's partition can grow to: up to the next partition on the disk
+    /// or the end of the disk's usable area, the end on a 1 MiB boundary (as Windows aligns
+    /// partitions); never less than it is. What MSFT_Partition.GetSupportedSize's SizeMax says,
+    /// read from the disk's table and length instead: GetSupportedSize goes through the
+    /// defragmentation service and fails (StorageWMI 4) where that is disabled or busy, on every
+    /// retry (aws-ebs-csi-driver#2877). The Linux backend grows over the same free extent.
+    fn largest_size(&self, v: &VolumeId, disk: u32, info: &extents::PartitionInfo) -> Result<u64> {
+        let drive = format!(r"\\.\PhysicalDrive{disk}");
+        let read = |code: u32, name: &str| {
+            (self.win32.ioctl(&drive, code, &[], Access::Query))
+                .map_err(|e| os(format!("{name} on disk {disk} (the disk of volume {v})"), e))
+        };
+        let layout =
+            extents::parse_drive_layout(&read(IOCTL_DISK_GET_DRIVE_LAYOUT_EX, "IOCTL_DISK_GET_DRIVE_LAYOUT_EX")?)
+                .map_err(|e| Error::internal(format!("disk {disk}: {e}")))?;
+        let geometry = read(ioctl::IOCTL_DISK_GET_DRIVE_GEOMETRY_EX, "IOCTL_DISK_GET_DRIVE_GEOMETRY_EX")?;
+        let (length, sector) = (ioctl::disk_size(&geometry)?, u64::from(ioctl::bytes_per_sector(&geometry)?));
+        let (start, current) = (info.starting_offset as u64, info.length as u64);
+        let end = start + current;
+        let mut limit = match layout.gpt_usable {
+            // The table's usable area, or, on a disk that grew since the table was written (its
+            // backup still at the old end), the area it has once the backup entry array and
+            // header sit at the disk's end, where MSFT_Partition.Resize moves them.
+            Some((first, usable, entries)) => {
+                let array = (u64::from(entries) * GPT_ENTRY_SIZE).div_ceil(sector) * sector;
+                ((first + usable) as u64).max(length.saturating_sub(array + sector))
+            }
+            // MBR addresses sectors with 32 bits.
+            None => length.min(sector << 32),
+        };
+        for p in layout.partitions.iter().filter(|p| p.length > 0 && p.starting_offset as u64 != start) {
+            let (p_start, p_end) = (p.starting_offset as u64, (p.starting_offset + p.length) as u64);
+            if p_start >= end {
+                // A partition after this one.
+                limit = limit.min(p_start);
+            } else if p_start <= start && p_end >= end {
+                // The extended partition holding this logical one.
+                limit = limit.min(p_end);
+            }
+        }
+        let largest = (limit / PARTITION_ALIGNMENT * PARTITION_ALIGNMENT).saturating_sub(start).max(current);
+        tracing::debug!(volume = %v, disk, current, largest, "the partition's largest size, from the disk's table");
+        Ok(largest)
+    }
+
     fn partition_row(&self, v: &VolumeId, disk: u32, number: u32) -> Result<Row> {
         let q = Query::select(Namespace::Storage, "MSFT_Partition", &["Size"])
             .eq("DiskNumber", disk)
@@ -578,11 +632,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
         let current = info.length as u64;
         let row = self.partition_row(&v, disk, info.number)?;
         let target = match size_bytes {
-            0 => {
-                let out = self.wmi.call(Namespace::Storage, &row.path, "GetSupportedSize", &[])?;
-                method_failed("MSFT_Partition", "GetSupportedSize", &row.path, &out)?;
-                out.u64("SizeMax")?
-            }
+            0 => self.largest_size(&v, disk, &info)?,
             n => n,
         };
         if target.abs_diff(current) <= RESIZE_TOLERANCE {

@@ -624,23 +624,105 @@ fn growing_resizes_the_partition_then_refreshes_its_disk() {
     s.assert_all_scripted();
 }
 
+/// A GPT entry (PARTITION_INFORMATION_EX) at `start`.
+fn entry_at(number: u32, start: u64, length: u64) -> Vec<u8> {
+    let mut b = partition_buf(number, length);
+    b[8..16].copy_from_slice(&(start as i64).to_le_bytes()); // StartingOffset
+    b
+}
+
+/// DRIVE_LAYOUT_INFORMATION_EX of a GPT disk, field by field.
+fn gpt_layout_buf(usable_end: u64, entries: &[Vec<u8>]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend(1u32.to_le_bytes()); // PartitionStyle: GPT
+    b.extend((entries.len() as u32).to_le_bytes()); // PartitionCount
+    b.extend([5; 16]); // Gpt.DiskId
+    b.extend(17408i64.to_le_bytes()); // Gpt.StartingUsableOffset: LBA 34
+    b.extend((usable_end as i64 - 17408).to_le_bytes()); // Gpt.UsableLength
+    b.extend(128u32.to_le_bytes()); // Gpt.MaxPartitionCount
+    b.extend([0; 4]); // padding
+    for e in entries {
+        b.extend(e);
+    }
+    b
+}
+
+/// DISK_GEOMETRY_EX of a disk of `size` bytes with 512-byte sectors.
+fn geometry_buf(size: u64) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend((size / (255 * 63 * 512)).to_le_bytes()); // Geometry.Cylinders
+    b.extend(12u32.to_le_bytes()); // Geometry.MediaType: FixedMedia
+    b.extend(255u32.to_le_bytes()); // Geometry.TracksPerCylinder
+    b.extend(63u32.to_le_bytes()); // Geometry.SectorsPerTrack
+    b.extend(512u32.to_le_bytes()); // Geometry.BytesPerSector
+    b.extend(size.to_le_bytes()); // DiskSize
+    b.extend([0; 8]); // Data
+    b
+}
+
+/// Disk 3 of `size` bytes whose table (usable up to `usable_end`) holds the MSR, the volume's
+/// partition 2 at 16 MiB and `more`; GetSupportedSize fails as it does with the defragmentation
+/// service off (StorageWMI 4), so that using it fails the test.
+fn on_disk_3(s: &Script, size: u64, usable_end: u64, current: u64, more: &[Vec<u8>]) {
+    let mut entries = vec![entry_at(1, MIB, 15 * MIB), entry_at(2, 16 * MIB, current)];
+    entries.extend(more.iter().cloned());
+    s.on(r"ioctl \\.\PhysicalDrive3 0x70050", Answer::Bytes(gpt_layout_buf(usable_end, &entries)));
+    s.on(r"ioctl \\.\PhysicalDrive3 0x700a0", Answer::Bytes(geometry_buf(size)));
+    s.on_call("PART", "GetSupportedSize", returned(4));
+}
+
+/// GPT's end of a disk of `size` bytes: the backup array (128 entries of 128 bytes) and header.
+fn gpt_end(size: u64) -> u64 {
+    size - 16384 - 512
+}
+
 #[test]
-fn size_zero_grows_to_the_supported_maximum() {
+fn size_zero_grows_over_the_free_space_after_the_partition_without_get_supported_size() {
+    let resized = |s: &Script| -> Vec<String> { s.calls("call PART Resize") };
+    // To the end of the usable area, on a 1 MiB boundary.
     let (s, v) = resizable(10 * GIB);
-    let max = Row::new("__PARAMETERS", "")
-        .with("ReturnValue", 0u32)
-        .with("SizeMin", "1048576")
-        .with("SizeMax", "32212254720");
-    s.on_call("PART", "GetSupportedSize", max);
+    on_disk_3(&s, 30 * GIB, gpt_end(30 * GIB), 10 * GIB, &[]);
     s.on_call("PART", "Resize", returned(0));
     v.resize_volume(V1, 0).unwrap();
-    assert!(s.log().contains(&format!(r#"call PART Resize [("Size", {})]"#, 30 * GIB)));
+    assert_eq!(resized(&s), [format!(r#"call PART Resize [("Size", {})]"#, 30 * GIB - MIB - 16 * MIB)]);
+    assert!(s.calls("call PART GetSupportedSize").is_empty(), "{:#?}", s.log());
+    s.assert_all_scripted();
 
-    // Already at the maximum (within the tolerance): nothing to do.
+    // A disk that grew since its table was written: the backup still at the old end.
     let (s, v) = resizable(10 * GIB);
-    let max = Row::new("__PARAMETERS", "").with("ReturnValue", 0u32).with("SizeMax", (10 * GIB + MIB).to_string());
-    s.on_call("PART", "GetSupportedSize", max);
+    on_disk_3(&s, 30 * GIB, gpt_end(10 * GIB + 17 * MIB), 10 * GIB, &[]);
+    s.on_call("PART", "Resize", returned(0));
     v.resize_volume(V1, 0).unwrap();
+    assert_eq!(resized(&s), [format!(r#"call PART Resize [("Size", {})]"#, 30 * GIB - MIB - 16 * MIB)]);
+
+    // Up to the next partition.
+    let (s, v) = resizable(10 * GIB);
+    on_disk_3(&s, 30 * GIB, gpt_end(30 * GIB), 10 * GIB, &[entry_at(3, 20 * GIB, 5 * GIB)]);
+    s.on_call("PART", "Resize", returned(0));
+    v.resize_volume(V1, 0).unwrap();
+    assert_eq!(resized(&s), [format!(r#"call PART Resize [("Size", {})]"#, 20 * GIB - 16 * MIB)]);
+
+    // Already as large as it can be (within the tolerance): nothing to do.
+    let (s, v) = resizable(10 * GIB);
+    on_disk_3(&s, 10 * GIB + 60 * MIB, gpt_end(10 * GIB + 60 * MIB), 10 * GIB, &[]);
+    v.resize_volume(V1, 0).unwrap();
+    assert!(resized(&s).is_empty());
+}
+
+#[test]
+fn size_zero_refuses_a_table_it_cannot_read() {
+    let (s, v) = resizable(10 * GIB);
+    s.on(r"ioctl \\.\PhysicalDrive3 0x70050", Answer::Bytes(vec![1, 0, 0, 0]));
+    s.on(r"ioctl \\.\PhysicalDrive3 0x700a0", Answer::Bytes(geometry_buf(30 * GIB)));
+    let err = v.resize_volume(V1, 0).unwrap_err();
+    assert!(
+        matches!(&err, Error::Internal(m) if m.contains("disk 3") && m.contains("DRIVE_LAYOUT_INFORMATION_EX")),
+        "{err:?}"
+    );
+    let (s, v) = resizable(10 * GIB);
+    s.on(r"ioctl \\.\PhysicalDrive3 0x70050", Answer::Win32Error(ERROR_ACCESS_DENIED));
+    let err = v.resize_volume(V1, 0).unwrap_err().to_string();
+    assert!(err.contains("IOCTL_DISK_GET_DRIVE_LAYOUT_EX on disk 3"), "{err}");
     assert!(s.calls("call PART Resize").is_empty());
 }
 
@@ -651,11 +733,6 @@ fn resize_failures() {
     let err = v.resize_volume(V1, 20 * GIB).unwrap_err().to_string();
     assert!(err.contains("MSFT_Partition.Resize") && err.contains('4'), "{err}");
     assert!(s.calls("call DISK3").is_empty(), "no refresh after a failed resize");
-
-    let (s, v) = resizable(10 * GIB);
-    s.on_call("PART", "GetSupportedSize", returned(2));
-    assert!(v.resize_volume(V1, 0).unwrap_err().to_string().contains("GetSupportedSize"));
-    assert!(s.calls("call PART Resize").is_empty());
 
     // A spanned volume has no one partition to grow.
     let (s, v) = setup();
