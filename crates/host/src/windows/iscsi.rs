@@ -8,8 +8,9 @@
 //! against the same scripted WMI as the rest of the backend.
 //!
 //! Where this differs from upstream (docs/upstream.md#iscsi, #idempotency):
-//! - Return values of `Connect`, `Disconnect`, `Unregister` and `SetCHAPSecret` are checked;
-//!   upstream ignores them and reports success for a failed login.
+//! - Return values of `Connect`, `Disconnect`, `Unregister` and `SetCHAPSecret` are checked, as
+//!   upstream checks them since eeba470; the v1.3.0 release ignores them and reports success for
+//!   a failed login (docs/upstream.md#v1-3-0).
 //! - A login refused for its credentials (ISDSC_AUTHENTICATION_FAILURE or
 //!   ISDSC_AUTHORIZATION_FAILURE, as a return value or in the error text) is PermissionDenied
 //!   naming the target; a CHAP secret or user name the initiator refuses outright is
