@@ -5,7 +5,27 @@
 use csi_proxy_client::Api;
 use std::time::Duration;
 
-pub const USAGE_TEXT: &str = "\
+/// The usage text, with the `service` command described for this OS.
+pub fn usage_text() -> String {
+    USAGE_TEXT.replace("{service}", SERVICE_HELP)
+}
+
+#[cfg(windows)]
+const SERVICE_HELP: &str = "A Windows service's display name, start type and status.";
+#[cfg(not(windows))]
+const SERVICE_HELP: &str = "A systemd unit's description, start type and status.";
+
+/// The environment variable naming the socket directory when -socket-dir is not given.
+#[cfg_attr(not(unix), allow(dead_code))]
+pub const SOCKET_DIR_ENV: &str = "CSI_PROXY_SOCKET_DIR";
+
+/// The socket directory: the flag's, else the environment's (when set and not empty).
+#[cfg_attr(not(unix), allow(dead_code))]
+pub fn socket_dir(flag: Option<std::path::PathBuf>, env: Option<std::ffi::OsString>) -> Option<std::path::PathBuf> {
+    flag.or_else(|| env.filter(|e| !e.is_empty()).map(std::path::PathBuf::from))
+}
+
+const USAGE_TEXT: &str = "\
 csi-proxyctl: look at and call a running csi-proxy, as a CSI driver does.
 
 Usage: csi-proxyctl [options] <command> [arguments]
@@ -20,9 +40,12 @@ Commands (read-only):
                           path's volume use: call volume/v1 GetVolumeIDFromTargetPath.)
   iscsi-portals           The iSCSI target portals the initiator knows.
   bios-serial             The BIOS serial number.
-  service <name>          A Windows service's display name, start type and status.
+  service <name>          {service}
   methods [<group>/<version>]
-                          Every method of every API (or of one), read-only or mutating.
+                          Every method of every API (or of one), read-only or mutating (-o wide:
+                          and its request and response messages).
+  version                 This program's version and the daemon's (which every answer of the
+                          daemon names in its csi-proxy-version header).
 
 Node check (changes the host: run it on a node you may test on, as root on Linux):
   conformance             Runs every group's calls and each block driver's node flow (azuredisk,
@@ -67,18 +90,26 @@ Any call:
                           is given. The -timeout starts after the confirmation.
 
 Options:
-  -json                   Print JSON instead of tables.
+  -o, -output <format>    table (the default), wide (tables with more columns: apis adds the
+                          error of an absent API, disks and volumes their sizes in bytes,
+                          methods the messages) or json. 'call' always prints JSON.
+  -json                   The same as -o json.
   -yes, -y                Run mutating calls without asking.
-  -timeout <duration>     Limit on connecting and the answers (default 60s): 500ms, 30s, 2m, or
-                          seconds.
+  -timeout <duration>     Limit on connecting and the answers (default 60s), as Go writes a
+                          duration: 500ms, 90s, 1m30s, 1h, 1.5h (units ns, us, ms, s, m, h).
   -socket-dir <dir>       Directory of the daemon's sockets on Linux (its -socket-dir; default
-                          /run/csi-proxy). On Windows the named pipes \\\\.\\pipe\\csi-proxy-<group>-<version>
-                          are used.
+                          the environment variable CSI_PROXY_SOCKET_DIR, else /run/csi-proxy).
+                          On Windows the named pipes \\\\.\\pipe\\csi-proxy-<group>-<version> are used.
   -h, -help               This text.
-  -version                The version.
+  -version                This program's version (the 'version' command adds the daemon's).
 
-Exit status: 0 done; 1 a call or the connection failed (the gRPC code and message are shown);
-2 a usage error, or a mutating call that was not confirmed.
+Output that cannot be written because its reader is gone (csi-proxyctl methods | head -1) is
+dropped silently; the exit status is still the command's.
+
+Exit status: 0 done; 1 a call or the connection failed (the gRPC code and message are shown), or
+a listing could not read some of its rows (each named in a warning); 2 a usage error (an unknown
+option, command, API or method, a request that is not the method's JSON, a bad value), or a
+mutating call that was not confirmed.
 ";
 
 #[derive(Debug, PartialEq, Eq)]
@@ -90,6 +121,7 @@ pub enum Command {
     BiosSerial,
     Service(String),
     Methods(Option<Api>),
+    Version,
     Call { api: Api, method: String, request: String },
     Conformance { kubelet_path: std::path::PathBuf, scratch_dir: std::path::PathBuf, remote: Remote },
 }
@@ -246,10 +278,18 @@ fn iscsi_portal(text: &str) -> Result<(String, u32), String> {
     Ok((host.to_owned(), port))
 }
 
+/// How listings are printed (`-o`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Table,
+    Wide,
+    Json,
+}
+
 #[derive(Debug)]
 pub struct Options {
     pub command: Command,
-    pub json: bool,
+    pub output: Output,
     pub yes: bool,
     pub timeout: Duration,
     #[cfg_attr(not(unix), allow(dead_code))]
@@ -264,7 +304,7 @@ pub enum Parsed {
 }
 
 pub fn parse(argv: &[String]) -> Result<Parsed, String> {
-    let mut json = false;
+    let mut output = Output::Table;
     let mut yes = false;
     let mut timeout = Duration::from_secs(60);
     let mut socket_dir = None;
@@ -299,7 +339,26 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
         match name {
             "h" | "help" => return Ok(Parsed::Help),
             "version" => return Ok(Parsed::Version),
-            "json" => json = bool_flag(name, inline.as_deref())?,
+            "json" => {
+                if bool_flag(name, inline.as_deref())? {
+                    output = Output::Json;
+                } else if output == Output::Json {
+                    output = Output::Table;
+                }
+            }
+            "o" | "output" => {
+                output = match value("table|wide|json")?.as_str() {
+                    "table" => Output::Table,
+                    "wide" => Output::Wide,
+                    "json" => Output::Json,
+                    other => {
+                        return Err(format!(
+                            "invalid value {:?} for -{name}: expected table, wide or json",
+                            bounded(other)
+                        ))
+                    }
+                }
+            }
             "y" | "yes" => yes = bool_flag(name, inline.as_deref())?,
             "timeout" => timeout = duration(&value("duration")?)?,
             "socket-dir" => socket_dir = Some(std::path::PathBuf::from(value("dir")?)),
@@ -326,6 +385,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
         "volumes" => Command::Volumes,
         "iscsi-portals" => Command::IscsiPortals,
         "bios-serial" => Command::BiosSerial,
+        "version" => Command::Version,
         "service" => Command::Service(words.next().ok_or("service needs the service's name: service <name>")?),
         "methods" => Command::Methods(
             words.next().map(|a| csi_proxy_client::parse_api(&a)).transpose().map_err(|e| e.to_string())?,
@@ -357,7 +417,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
     if let Some(extra) = words.next() {
         return Err(format!("unexpected argument {:?}", bounded(&extra)));
     }
-    Ok(Parsed::Run(Box::new(Options { command, json, yes, timeout, socket_dir })))
+    Ok(Parsed::Run(Box::new(Options { command, output, yes, timeout, socket_dir })))
 }
 
 /// The test share's and target's flags, checked together.
@@ -429,24 +489,54 @@ fn bool_flag(name: &str, value: Option<&str>) -> Result<bool, String> {
     }
 }
 
-/// `500ms`, `30s`, `2m` or a number of seconds.
+/// A timeout as Go writes a duration (`time.ParseDuration`, as the daemon's flags take it):
+/// one or more `<number><unit>` terms, each number with an optional fraction, units `ns`, `us`
+/// (`µs`), `ms`, `s`, `m`, `h`: `500ms`, `90s`, `1m30s`, `1.5h`. No sign (a timeout is positive)
+/// and not zero.
 fn duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {:?}: expected e.g. 500ms, 30s, 2m or a number of seconds", bounded(text));
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        _ => return Err(bad()),
-    };
-    if d.is_zero() {
-        return Err(bad());
+    let bad = |why: &str| format!("invalid duration {:?}: {why}; expected e.g. 500ms, 90s, 1m30s or 1h", bounded(text));
+    if text.is_empty() {
+        return Err(bad("empty"));
     }
-    Ok(d)
+    let mut rest = text;
+    let mut nanos: u128 = 0;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let (number, after) = rest.split_at(digits);
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
+            return Err(bad("a number is missing or malformed"));
+        }
+        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        let per: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(bad("a unit is missing")),
+            _ => return Err(bad("unknown unit")),
+        };
+        let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| bad("too large"))? };
+        nanos = whole.checked_mul(per).and_then(|n| nanos.checked_add(n)).ok_or_else(|| bad("too large"))?;
+        // The fraction, digit by digit; what falls below a nanosecond is dropped, as Go does.
+        let mut scale = per;
+        for d in fraction.bytes() {
+            scale /= 10;
+            nanos += u128::from(d - b'0') * scale;
+        }
+        rest = next;
+    }
+    // Go's durations end at 2^63-1 ns (about 292 years).
+    if nanos > i64::MAX as u128 {
+        return Err(bad("too large"));
+    }
+    if nanos == 0 {
+        return Err(bad("a timeout must be more than zero"));
+    }
+    Ok(Duration::from_nanos(nanos as u64))
 }
 
 #[cfg(test)]
@@ -464,7 +554,7 @@ mod tests {
     fn options_go_anywhere_in_either_spelling() {
         let o =
             run(&["call", "disk/v1", "GetDiskStats", r#"{"disk_number":1}"#, "--json", "-timeout=2m", "-y"]).unwrap();
-        assert!(o.json && o.yes);
+        assert!(o.output == Output::Json && o.yes);
         assert_eq!(o.timeout, Duration::from_secs(120));
         let Command::Call { api, method, request } = o.command else { panic!() };
         assert_eq!(
@@ -488,11 +578,85 @@ mod tests {
         assert!(run(&["-kubelet-path", "kubelet", "conformance"]).unwrap_err().contains("\"kubelet\""));
     }
 
+    #[test]
+    fn go_durations() {
+        let d = |s: &str| duration(s);
+        for (text, want) in [
+            ("1h", Duration::from_secs(3600)),
+            ("90s", Duration::from_secs(90)),
+            ("1m30s", Duration::from_secs(90)),
+            ("500ms", Duration::from_millis(500)),
+            ("1.5h", Duration::from_secs(5400)),
+            ("2h45m", Duration::from_secs(9900)),
+            (".5s", Duration::from_millis(500)),
+            ("1.s", Duration::from_secs(1)),
+            ("10us", Duration::from_micros(10)),
+            ("10µs", Duration::from_micros(10)),
+            ("7ns", Duration::from_nanos(7)),
+            ("1h0m0s", Duration::from_secs(3600)),
+            ("0.000000001s", Duration::from_nanos(1)),
+            ("2562047h", Duration::from_secs(2_562_047 * 3600)),
+        ] {
+            assert_eq!(d(text), Ok(want), "{text}");
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            ("60", "unit is missing"),
+            ("1h30", "unit is missing"),
+            ("5x", "unknown unit"),
+            ("1d", "unknown unit"),
+            ("-1h", "malformed"),
+            ("+1h", "malformed"),
+            (".s", "malformed"),
+            ("1.2.3s", "malformed"),
+            ("1 h", "unknown unit"),
+            ("0", "unit is missing"),
+            ("0s", "more than zero"),
+            ("2562048h", "too large"),
+            ("99999999999999999999999999999999999999999h", "too large"),
+        ] {
+            let e = d(bad).unwrap_err();
+            assert!(e.contains(why) && e.contains(&format!("{bad:?}")), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn output_formats_and_the_json_alias() {
+        assert_eq!(run(&["disks"]).unwrap().output, Output::Table);
+        assert_eq!(run(&["-o", "wide", "disks"]).unwrap().output, Output::Wide);
+        assert_eq!(run(&["disks", "-output=json"]).unwrap().output, Output::Json);
+        assert_eq!(run(&["disks", "-json"]).unwrap().output, Output::Json);
+        assert_eq!(run(&["-json", "-json=false", "disks"]).unwrap().output, Output::Table);
+        assert_eq!(run(&["-o", "wide", "-json=false", "disks"]).unwrap().output, Output::Wide);
+        let e = run(&["-o", "yaml", "disks"]).unwrap_err();
+        assert!(e.contains("\"yaml\"") && e.contains("table, wide or json"), "{e}");
+        assert!(run(&["disks", "-o"]).unwrap_err().contains("-o needs a value"));
+        assert_eq!(run(&["version"]).unwrap().command, Command::Version);
+    }
+
+    #[test]
+    fn the_socket_dir_flag_wins_over_the_environment() {
+        let p = |s: &str| Some(std::path::PathBuf::from(s));
+        assert_eq!(socket_dir(p("/flag"), Some("/env".into())), p("/flag"));
+        assert_eq!(socket_dir(None, Some("/env".into())), p("/env"));
+        assert_eq!(socket_dir(None, Some("".into())), None);
+        assert_eq!(socket_dir(None, None), None);
+    }
+
+    #[test]
+    fn the_service_command_is_described_for_this_os() {
+        let help = usage_text();
+        let line = help.lines().find(|l| l.trim_start().starts_with("service <name>")).unwrap();
+        assert_eq!(line.contains("Windows"), cfg!(windows), "{line}");
+        assert_eq!(line.contains("systemd"), !cfg!(windows), "{line}");
+        assert!(!help.contains("{service}"));
+    }
+
     #[cfg(unix)]
     #[test]
     fn conformance_takes_its_directories() {
         let o = run(&["conformance", "-kubelet-path=/k", "-scratch-dir", "/s", "-json"]).unwrap();
-        assert!(o.json);
+        assert_eq!(o.output, Output::Json);
         assert_eq!(
             o.command,
             Command::Conformance { kubelet_path: "/k".into(), scratch_dir: "/s".into(), remote: Remote::default() }

@@ -43,19 +43,32 @@ pub async fn apis(ctx: &Ctx) -> Result<(), Failure> {
     for (api, (state, error)) in APIS.iter().zip(results) {
         let endpoint = ctx.connector.endpoint(api);
         let name = format!("{}/{}", api.group, api.version);
-        rows.push(vec![name.clone(), api.service_name(), state.clone(), endpoint.clone()]);
+        rows.push(vec![
+            name.clone(),
+            api.service_name(),
+            state.clone(),
+            endpoint.clone(),
+            error.clone().unwrap_or_default(),
+        ]);
         out.push(
             json!({"api": name, "service": api.service_name(), "state": state, "endpoint": endpoint, "error": error}),
         );
     }
     let answering = out.iter().filter(|o| o["state"] != "absent").count();
-    ctx.print(&["API", "SERVICE", "STATE", "ENDPOINT"], rows, out.into());
+    ctx.print(&["API", "SERVICE", "STATE", "ENDPOINT", "ERROR"], 4, rows, out.into());
     if !ctx.json {
         println!("{answering} of {} APIs answer", APIS.len());
     }
     if answering == 0 {
         return Err(Failure::Other(anyhow::anyhow!(
             "no API answers: is csi-proxy running (and is this its -socket-dir)?"
+        )));
+    }
+    if answering < APIS.len() {
+        return Err(Failure::Partial(format!(
+            "{} of {} APIs do not answer (-o wide or -o json shows why)",
+            APIS.len() - answering,
+            APIS.len()
         )));
     }
     Ok(())
@@ -127,6 +140,7 @@ pub async fn disks(ctx: &Ctx) -> Result<(), Failure> {
     let numbers: std::collections::BTreeSet<u32> =
         ids.disk_i_ds.keys().chain(locations.disk_locations.keys()).copied().collect();
     let (mut rows, mut out) = (Vec::new(), Vec::new());
+    let mut failed = 0;
     for n in numbers {
         let total =
             disks.get_disk_stats(v1::GetDiskStatsRequest { disk_number: n }).await.map(|r| r.into_inner().total_bytes);
@@ -134,6 +148,7 @@ pub async fn disks(ctx: &Ctx) -> Result<(), Failure> {
             disks.get_disk_state(v1::GetDiskStateRequest { disk_number: n }).await.map(|r| r.into_inner().is_online);
         warn(&format!("disk {n}: v1.Disk/GetDiskStats"), &total);
         warn(&format!("disk {n}: v1.Disk/GetDiskState"), &online);
+        failed += usize::from(total.is_err() || online.is_err());
         let id = ids.disk_i_ds.get(&n).cloned().unwrap_or_default();
         let loc = locations.disk_locations.get(&n).cloned().unwrap_or_default();
         rows.push(vec![
@@ -143,6 +158,7 @@ pub async fn disks(ctx: &Ctx) -> Result<(), Failure> {
             id.page83.clone(),
             id.serial_number.clone(),
             cell(&online),
+            cell(&total),
         ]);
         out.push(json!({
             "number": n,
@@ -153,8 +169,22 @@ pub async fn disks(ctx: &Ctx) -> Result<(), Failure> {
             "online": value(&online),
         }));
     }
-    ctx.print(&["DISK", "SIZE", "LOCATION (ADAPTER/BUS/TARGET/LUN)", "PAGE83", "SERIAL", "ONLINE"], rows, out.into());
-    Ok(())
+    let n = rows.len();
+    ctx.print(
+        &["DISK", "SIZE", "LOCATION (ADAPTER/BUS/TARGET/LUN)", "PAGE83", "SERIAL", "ONLINE", "SIZE (BYTES)"],
+        6,
+        rows,
+        out.into(),
+    );
+    partial(failed, n, "disks")
+}
+
+/// Exit status 1 when any of a listing's `total` rows could not be read in full.
+fn partial(failed: usize, total: usize, what: &str) -> Result<(), Failure> {
+    if failed == 0 {
+        return Ok(());
+    }
+    Err(Failure::Partial(format!("{failed} of {total} {what} could not be read in full (see the warnings above)")))
 }
 
 pub async fn volumes(ctx: &Ctx) -> Result<(), Failure> {
@@ -163,6 +193,8 @@ pub async fn volumes(ctx: &Ctx) -> Result<(), Failure> {
         ids.disk_i_ds.keys().chain(locations.disk_locations.keys()).copied().collect();
     let mut volumes = v1::volume_client::VolumeClient::new(ctx.connect(api("volume", "v1")).await?);
     let (mut rows, mut out) = (Vec::new(), Vec::new());
+    let (mut failed_disks, mut failed_volumes) = (0, 0);
+    let disk_count = numbers.len();
     for n in numbers {
         let listed =
             volumes.list_volumes_on_disk(v1::ListVolumesOnDiskRequest { disk_number: n, partition_number: 0 }).await;
@@ -171,6 +203,7 @@ pub async fn volumes(ctx: &Ctx) -> Result<(), Failure> {
             Err(s) => {
                 let message = crate::term::printable(s.message());
                 eprintln!("warning: disk {n}: v1.Volume/ListVolumesOnDisk: code {:?}: {message}", s.code());
+                failed_disks += 1;
                 continue;
             }
         };
@@ -185,11 +218,12 @@ pub async fn volumes(ctx: &Ctx) -> Result<(), Failure> {
                 .map(|r| r.into_inner());
             warn(&format!("volume {id}: v1.Volume/IsVolumeFormatted"), &formatted);
             warn(&format!("volume {id}: v1.Volume/GetVolumeStats"), &stats);
-            let (total, used) = match &stats {
-                Ok(s) => (size(s.total_bytes), size(s.used_bytes)),
-                Err(s) => (cell::<String>(&Err(s.clone())), String::new()),
+            failed_volumes += usize::from(formatted.is_err() || stats.is_err());
+            let (total, used, total_bytes, used_bytes) = match &stats {
+                Ok(s) => (size(s.total_bytes), size(s.used_bytes), s.total_bytes.to_string(), s.used_bytes.to_string()),
+                Err(s) => (cell::<String>(&Err(s.clone())), String::new(), String::new(), String::new()),
             };
-            rows.push(vec![id.clone(), n.to_string(), cell(&formatted), total, used]);
+            rows.push(vec![id.clone(), n.to_string(), cell(&formatted), total, used, total_bytes, used_bytes]);
             out.push(json!({
                 "id": id,
                 "disk": n,
@@ -199,8 +233,10 @@ pub async fn volumes(ctx: &Ctx) -> Result<(), Failure> {
             }));
         }
     }
-    ctx.print(&["VOLUME", "DISK", "FORMATTED", "SIZE", "USED"], rows, out.into());
-    Ok(())
+    let volume_count = rows.len();
+    ctx.print(&["VOLUME", "DISK", "FORMATTED", "SIZE", "USED", "SIZE (BYTES)", "USED (BYTES)"], 5, rows, out.into());
+    partial(failed_disks, disk_count, "disks' volumes")?;
+    partial(failed_volumes, volume_count, "volumes")
 }
 
 pub async fn iscsi_portals(ctx: &Ctx) -> Result<(), Failure> {
@@ -213,7 +249,7 @@ pub async fn iscsi_portals(ctx: &Ctx) -> Result<(), Failure> {
         .target_portals;
     let rows = portals.iter().map(|p| vec![p.target_address.clone(), p.target_port.to_string()]).collect();
     let out = portals.iter().map(|p| json!({"address": p.target_address, "port": p.target_port})).collect::<Vec<_>>();
-    ctx.print(&["ADDRESS", "PORT"], rows, out.into());
+    ctx.print(&["ADDRESS", "PORT"], 2, rows, out.into());
     Ok(())
 }
 
@@ -225,7 +261,7 @@ pub async fn bios_serial(ctx: &Ctx) -> Result<(), Failure> {
         .map_err(rpc("v1alpha1.System/GetBIOSSerialNumber"))?
         .into_inner()
         .serial_number;
-    ctx.print(&["BIOS SERIAL"], vec![vec![serial.clone()]], json!({"serial_number": serial}));
+    ctx.print(&["BIOS SERIAL"], 1, vec![vec![serial.clone()]], json!({"serial_number": serial}));
     Ok(())
 }
 
@@ -244,6 +280,7 @@ pub async fn service(ctx: &Ctx, name: &str) -> Result<(), Failure> {
         .unwrap_or(s.status.to_string());
     ctx.print(
         &["NAME", "DISPLAY NAME", "START TYPE", "STATUS"],
+        4,
         vec![vec![name.to_string(), s.display_name.clone(), start.clone(), status.clone()]],
         json!({"name": name, "display_name": s.display_name, "start_type": start, "status": status}),
     );

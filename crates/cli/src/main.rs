@@ -2,10 +2,29 @@
 //! the way a CSI driver does (the named pipes on Windows, the socket directory on Linux), through
 //! the `csi-proxy-client` crate; `csi-proxyctl --help` describes the commands.
 
+// Every module prints through `out` (no panic on a closed pipe): these shadow std's macros of the
+// same names in the whole crate, because they are defined before the modules.
+macro_rules! print {
+    ($($t:tt)*) => { $crate::out::stdout(format_args!($($t)*)) };
+}
+macro_rules! println {
+    () => { $crate::out::stdout(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::out::stdout(format_args!("{}\n", format_args!($($t)*))) };
+}
+#[allow(unused_macros)] // for any module that prints to standard error without a newline
+macro_rules! eprint {
+    ($($t:tt)*) => { $crate::out::stderr(format_args!($($t)*)) };
+}
+macro_rules! eprintln {
+    () => { $crate::out::stderr(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::out::stderr(format_args!("{}\n", format_args!($($t)*))) };
+}
+
 mod args;
 mod conformance;
 mod dynamic;
 mod list;
+mod out;
 mod table;
 mod term;
 
@@ -16,11 +35,21 @@ use std::io::{BufRead, IsTerminal, Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Exit codes: 0 done, 1 a call or connection failed, 2 a usage error or a refused call.
+/// Exit codes: 0 done, 1 a call or connection failed (for a listing: any of its rows), 2 a usage
+/// error or a refused call.
 const FAILED: u8 = 1;
 const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    let code = run_main();
+    // Output that could not be written (other than into a closed pipe) fails the run.
+    if out::failed() && code == ExitCode::SUCCESS {
+        return ExitCode::from(FAILED);
+    }
+    code
+}
+
+fn run_main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     // The conformance run's probe of the virtual disk API (a child of its own, see
     // conformance/vhd.rs): not a command.
@@ -32,7 +61,7 @@ fn main() -> ExitCode {
     }
     let parsed = match args::parse(&argv) {
         Ok(Parsed::Help) => {
-            print!("{}", args::USAGE_TEXT);
+            print!("{}", args::usage_text());
             return ExitCode::SUCCESS;
         }
         Ok(Parsed::Version) => {
@@ -68,14 +97,22 @@ fn main() -> ExitCode {
             eprintln!("error: {}", term::printable(&format!("{e:#}")));
             ExitCode::from(FAILED)
         }
+        Err(Failure::Partial(msg)) => {
+            eprintln!("error: {}", term::printable(&msg));
+            ExitCode::from(FAILED)
+        }
     }
 }
 
 pub enum Failure {
     /// A mutating call that was not confirmed.
     Refused(String),
-    /// Options that can't be used (exit status 2), found after parsing (a secret's file).
+    /// Options that can't be used (exit status 2), found after parsing (a secret's file, an
+    /// unknown method, a request that is not the method's JSON).
     Usage(String),
+    /// A listing printed, but some of its rows could not be read (their calls' errors were
+    /// shown as warnings): exit status 1.
+    Partial(String),
     /// A call the daemon answered with an error.
     Rpc {
         what: String,
@@ -105,6 +142,8 @@ pub fn rpc(what: impl Into<String>) -> impl FnOnce(Status) -> Failure {
 
 pub struct Ctx {
     pub connector: Connector,
+    pub output: args::Output,
+    /// `output` is JSON (what the conformance report asks).
     pub json: bool,
     pub timeout: Duration,
 }
@@ -122,12 +161,16 @@ impl Ctx {
         }
     }
 
-    /// Prints `rows` under `header` as an aligned table, or `json` with --json.
-    pub fn print(&self, header: &[&str], rows: Vec<Vec<String>>, json: serde_json::Value) {
-        if self.json {
-            println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
-        } else {
-            print!("{}", table::render(header, &rows));
+    /// Prints `rows` under `header` as an aligned table (`-o table`: the first `narrow` columns;
+    /// `-o wide`: all of them), or `json` (`-o json`).
+    pub fn print(&self, header: &[&str], narrow: usize, rows: Vec<Vec<String>>, json: serde_json::Value) {
+        match self.output {
+            args::Output::Json => println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default()),
+            args::Output::Wide => print!("{}", table::render(header, &rows)),
+            args::Output::Table => {
+                let rows: Vec<Vec<String>> = rows.into_iter().map(|r| r.into_iter().take(narrow).collect()).collect();
+                print!("{}", table::render(&header[..narrow.min(header.len())], &rows))
+            }
         }
     }
 }
@@ -136,10 +179,10 @@ async fn run(o: args::Options) -> Result<(), Failure> {
     #[allow(unused_mut)]
     let mut connector = Connector::new();
     #[cfg(unix)]
-    if let Some(dir) = &o.socket_dir {
+    if let Some(dir) = args::socket_dir(o.socket_dir.clone(), std::env::var_os(args::SOCKET_DIR_ENV)) {
         connector = connector.socket_dir(dir);
     }
-    let ctx = Ctx { connector, json: o.json, timeout: o.timeout };
+    let ctx = Ctx { connector, output: o.output, json: o.output == args::Output::Json, timeout: o.timeout };
     // A call's request is read and confirmed before the time limit starts: it bounds the
     // daemon's answer, not the person at the prompt.
     // Its -timeout bounds each step; the whole run takes as long as its steps.
@@ -160,6 +203,7 @@ async fn run(o: args::Options) -> Result<(), Failure> {
             Command::BiosSerial => list::bios_serial(&ctx).await,
             Command::Service(name) => list::service(&ctx, &name).await,
             Command::Methods(api) => methods(&ctx, api),
+            Command::Version => version(&ctx).await,
             Command::Conformance { .. } => Err(Failure::Other(anyhow::anyhow!("conformance runs above"))),
             Command::Call { api, .. } => match prepared {
                 Some(prepared) => call(&ctx, api, prepared).await,
@@ -180,18 +224,81 @@ fn methods(ctx: &Ctx, only: Option<csi_proxy_client::Api>) -> Result<(), Failure
     for api in csi_proxy_client::APIS.iter().filter(|a| only.is_none_or(|o| o == **a)) {
         for m in dynamic::methods(&pool, api) {
             let kind = if dynamic::is_read_only(m.name()) { "read-only" } else { "mutating" };
-            rows.push(vec![format!("{}/{}", api.group, api.version), m.name().to_string(), kind.to_string()]);
+            rows.push(vec![
+                format!("{}/{}", api.group, api.version),
+                m.name().to_string(),
+                kind.to_string(),
+                m.input().full_name().to_string(),
+                m.output().full_name().to_string(),
+            ]);
             json.push(serde_json::json!({
                 "api": format!("{}/{}", api.group, api.version),
                 "method": m.name(),
                 "mutating": kind == "mutating",
                 "request": m.input().full_name(),
+                "response": m.output().full_name(),
             }));
         }
     }
-    ctx.print(&["API", "METHOD", "KIND"], rows, json.into());
+    ctx.print(&["API", "METHOD", "KIND", "REQUEST", "RESPONSE"], 3, rows, json.into());
     Ok(())
 }
+
+/// This program's version, then the daemon's: the `csi-proxy-version` header of its answer to a
+/// health check on the first endpoint that answers (every answer of csi-proxy carries it).
+async fn version(ctx: &Ctx) -> Result<(), Failure> {
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let client = env!("CARGO_PKG_VERSION");
+    let mut reached = None;
+    let mut last_error = None;
+    for api in csi_proxy_client::APIS {
+        let channel = match ctx.connector.connect(*api).await {
+            Ok(c) => c,
+            Err(e) => {
+                last_error = Some(e.to_string());
+                continue;
+            }
+        };
+        let metadata = match HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await {
+            Ok(r) => r.metadata().clone(),
+            // A daemon without the health service (upstream's) still answers, with its headers.
+            Err(s) if s.code() == tonic::Code::Unimplemented => s.metadata().clone(),
+            Err(s) => {
+                last_error = Some(format!("health check: code {:?}: {}", s.code(), s.message()));
+                continue;
+            }
+        };
+        let daemon = metadata.get(VERSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        reached = Some((ctx.connector.endpoint(api), daemon));
+        break;
+    }
+    let Some((endpoint, daemon)) = reached else {
+        if ctx.json {
+            println!("{}", serde_json::json!({"client": {"version": client}}));
+        } else {
+            println!("csi-proxyctl {client}");
+        }
+        return Err(Failure::Other(anyhow::anyhow!(
+            "cannot reach the daemon on any endpoint: {}",
+            last_error.unwrap_or_default()
+        )));
+    };
+    let shown = daemon.clone().unwrap_or_else(|| "unknown (its answer names no version: not this csi-proxy)".into());
+    if ctx.json {
+        let out = serde_json::json!({
+            "client": {"version": client},
+            "daemon": {"version": daemon, "endpoint": endpoint},
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else {
+        println!("csi-proxyctl {client}");
+        println!("csi-proxy {}", term::printable(&shown));
+    }
+    Ok(())
+}
+
+/// The header every answer of csi-proxy carries, naming its version (crates/transport).
+const VERSION_HEADER: &str = "csi-proxy-version";
 
 /// A call ready to send: its method, its request and how it is named in messages.
 struct Prepared {
@@ -208,18 +315,23 @@ const MAX_REQUEST: u64 = 1 << 20;
 /// a mutating method, asks for confirmation.
 fn prepare_call(api: csi_proxy_client::Api, method: &str, request: &str, yes: bool) -> Result<Prepared, Failure> {
     let pool = dynamic::pool();
-    let m = dynamic::method(&pool, &api, method)?;
+    // An unknown method, a request file that can't be read, a request that is too large or not
+    // the method's JSON: usage errors (exit status 2), nothing was sent.
+    let usage = |e: anyhow::Error| Failure::Usage(format!("{e:#}"));
+    let m = dynamic::method(&pool, &api, method).map_err(usage)?;
     let (text, from_stdin) = match request {
         "-" => (read_bounded(std::io::stdin().lock(), "standard input")?, true),
         _ => match request.strip_prefix('@') {
             Some(file) => {
-                let f = std::fs::File::open(file).with_context(|| format!("opening the request file {file:?}"))?;
+                let f = std::fs::File::open(file)
+                    .with_context(|| format!("opening the request file {:?}", bounded(file)))
+                    .map_err(usage)?;
                 (read_bounded(f, file)?, false)
             }
             None => (request.to_string(), false),
         },
     };
-    let req = dynamic::request(&m, &text)?;
+    let req = dynamic::request(&m, &text).map_err(usage)?;
     let what = format!("{}/{}", api.service_name(), m.name());
     if !dynamic::is_read_only(m.name()) && !yes {
         if from_stdin {
@@ -233,14 +345,23 @@ fn prepare_call(api: csi_proxy_client::Api, method: &str, request: &str, yes: bo
     Ok(Prepared { method: m, request: req, what })
 }
 
-/// All of `from`, as UTF-8, refusing more than [`MAX_REQUEST`] bytes.
+/// All of `from`, as UTF-8, refusing more than [`MAX_REQUEST`] bytes (a usage error).
 fn read_bounded(from: impl std::io::Read, name: &str) -> Result<String, Failure> {
     let mut text = String::new();
-    from.take(MAX_REQUEST + 1).read_to_string(&mut text).with_context(|| format!("reading the request from {name}"))?;
+    let name = bounded(name);
+    from.take(MAX_REQUEST + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading the request from {name}"))
+        .map_err(|e| Failure::Usage(format!("{e:#}")))?;
     if text.len() as u64 > MAX_REQUEST {
-        return Err(Failure::Other(anyhow::anyhow!("the request in {name} is larger than {MAX_REQUEST} bytes")));
+        return Err(Failure::Usage(format!("the request in {name} is larger than {MAX_REQUEST} bytes")));
     }
     Ok(text)
+}
+
+/// At most 256 characters of `s`, for quoting what was given in a message.
+fn bounded(s: &str) -> String {
+    s.chars().take(256).collect()
 }
 
 async fn call(ctx: &Ctx, api: csi_proxy_client::Api, p: Prepared) -> Result<(), Failure> {

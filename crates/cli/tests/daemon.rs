@@ -43,8 +43,9 @@ fn errors_show_the_grpc_code_and_message() {
     let err = text(&out.stderr);
     assert!(err.contains("v1.Disk/GetDiskStats: code NotFound (5): disk 12345"), "{err}");
 
+    // A request that is not the method's JSON is a usage error: nothing was sent.
     let out = d.ctl(&["call", "disk/v1", "GetDiskStats", r#"{"disk": 1}"#]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("not a valid v1.GetDiskStatsRequest"), "{}", text(&out.stderr));
 
     let out = Command::new(CTL).args(["-socket-dir", "/nonexistent-csi-proxy", "disks"]).output().unwrap();
@@ -104,10 +105,10 @@ fn a_request_comes_from_standard_input_or_a_file() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), serde_json::json!({"exists": true}));
 
-    // More than a request can be is refused before anything is sent.
+    // More than a request can be is refused before anything is sent (a usage error).
     let huge = format!("{{\"path\": \"{}\"}}", "x".repeat(2 << 20));
     let out = ctl_with_stdin(&["call", "filesystem/v1", "PathExists", "-"], &huge);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("larger than 1048576 bytes"), "{}", text(&out.stderr));
 }
 
@@ -191,6 +192,9 @@ fn help_names_every_command() {
         "--yes",
         "-socket-dir",
         "-json",
+        "-o, -output <format>",
+        "version",
+        "CSI_PROXY_SOCKET_DIR",
     ] {
         assert!(help.contains(word), "--help does not mention {word}");
     }
