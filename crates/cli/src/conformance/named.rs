@@ -10,7 +10,7 @@ use csi_proxy_flows::{Node, Proxy};
 use std::time::Duration;
 
 /// What each check settles (the step shown on Linux).
-pub const CHECKS: [(&str, &str); 8] = [
+pub const CHECKS: [(&str, &str); 10] = [
     (PARTITION_AFTER_ONLINE, "R4: PartitionDisk right after SetDiskState brings the disk online"),
     (FORMAT_EMPTY_LABEL, "R8: FormatVolume with an empty FileSystemLabel"),
     (STORAGE_PROVIDER, "R1: Storage provider (MSFT_*) calls at the blanket's level"),
@@ -19,6 +19,11 @@ pub const CHECKS: [(&str, &str); 8] = [
     (LINK_NOT_MOUNT_POINT, "R3: GetVolumeNameForVolumeMountPointW of a link means not a mount point"),
     (RMDIR_SHARES, "R3: Rmdir of a mounted folder shares it with the mount manager"),
     (UNKNOWN_MOUNT_POINT, "R2: Rmdir removes a mount point the mount manager no longer knows"),
+    (ONLINE_CLEARS_READ_ONLY, "SetDiskState online clears the READ_ONLY attribute (IOCTL_DISK_SET_DISK_ATTRIBUTES)"),
+    (
+        RESIZE_BY_DISK_NUMBER,
+        "ResizeVolume(disk number, 0) grows from the disk's table (IOCTL_DISK_GET_DRIVE_LAYOUT_EX)",
+    ),
 ];
 const PARTITION_AFTER_ONLINE: &str = "partition-right-after-online";
 const FORMAT_EMPTY_LABEL: &str = "format-with-empty-label";
@@ -28,6 +33,8 @@ const BELOW_STAGED: &str = "paths-below-a-staged-volume-are-inside-the-roots";
 const LINK_NOT_MOUNT_POINT: &str = "get-volume-name-of-a-link-says-not-a-mount-point";
 const RMDIR_SHARES: &str = "rmdir-of-a-mounted-folder-shares-with-the-mount-manager";
 const UNKNOWN_MOUNT_POINT: &str = "mount-point-unknown-to-mount-manager-is-removed";
+const ONLINE_CLEARS_READ_ONLY: &str = "online-clears-read-only";
+const RESIZE_BY_DISK_NUMBER: &str = "resize-by-disk-number-from-the-table";
 
 /// What a check left its dependents: nothing (it passed) or what their steps get instead.
 #[derive(Default)]
@@ -173,6 +180,68 @@ pub async fn windows_checks(report: &mut Report, p: &mut Proxy, made: &mut Made,
     if disk.is_some() {
         let mut c = report.check(UNKNOWN_MOUNT_POINT);
         c.run("Rmdir of the checks' folder", async { Ok(p.rmdir(&base, true).await?) }).await;
+    }
+    read_only_and_resize_checks(report, p, made).await;
+}
+
+/// Issue 29 on a disk of their own: SetDiskState(online) clears a read-only disk with
+/// SET_DISK_ATTRIBUTES (AttributesMask OFFLINE | READ_ONLY, Persist TRUE), which only a real disk
+/// driver can show (PartitionDisk refuses a read-only disk); then azuredisk >= 1.32's stage
+/// resize, ResizeVolume of the disk number with size 0, grows the volume after the disk grew,
+/// its largest size read from IOCTL_DISK_GET_DRIVE_LAYOUT_EX instead of GetSupportedSize.
+async fn read_only_and_resize_checks(report: &mut Report, p: &mut Proxy, made: &mut Made) {
+    let mut c = report.check(ONLINE_CLEARS_READ_ONLY);
+    let disk = new_disk(&mut c, made).await;
+    let n = disk.unwrap_or(u32::MAX);
+    let script = made.scratch_dir.join("read-only.diskpart");
+    c.run("make the disk read-only (diskpart: attributes disk set readonly)", async {
+        std::fs::write(&script, format!("select disk {n}\r\nattributes disk set readonly\r\n"))
+            .map_err(|e| wrong(format!("writing {}: {e}", script.display())))?;
+        let root = std::env::var_os("SystemRoot").unwrap_or_else(|| "C:\\Windows".into());
+        let diskpart = std::path::Path::new(&root).join("System32").join("diskpart.exe");
+        let out = std::process::Command::new(&diskpart)
+            .arg("/s")
+            .arg(&script)
+            .output()
+            .map_err(|e| wrong(format!("running {}: {e}", diskpart.display())))?;
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(wrong(format!("diskpart exited with {}", out.status))),
+        }
+    })
+    .await;
+    c.run("SetDiskState online", async { Ok(p.set_disk_state(n, true).await?) }).await;
+    c.run("PartitionDisk (refused while the disk is read-only)", async { Ok(p.partition_disk(n).await?) }).await;
+    let mut done = Outcomes::default();
+    done.record(&c);
+
+    let mut c = report.check(RESIZE_BY_DISK_NUMBER);
+    done.gate(&mut c, &[ONLINE_CLEARS_READ_ONLY]);
+    let id = c
+        .run("ListVolumesOnDisk", async {
+            match &p.list_volumes_on_disk(n).await?[..] {
+                [id] => Ok(id.clone()),
+                ids => Err(wrong(format!("expected the one volume of the new partition, got {}", ids.len()))),
+            }
+        })
+        .await
+        .unwrap_or_default();
+    c.run("FormatVolume", async { Ok(p.format_volume(&id).await?) }).await;
+    c.run("grow the disk to twice its size", async { Ok(made.disks.grow(n, 2 * SIZE)?) }).await;
+    c.run("Rescan", async { Ok(p.rescan().await?) }).await;
+    c.run("ResizeVolume(\"<disk number>\", 0)", async { Ok(p.resize_volume(&n.to_string(), 0).await?) }).await;
+    c.run("GetVolumeStats: the volume grew", async {
+        let (total, _) = p.volume_stats(&id).await?;
+        if total > (SIZE + SIZE / 2) as i64 && total <= 2 * SIZE as i64 {
+            Ok(())
+        } else {
+            Err(wrong(format!("size {total}, expected more than {} MiB", (SIZE + SIZE / 2) / MIB)))
+        }
+    })
+    .await;
+    if disk.is_some() {
+        c.blocked = None;
+        c.run("remove the scratch disk", async { Ok(made.disks.remove(n)?) }).await;
     }
 }
 
