@@ -30,9 +30,11 @@ use csi_proxy_stack_tests::flows::{
 };
 use csi_proxy_stack_tests::TestServer;
 use csi_proxy_transport::ConnPolicy;
+use csi_proxy_wire::Group;
 use csi_proxy_wire::APIS;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
+use tonic::Code;
 
 const ROOT: &str = r"C:\var\lib\kubelet";
 const C_VOLUME: &str = r"\\?\Volume{c0c0c0c0-0000-4000-8000-00000000000c}\";
@@ -78,6 +80,85 @@ struct Machine {
     used: u64,
     /// SMB global mappings, by share root (`\\srv\share`).
     mapped: BTreeSet<String>,
+    /// How the attached disks identify themselves (ListDiskLocations, ListDiskIDs).
+    identities: Vec<Identity>,
+    /// Server names the node's resolver knows (a driver's net.ResolveIPAddr).
+    dns: BTreeMap<String, String>,
+}
+
+/// One attached disk as the storage stack describes it.
+#[derive(Debug, Clone)]
+struct Identity {
+    number: u32,
+    /// MSFT_Disk.Location's LUN.
+    lun: &'static str,
+    /// The device-associated page 0x83 identifier: (code set, bytes); `None` for a device that
+    /// has no identifiers page (NVMe answers ERROR_NOT_SUPPORTED).
+    page83: Option<(u32, Vec<u8>)>,
+    /// STORAGE_DEVICE_DESCRIPTOR's serial number, as the device wrote it (padding and all).
+    serial: Option<&'static str>,
+}
+
+const CODE_SET_BINARY: u32 = 1;
+const CODE_SET_ASCII: u32 = 2;
+
+/// The OS disk every node has (disk 0, LUN 0 on Hyper-V's first adapter).
+fn os_disk() -> Identity {
+    Identity {
+        number: 0,
+        lun: "0",
+        page83: Some((CODE_SET_ASCII, b"MSFT    Virtual Disk    0".to_vec())),
+        serial: Some(""),
+    }
+}
+
+/// STORAGE_DEVICE_NUMBER of a disk.
+fn device_number(number: u32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend(7u32.to_le_bytes()); // DeviceType: FILE_DEVICE_DISK
+    b.extend(number.to_le_bytes()); // DeviceNumber
+    b.extend(u32::MAX.to_le_bytes()); // PartitionNumber: the whole disk
+    b
+}
+
+/// STORAGE_DEVICE_ID_DESCRIPTOR with one device-associated identifier, padded to 4 bytes.
+fn id_descriptor(code_set: u32, id: &[u8]) -> Vec<u8> {
+    let padded = (16 + id.len()).div_ceil(4) * 4;
+    let mut b = Vec::new();
+    b.extend(12u32.to_le_bytes()); // Version
+    b.extend((12 + padded as u32).to_le_bytes()); // Size
+    b.extend(1u32.to_le_bytes()); // NumberOfIdentifiers
+    b.extend(code_set.to_le_bytes()); // CodeSet
+    b.extend(3u32.to_le_bytes()); // Type: StorageIdTypeFCPHName (NAA) / any
+    b.extend((id.len() as u16).to_le_bytes()); // IdentifierSize
+    b.extend(0u16.to_le_bytes()); // NextOffset
+    b.extend(0u32.to_le_bytes()); // Association: device
+    b.extend(id);
+    b.resize(12 + padded, 0);
+    b
+}
+
+/// STORAGE_DEVICE_DESCRIPTOR with `serial` (NUL-terminated) after the fixed part.
+fn device_descriptor(serial: Option<&str>) -> Vec<u8> {
+    let at = 40u32;
+    let size = at + serial.map_or(0, |s| s.len() as u32 + 1);
+    let mut b = Vec::new();
+    b.extend(40u32.to_le_bytes()); // Version
+    b.extend(size.to_le_bytes()); // Size
+    b.extend([0, 0, 0, 1]); // DeviceType, DeviceTypeModifier, RemovableMedia, CommandQueueing
+    b.extend([0u8; 12]); // VendorIdOffset, ProductIdOffset, ProductRevisionOffset
+    b.extend(serial.map_or(0, |_| at).to_le_bytes()); // SerialNumberOffset
+    b.extend(1u32.to_le_bytes()); // BusType
+    b.extend([0u8; 8]); // RawPropertiesLength, RawDeviceProperties
+    if let Some(s) = serial {
+        b.extend(s.as_bytes());
+        b.push(0);
+    }
+    b
+}
+
+fn interface(n: u32) -> String {
+    format!(r"\\?\scsi#disk&ven_msft&prod_virtual_disk#000{n}#{{53f56307-b6bf-11d0-94f2-00a0c91efb8b}}")
 }
 
 /// A request's drive path as the model keys it (drive letter upper case, no trailing `\`);
@@ -121,6 +202,8 @@ impl Machine {
             partition_size: 0,
             used: 0,
             mapped: BTreeSet::new(),
+            identities: vec![os_disk()],
+            dns: BTreeMap::new(),
         }
     }
 
@@ -214,6 +297,7 @@ impl Machine {
         self.script_volumes(&s);
         self.script_disk(&s, line);
         self.script_smb(&s);
+        self.script_identities(&s);
         s
     }
 
@@ -295,18 +379,64 @@ impl Machine {
             Answer::Bytes(b)
         };
         s.on(format!("ioctl {drive} 0x700f0"), attributes(self.online));
-        if line.starts_with("disk/v1.SetDiskState") {
+        if line.starts_with("disk/v1.SetDiskState") || line.starts_with("disk/v1beta2.SetAttachState") {
             s.on(format!("ioctl {drive} 0x700f0"), attributes(line.ends_with(" online")));
         }
         s.on(format!("ioctl {drive} 0x7c0f4 w"), Answer::Bytes(Vec::new()));
-        // DISK_GEOMETRY_EX: the geometry, then DiskSize.
+        // DISK_GEOMETRY_EX: the geometry (BytesPerSector at 20), then DiskSize.
         let mut geometry = vec![0u8; 32];
+        geometry[20..24].copy_from_slice(&512u32.to_le_bytes());
         geometry[24..32].copy_from_slice(&self.disk_size.to_le_bytes());
         s.on(format!("ioctl {drive} 0x700a0"), Answer::Bytes(geometry));
+        // DRIVE_LAYOUT_INFORMATION_EX: GPT, the usable area of the table as written for the
+        // disk's size, the MSR and (once made) the data partition.
+        let mut layout = Vec::new();
+        layout.extend(1u32.to_le_bytes()); // PartitionStyle: GPT
+        layout.extend((1 + u32::from(self.partitioned)).to_le_bytes()); // PartitionCount
+        layout.extend([7u8; 16]); // DiskId
+        layout.extend((34 * 512u64).to_le_bytes()); // StartingUsableOffset
+        layout.extend((self.disk_size - 34 * 512 - 33 * 512).to_le_bytes()); // UsableLength
+        layout.extend(128u32.to_le_bytes()); // MaxPartitionCount
+        layout.extend([0u8; 4]);
+        layout.extend(partition_entry(MIB, 128 * MIB, 1, GPT_MSR_BYTES));
+        if self.partitioned {
+            layout.extend(partition_entry(DATA_OFFSET, self.partition_size, 2, GPT_BASIC_DATA_BYTES));
+        }
+        s.on(format!("ioctl {drive} 0x70050"), Answer::Bytes(layout));
+    }
+
+    /// ListDiskLocations (MSFT_Disk.Location) and ListDiskIDs (the disk interfaces' IOCTLs).
+    fn script_identities(&self, s: &Script) {
+        let q = Query::select(Namespace::Storage, "MSFT_Disk", &["Number", "Location"]);
+        let rows = (self.identities.iter())
+            .map(|d| {
+                Row::new("MSFT_Disk", format!("MSFT_Disk{}", d.number))
+                    .with("Number", d.number)
+                    .with("Location", format!("Integrated : Adapter 0 : Port 0 : Target 0 : LUN {}", d.lun))
+            })
+            .collect();
+        s.on_query(&q, rows);
+        s.on("disk_interfaces", Answer::Strings((0..self.identities.len() as u32).map(interface).collect()));
+        for (i, d) in self.identities.iter().enumerate() {
+            let iface = interface(i as u32);
+            s.on(format!("ioctl {iface} 0x2d1080"), Answer::Bytes(device_number(d.number)));
+            let ids = match &d.page83 {
+                Some((code_set, id)) => Answer::Bytes(id_descriptor(*code_set, id)),
+                None => Answer::Win32Error(code::ERROR_NOT_SUPPORTED),
+            };
+            s.on(format!("ioctl {iface} 0x2d1400"), ids);
+            s.on(format!("ioctl {iface} 0x2d1400"), Answer::Bytes(device_descriptor(d.serial)));
+        }
     }
 
     fn script_smb(&self, s: &Script) {
-        for root in [r"\\fileserver\share", r"\\acct.file.core.windows.net\share"] {
+        let resolved = self.dns.values().map(|ip| format!(r"\\{ip}\share"));
+        let roots: Vec<String> = [r"\\fileserver\share", r"\\acct.file.core.windows.net\share"]
+            .map(String::from)
+            .into_iter()
+            .chain(resolved)
+            .collect();
+        for root in roots.iter().map(String::as_str) {
             let q = Query::select(Namespace::Smb, "MSFT_SmbGlobalMapping", &["RemotePath", "Status", "LocalPath"])
                 .eq("RemotePath", root);
             let rows = if self.mapped.contains(root) {
@@ -366,6 +496,20 @@ fn on_volume(s: &Script, id: &str, disk: u32, offset: u64, length: u64, number: 
     extents.extend(offset.to_le_bytes()); // StartingOffset
     extents.extend(length.to_le_bytes()); // ExtentLength
     s.on(format!("ioctl {device} 0x560000"), Answer::Bytes(extents));
+    s.on(
+        format!("ioctl {device} 0x70048"),
+        Answer::Bytes(partition_entry(offset, length, number, GPT_BASIC_DATA_BYTES)),
+    );
+}
+
+/// The GPT types' GUIDs as stored (the first three fields little-endian).
+const GPT_BASIC_DATA_BYTES: [u8; 16] =
+    [0xa2, 0xa0, 0xd0, 0xeb, 0xe5, 0xb9, 0x33, 0x44, 0x87, 0xc0, 0x68, 0xb6, 0xb7, 0x26, 0x99, 0xc7];
+const GPT_MSR_BYTES: [u8; 16] =
+    [0x16, 0xe3, 0xc9, 0xe3, 0x5c, 0x0b, 0xb8, 0x4d, 0x81, 0x7d, 0xf9, 0x2d, 0xf0, 0x02, 0x15, 0xae];
+
+/// PARTITION_INFORMATION_EX (GPT), 144 bytes.
+fn partition_entry(offset: u64, length: u64, number: u32, kind: [u8; 16]) -> Vec<u8> {
     let mut info = Vec::new();
     info.extend(1u32.to_le_bytes()); // PartitionStyle: GPT
     info.extend([0; 4]);
@@ -373,11 +517,11 @@ fn on_volume(s: &Script, id: &str, disk: u32, offset: u64, length: u64, number: 
     info.extend(length.to_le_bytes()); // PartitionLength
     info.extend(number.to_le_bytes()); // PartitionNumber
     info.extend([0; 4]); // RewritePartition, IsServicePartition
-    info.extend([0xa2, 0xa0, 0xd0, 0xeb, 0xe5, 0xb9, 0x33, 0x44, 0x87, 0xc0, 0x68, 0xb6, 0xb7, 0x26, 0x99, 0xc7]);
+    info.extend(kind); // PartitionType
     info.extend([9; 16]); // PartitionId
     info.extend(0u64.to_le_bytes()); // Attributes
     info.extend([0; 72]); // Name
-    s.on(format!("ioctl {device} 0x70048"), Answer::Bytes(info));
+    info
 }
 
 /// The filesystem group in upstream's semantics over the model: drive paths only (upstream's
@@ -479,6 +623,36 @@ impl Local for ModelLocal {
             Some(Kind::Link(t)) => Some(t.strip_prefix(r"\\?\UNC\").map_or(t.clone(), |unc| format!(r"\\{unc}"))),
             _ => None,
         }
+    }
+    /// A link to a share that is no longer mapped, or to a folder that is gone, can't be read;
+    /// nor can the volume of a disk that went offline.
+    fn read_dir(&self, path: &str) -> std::result::Result<(), String> {
+        let p = canon(path).or_else(|| canon(&format!("C:{path}"))).unwrap();
+        let m = self.0.lock().unwrap();
+        match m.tree.get(&p) {
+            None => Err("The system cannot find the file specified.".into()),
+            Some(Kind::Dir) => Ok(()),
+            Some(Kind::Mount(_)) if m.online => Ok(()),
+            Some(Kind::Mount(_)) => Err("The device is not ready.".into()),
+            Some(Kind::Link(t)) => match t.strip_prefix(r"\\?\UNC\") {
+                Some(unc) if m.mapped.contains(&share_root(&format!(r"\\{unc}"))) => Ok(()),
+                Some(_) => Err("The network path was not found.".into()),
+                None if m.tree.contains_key(t.as_str()) => Ok(()),
+                None => Err("The system cannot find the path specified.".into()),
+            },
+        }
+    }
+    fn remove(&self, path: &str) -> std::result::Result<(), String> {
+        let p = canon(path).or_else(|| canon(&format!("C:{path}"))).unwrap();
+        let mut m = self.0.lock().unwrap();
+        let below = format!(r"{p}\");
+        if m.tree.keys().any(|k| k.starts_with(&below)) {
+            return Err("The directory is not empty.".into());
+        }
+        m.tree.remove(&p).map(drop).ok_or_else(|| "The system cannot find the file specified.".into())
+    }
+    fn resolve_ipv4(&self, host: &str) -> Option<String> {
+        self.0.lock().unwrap().dns.get(host).cloned()
     }
 }
 
@@ -629,6 +803,13 @@ impl Win {
             *swap.0.lock().unwrap() = windows_groups(&script, &machine);
             *c = (line.to_owned(), script);
         }));
+        p
+    }
+
+    /// [`Win::proxy`] with the fallback versions' clients too.
+    async fn legacy_proxy(&self) -> Proxy {
+        let mut p = self.proxy().await;
+        p.connect_legacy(|g, v| self.server.channel(g, v)).await;
         p
     }
 
@@ -889,5 +1070,423 @@ async fn azurefile_node_flows() {
     w.ok("NodeUnstageVolume", smb::unstage(&mut p, &w.node, &local, smb::Driver::AzureFile, &s).await);
     assert_eq!(w.at(&s.staging), None);
     assert!(p.called("smb/v1.RemoveSmbGlobalMapping").is_empty());
+    assert_no_warnings(&p);
+}
+
+/// The node after a clone or restored snapshot of a 10 GiB disk is attached as 20 GiB: the
+/// data partition and NTFS are the source's size, the disk is larger.
+fn larger_clone(m: &mut Machine) {
+    m.partitioned = true;
+    m.formatted = true;
+    m.partition_size = 10 * GIB - DATA_OFFSET - MIB;
+    m.used = 3 * GIB;
+    m.disk_size = 20 * GIB;
+}
+
+/// azuredisk-csi-driver v1.34.5 (pkg/azuredisk/nodeserver.go, azure_common_windows.go,
+/// pkg/mounter/safe_mounter_windows.go): the disk is found by its LUN, and NodeStageVolume ends
+/// with ResizeVolume whose volume ID is the disk number: a larger clone's volume grows there.
+/// NodeExpandVolume's size check compares the filesystem before resizing, so an online
+/// expansion is Unavailable in csi-proxy mode (the driver's, not the daemon's, doing); a stale
+/// pod link whose ReadDir fails is removed by the next publish, which fails for the retry.
+#[tokio::test]
+async fn azuredisk_v1_34_stage_resizes_a_larger_clone() {
+    let w = Win::start().await;
+    {
+        let mut m = w.machine();
+        larger_clone(&mut m);
+        m.identities.push(Identity { number: DISK, lun: "3", page83: None, serial: None });
+    }
+    let mut p = w.proxy().await;
+    let local = ModelLocal(w.machine.clone());
+    let v = w.block_volume("disk.csi.azure.com", "pvc-azuredisk-clone");
+
+    let disk = w.ok("getDevicePathWithLUN", azuredisk::v1_34::find_disk_by_lun(&mut p, "3").await);
+    assert_eq!(disk, DISK);
+    assert_eq!(p.calls, ["disk/v1.Rescan", "disk/v1.ListDiskLocations"]);
+    let r = azuredisk::v1_34::find_disk_by_lun(&mut p, "7").await.unwrap_err();
+    assert_eq!(r.code, Code::Internal);
+    assert!(r.message.contains("could not find disk id for lun: 7"), "{r}");
+
+    let before = w.machine().partition_size;
+    w.ok("NodeStageVolume", azuredisk::v1_34::stage(&mut p, &w.node, &local, &v, "3").await);
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+    assert_eq!(p.called("volume/v1.ResizeVolume"), ["volume/v1.ResizeVolume 2 0"]);
+    assert!(p.called("volume/v1.FormatVolume").is_empty(), "the clone's NTFS is kept");
+    let after = w.machine().partition_size;
+    assert!(after > before + 9 * GIB, "the volume grew over the larger disk: {before} -> {after}");
+
+    w.ok("NodePublishVolume", azuredisk::v1_34::publish(&mut p, &w.node, &local, &v).await);
+    let staged = canon(&w.node.n(&v.staging)).unwrap();
+    assert_eq!(w.at(&v.publish), Some(Kind::Link(staged.clone())));
+    let (total, _) = w.ok("NodeGetVolumeStats", azuredisk::stats(&mut p, &v).await);
+    assert_eq!(total as u64, w.machine().fs_size());
+
+    // The cloud grows the disk to 30 GiB; NodeExpandVolume for 29 GiB.
+    w.machine().disk_size = 30 * GIB;
+    let before = p.calls.len();
+    let r = azuredisk::v1_34::expand(&mut p, &w.node, &v, 29 * GIB as i64).await.unwrap_err();
+    assert_eq!(r.code, Code::Unavailable, "{r}");
+    assert!(r.message.contains("size check failed: current 20 GiB < requested 29 GiB"), "{r}");
+    assert!(!p.calls[before..].iter().any(|c| c.contains("ResizeVolume")), "{:#?}", &p.calls[before..]);
+
+    w.ok("NodeUnpublishVolume", azuredisk::unpublish(&mut p, &w.node, &v).await);
+    w.ok("NodeUnstageVolume", azuredisk::unstage(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.staging), None);
+    // The kubelet restages (the pod moved back): the stage-resize grows the volume to 30 GiB.
+    w.machine().mkdir_all(&canon(&w.node.n(&v.staging)).unwrap());
+    w.ok("NodeStageVolume again", azuredisk::v1_34::stage(&mut p, &w.node, &local, &v, "3").await);
+    assert_eq!(w.machine().partition_size, 30 * GIB - DATA_OFFSET - MIB);
+    assert_no_warnings(&p);
+
+    // The disk went offline under the mounted staging folder (a re-attach, upstream
+    // csi-proxy#437): its ReadDir fails, the driver unmounts it (the cache flush by the path as
+    // sent, then Rmdir) and fails this call; once the disk is back the retry stages again.
+    quiet(&w, &mut p).await;
+    w.machine().online = false;
+    let before = p.calls.len();
+    let r = azuredisk::v1_34::stage(&mut p, &w.node, &local, &v, "3").await.unwrap_err();
+    assert_eq!(r.code, Code::Internal);
+    assert!(r.message.contains("The device is not ready"), "{r}");
+    assert_eq!(w.at(&v.staging), None, "the unreadable mount was removed: {:#?}", &p.calls[before..]);
+    let names: Vec<&str> = p.calls[before..].iter().map(|c| c.split(' ').next().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "filesystem/v1.PathExists",
+            "filesystem/v1.IsSymlink",
+            "volume/v1.GetVolumeIDFromTargetPath",
+            "volume/v1.WriteVolumeCache",
+            "filesystem/v1.Rmdir"
+        ]
+    );
+    assert!(p.warnings.iter().any(|w| w.starts_with("ReadDir")), "{:#?}", p.warnings);
+    w.machine().online = true;
+    w.machine().mkdir_all(&staged);
+    w.ok("NodeStageVolume retried", azuredisk::v1_34::stage(&mut p, &w.node, &local, &v, "3").await);
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+}
+
+/// Makes a call without effects, so that the model's state can be changed by the test (the
+/// model applies the last call's effects whenever it is settled).
+async fn quiet(w: &Win, p: &mut Proxy) {
+    p.path_exists(&format!(r"{ROOT}\quiet")).await.unwrap();
+    w.settle();
+    p.calls.pop();
+}
+
+/// azuredisk-csi-driver v1.34.5 with `--use-csiproxy-ga-interface=false`
+/// (pkg/mounter/safe_mounter_v1beta_windows.go): filesystem v1beta1, disk and volume v1beta2,
+/// the disk named by its number as a string, ResizeVolume with that string at stage.
+#[tokio::test]
+async fn azuredisk_v1beta_node_flows() {
+    let w = Win::start().await;
+    {
+        let mut m = w.machine();
+        larger_clone(&mut m);
+        m.identities.push(Identity { number: DISK, lun: "3", page83: None, serial: None });
+    }
+    let mut p = w.legacy_proxy().await;
+    let v = w.block_volume("disk.csi.azure.com", "pvc-azuredisk-beta");
+
+    let disk = w.ok("getDevicePathWithLUN", azuredisk::v1beta::find_disk_by_lun(&mut p, "3").await);
+    assert_eq!(disk, DISK.to_string());
+    w.ok("NodeStageVolume", azuredisk::v1beta::stage(&mut p, &w.node, &disk, &v).await);
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+    assert_eq!(p.called("volume/v1beta2.ResizeVolume"), ["volume/v1beta2.ResizeVolume 2 0"]);
+    assert_eq!(w.machine().partition_size, 20 * GIB - DATA_OFFSET - MIB);
+    w.ok("NodePublishVolume", azuredisk::v1beta::publish(&mut p, &w.node, &v).await);
+    assert!(matches!(w.at(&v.publish), Some(Kind::Link(_))));
+    let (total, used) = w.ok("NodeGetVolumeStats", azuredisk::v1beta::stats(&mut p, &v).await);
+    // The v1beta mounter takes VolumeSize for the free bytes and adds the used ones to it.
+    assert_eq!((total as u64, used as u64), (w.machine().fs_size() + 3 * GIB, 3 * GIB));
+    w.ok("NodeUnpublishVolume", azuredisk::v1beta::unpublish(&mut p, &w.node, &v).await);
+    w.ok("NodeUnstageVolume", azuredisk::v1beta::unstage(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.staging), None);
+    assert_eq!(p.called("volume/v1beta2.WriteVolumeCache"), [format!("volume/v1beta2.WriteVolumeCache {VOLUME}")]);
+    assert!(p.calls.iter().all(|c| !c.contains("/v1.")), "only the fallback versions: {:#?}", p.calls);
+    assert_no_warnings(&p);
+}
+
+/// gcp-compute-persistent-disk-csi-driver master (safe-mounter-v1_windows.go, node.go): disks
+/// found by page 83 (the last word is the device name) and, on NVMe, by the EUI in the serial
+/// number Windows reports (`…_0000.`, trailing `.` and `_` as the device wrote them); the
+/// disk-size check before formatting; publish's IsSymlink first, and the check after a failed
+/// link.
+#[tokio::test]
+async fn gce_pd_master_node_flows() {
+    let w = Win::start().await;
+    w.machine().identities = vec![
+        Identity {
+            number: 0,
+            lun: "0",
+            page83: Some((CODE_SET_ASCII, b"Google  persistent-disk-0".to_vec())),
+            serial: Some("persistent-disk-0   "),
+        },
+        Identity {
+            number: DISK,
+            lun: "2",
+            page83: Some((CODE_SET_ASCII, b"Google  pvc-gce".to_vec())),
+            serial: Some("pvc-gce"),
+        },
+        Identity { number: 5, lun: "1", page83: None, serial: Some("10CC_9636_B6E3_CE3B_0000_0000_0000_0000.") },
+    ];
+    let mut p = w.proxy().await;
+    let local = ModelLocal(w.machine.clone());
+    let v = w.block_volume("pd.csi.storage.gke.io", "pvc-gce");
+
+    assert_eq!(w.ok("GetDiskNumber", gce_pd::master::disk_number_by_page83(&mut p, "pvc-gce").await), DISK);
+    let nvme = gce_pd::master::disk_number_nvme(&mut p, "pvc-nvme", 0x10CC_9636_B6E3_CE3B).await;
+    assert_eq!(w.ok("GetDiskNumber (NVMe)", nvme), 5, "the serial's EUI matched");
+    let r = gce_pd::master::disk_number_by_page83(&mut p, "pvc-missing").await.unwrap_err();
+    assert!(r.message.contains("could not find disk number for device pvc-missing"), "{r}");
+
+    // The controller says 11 GiB; the disk is 10: refused before anything is written.
+    let before = p.calls.len();
+    let r = gce_pd::master::stage(&mut p, &v, Some(11)).await.unwrap_err();
+    assert_eq!(r.code, Code::Internal);
+    assert_eq!(r.message, r"expected block size '\v', got '\n'");
+    assert_eq!(
+        &p.calls[before..],
+        [format!(r"filesystem/v1.IsSymlink {}", v.staging), "disk/v1.GetDiskStats 2".into()]
+    );
+    w.ok("NodeStageVolume", gce_pd::master::stage(&mut p, &v, Some(10)).await);
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+
+    w.ok("NodePublishVolume", gce_pd::master::publish(&mut p, &w.node, &local, &v).await);
+    assert!(matches!(w.at(&v.publish), Some(Kind::Link(_))));
+    let before = p.calls.len();
+    w.ok("NodePublishVolume again", gce_pd::master::publish(&mut p, &w.node, &local, &v).await);
+    assert_eq!(p.calls[before..], [format!("filesystem/v1.IsSymlink {}", v.publish)]);
+    w.ok("NodeUnpublishVolume", gce_pd::unpublish(&mut p, &w.node, &v).await);
+
+    // A staging path outside the kubelet's directory (a misconfigured kubelet root): the link
+    // is refused; IsSymlink of the target that was never made fails, and so does the call.
+    let stray = BlockVolume { staging: r"\var\lib\other\globalmount".into(), ..v.clone() };
+    let before = p.calls.len();
+    let r = gce_pd::master::publish(&mut p, &w.node, &local, &stray).await.unwrap_err();
+    assert!(r.message.starts_with("NodePublishVolume failed to check whether target path is a mount point:"), "{r}");
+    assert!(r.message.contains("PermissionDenied"), "the link's own error is reported: {r}");
+    let tail: Vec<&str> = p.calls[before..].iter().rev().take(2).map(|c| c.split(' ').next().unwrap()).collect();
+    assert_eq!(tail, ["filesystem/v1.IsSymlink", "filesystem/v1.CreateSymlink"]);
+    assert_eq!(w.at(&v.publish), None);
+    p.warnings.clear();
+
+    w.ok("NodeUnstageVolume", gce_pd::unstage(&mut p, &w.node, &v).await);
+    assert!(!w.machine().online);
+    assert_no_warnings(&p);
+}
+
+/// gcp-compute-persistent-disk-csi-driver master's fallback (safe-mounter-v1beta_windows.go,
+/// resizefs_windows.go): disk v1beta2 (ListDiskIDs' `page83` identifier, SetAttachState),
+/// filesystem and volume v1beta1.
+#[tokio::test]
+async fn gce_pd_v1beta_node_flows() {
+    let w = Win::start().await;
+    w.machine().identities.push(Identity {
+        number: DISK,
+        lun: "2",
+        page83: Some((CODE_SET_ASCII, b"Google  pvc-gce-beta".to_vec())),
+        serial: Some("pvc-gce-beta"),
+    });
+    let mut p = w.legacy_proxy().await;
+    let local = ModelLocal(w.machine.clone());
+    let v = w.block_volume("pd.csi.storage.gke.io", "pvc-gce-beta");
+
+    let disk = w.ok("GetDiskNumber", gce_pd::v1beta::disk_number_by_page83(&mut p, "pvc-gce-beta").await);
+    assert_eq!(disk, "2");
+    w.ok("NodeStageVolume", gce_pd::v1beta::stage(&mut p, &disk, &v).await);
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+    assert_eq!(p.called("volume/v1beta1.ResizeVolume"), [format!("volume/v1beta1.ResizeVolume {VOLUME} 0")]);
+    w.ok("NodePublishVolume", gce_pd::v1beta::publish(&mut p, &w.node, &local, &v).await);
+    assert!(matches!(w.at(&v.publish), Some(Kind::Link(_))));
+    w.ok("NodeUnpublishVolume", gce_pd::v1beta::unpublish(&mut p, &w.node, &v).await);
+    w.ok("NodeUnstageVolume", gce_pd::v1beta::unstage(&mut p, &w.node, &v).await);
+    assert_eq!(w.at(&v.staging), None);
+    assert!(!w.machine().online, "SetAttachState took the disk offline");
+    assert!(p.calls.iter().all(|c| !c.contains("/v1.")), "only the fallback versions: {:#?}", p.calls);
+    assert_no_warnings(&p);
+}
+
+/// The server's open file descriptors and threads (the server runs in this process).
+#[cfg(target_os = "linux")]
+fn fds_and_threads() -> (usize, usize) {
+    let count = |d: &str| std::fs::read_dir(d).unwrap().count();
+    (count("/proc/self/fd"), count("/proc/self/task"))
+}
+
+/// aws-ebs-csi-driver v1.64.0 (mount_windows_proxyV1.go FindDevicePath, node.go): the disk is
+/// found by the serial number containing the volume ID without dashes, on a disk v1 connection
+/// made for that call and closed after it; NodeExpandVolume with nothing mounted at the path
+/// still finds the disk and fails the resize's lookup (Internal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ebs_v1_64_node_flows() {
+    let w = Win::start().await;
+    w.machine().identities.push(Identity {
+        number: DISK,
+        lun: "1",
+        page83: Some((CODE_SET_BINARY, vec![0x60, 0x0d, 0x02, 0x31])),
+        serial: Some("vol0123456789abcdef0"),
+    });
+    let mut p = w.proxy().await;
+    let v = w.block_volume("ebs.csi.aws.com", "pvc-ebs-164");
+    let id = "vol-0123456789abcdef0";
+    let open = || w.server.channel(Group::Disk, "v1");
+
+    w.ok("NodeStageVolume", ebs::v1_64::stage(&mut p, open(), &w.node, &v, "/dev/xvdba", id).await);
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+    assert_eq!(p.calls[0], "disk/v1.ListDiskIDs (a connection of its own)");
+    let r = ebs::v1_64::stage(&mut p, open(), &w.node, &v, "/dev/xvdbb", "vol-0fffffffffffffff0").await.unwrap_err();
+    assert_eq!(r.code, Code::NotFound);
+    assert!(r.message.contains(r#"volume id "vol-0fffffffffffffff0" not found"#), "{r}");
+
+    // NodeExpandVolume of a volume not published here: the pattern reads "not mounted", the disk
+    // is found, Rescan, and the resize's GetVolumeIDFromTargetPath fails.
+    let before = p.calls.len();
+    let r = ebs::v1_64::expand(&mut p, open(), &w.node, &v, id).await.unwrap_err();
+    assert_eq!(r.code, Code::Internal, "{r}");
+    assert!(r.message.starts_with(&format!("Could not resize volume {id:?}")), "{r}");
+    let names: Vec<&str> = p.calls[before..].iter().map(|c| c.split(' ').next().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "volume/v1.GetVolumeIDFromTargetPath",
+            "disk/v1.ListDiskIDs",
+            "disk/v1.Rescan",
+            "volume/v1.GetVolumeIDFromTargetPath"
+        ]
+    );
+
+    w.ok("NodePublishVolume", ebs::publish(&mut p, &w.node, &v).await);
+    w.machine().disk_size = 20 * GIB;
+    let size = w.ok("NodeExpandVolume", ebs::v1_64::expand(&mut p, open(), &w.node, &v, id).await);
+    assert_eq!(size as u64, 20 * GIB);
+    w.ok("NodeUnpublishVolume", ebs::unpublish(&mut p, &w.node, &v).await);
+    w.ok("NodeUnstageVolume", ebs::unstage(&mut p, &w.node, &v).await);
+    assert_no_warnings(&p);
+
+    // A connection per call, 200 times: nothing stays open in the server (this process).
+    #[cfg(target_os = "linux")]
+    {
+        let warm = w.ok(
+            "FindDevicePath",
+            ebs::v1_64::find_device_path(&mut p, open(), "", id)
+                .await
+                .map_err(|m| flows::Failure { code: Code::NotFound, message: m }),
+        );
+        assert_eq!(warm, DISK);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let (fds, threads) = fds_and_threads();
+        for _ in 0..200 {
+            let n = ebs::v1_64::find_device_path(&mut p, open(), "", id).await.unwrap();
+            assert_eq!(n, DISK);
+        }
+        // Closed connections are torn down by tasks of their own: wait for them, bounded.
+        let mut now = fds_and_threads();
+        for _ in 0..100 {
+            if now.0 <= fds && now.1 <= threads {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            now = fds_and_threads();
+        }
+        println!("200 connections: fds {fds} -> {}, threads {threads} -> {}", now.0, now.1);
+        assert!(now.0 <= fds, "file descriptors left open: {fds} before, {} after", now.0);
+        assert!(now.1 <= threads, "threads left: {threads} before, {} after", now.1);
+    }
+}
+
+/// vsphere-csi-driver v3.4.0 GetDiskNumber (mounter_windows.go): the disk whose page 83 ID is
+/// the publish context's disk UUID, as VMware's NAA identifier renders in hex.
+#[tokio::test]
+async fn vsphere_disk_discovery() {
+    let w = Win::start().await;
+    let naa = [0x60, 0x00, 0xc2, 0x9b, 0x1a, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f, 0x70, 0x81, 0x92, 0xa3, 0xb4, 0xc5];
+    w.machine().identities.push(Identity {
+        number: DISK,
+        lun: "1",
+        page83: Some((CODE_SET_BINARY, naa.to_vec())),
+        serial: Some("6000c29b1a2b3c4d5e6f708192a3b4c5"),
+    });
+    let mut p = w.proxy().await;
+    let disk = w.ok("GetDiskNumber", vsphere::disk_number(&mut p, "6000c29b1a2b3c4d5e6f708192a3b4c5").await);
+    assert_eq!(disk, DISK);
+    let r = vsphere::disk_number(&mut p, "6000C29B1A2B3C4D5E6F708192A3B4C5").await.unwrap_err();
+    assert!(r.message.contains("no matching disks found"), "the match is exact: {r}");
+}
+
+/// csi-driver-smb v1.20.3 (safe_mounter_windows.go SMBMount, nodeserver.go): one trailing
+/// backslash trimmed, a `*.svc.cluster.local` server mapped by its IPv4 address, an ephemeral
+/// inline volume mapped straight at the pod's path and unpublished with Rmdir only, and a
+/// staged link whose share went away removed (ReadDir fails) so the retry maps again.
+#[tokio::test]
+async fn smb_v1_20_node_flows() {
+    let w = Win::start().await;
+    w.machine().dns.insert("smb-server.default.svc.cluster.local".into(), "10.96.0.7".into());
+    let mut p = w.proxy().await;
+    let local = ModelLocal(w.machine.clone());
+    let s = w.share("smb.csi.k8s.io", "//smb-server.default.svc.cluster.local/share/dir//", r"CONTOSO\kube");
+
+    w.ok("NodeStageVolume", smb::stage(&mut p, &w.node, &local, smb::Driver::Smb, &s).await);
+    let mapped = format!(r"smb/v1.NewSmbGlobalMapping \\10.96.0.7\share\dir\ {} CONTOSO\kube", w.node.n(&s.staging));
+    assert_eq!(p.called("smb/v1.NewSmbGlobalMapping"), [mapped.as_str()]);
+    assert!(w.machine().mapped.contains(r"\\10.96.0.7\share"));
+
+    // The mapping went away (the node rebooted): the link is there but can't be read.
+    quiet(&w, &mut p).await;
+    w.machine().mapped.clear();
+    let before = p.calls.len();
+    let r = smb::stage(&mut p, &w.node, &local, smb::Driver::Smb, &s).await.unwrap_err();
+    assert!(r.message.contains("The network path was not found"), "{r}");
+    assert_eq!(p.calls.last().unwrap(), &format!("filesystem/v1.Rmdir {} force", w.node.n(&s.staging)));
+    assert_eq!(w.at(&s.staging), None, "{:#?}", &p.calls[before..]);
+    w.ok("NodeStageVolume retried", smb::stage(&mut p, &w.node, &local, smb::Driver::Smb, &s).await);
+    assert!(w.machine().mapped.contains(r"\\10.96.0.7\share"));
+    p.warnings.clear();
+    w.ok("NodeUnstageVolume", smb::unstage(&mut p, &w.node, &local, smb::Driver::Smb, &s).await);
+    // os.Readlink gives `\\10.96.0.7\share\dir\`; one backslash goes.
+    assert_eq!(p.called("smb/v1.RemoveSmbGlobalMapping"), [r"smb/v1.RemoveSmbGlobalMapping \\10.96.0.7\share\dir"]);
+
+    // An ephemeral inline volume: no staging, the pod's folder is the mapping's local path.
+    let e = w.share("smb.csi.k8s.io", "//fileserver/share/inline", r"CONTOSO\kube");
+    w.ok("NodePublishVolume (ephemeral)", smb::publish_ephemeral(&mut p, &w.node, &local, &e).await);
+    assert_eq!(w.at(&e.publish), Some(Kind::Link(r"\\?\UNC\fileserver\share\inline\".into())));
+    let before = p.calls.len();
+    w.ok("NodeUnpublishVolume (ephemeral)", smb::unpublish(&mut p, &w.node, &e).await);
+    assert_eq!(p.calls[before..], [format!("filesystem/v1.Rmdir {} force", e.publish)]);
+    assert_eq!(w.at(&e.publish), None);
+    assert!(
+        w.machine().mapped.contains(r"\\fileserver\share"),
+        "the mapping stays (the driver only removes the folder)"
+    );
+    assert_no_warnings(&p);
+}
+
+/// The fallback mounters of csi-driver-smb v1.20.3 and azurefile v1.35.7
+/// (safe_mounter_v1beta_windows.go): filesystem and smb v1beta1; the trailing backslash is
+/// kept, and unstaging removes the folder only.
+#[tokio::test]
+async fn smb_and_azurefile_v1beta_node_flows() {
+    let w = Win::start().await;
+    let mut p = w.legacy_proxy().await;
+    let local = ModelLocal(w.machine.clone());
+    let s = w.share("smb.csi.k8s.io", "//fileserver/share/dir/", r"CONTOSO\kube");
+
+    w.ok("NodeStageVolume", smb::v1beta::stage(&mut p, &w.node, &local, smb::Driver::Smb, &s).await);
+    let mapped =
+        format!(r"smb/v1beta1.NewSmbGlobalMapping \\fileserver\share\dir\ {} CONTOSO\kube", w.node.n(&s.staging));
+    assert_eq!(p.called("smb/v1beta1.NewSmbGlobalMapping"), [mapped.as_str()]);
+    w.ok("NodePublishVolume", smb::v1beta::publish(&mut p, &w.node, &local, &s).await);
+    assert!(matches!(w.at(&s.publish), Some(Kind::Link(_))));
+    w.ok("NodeUnpublishVolume", smb::v1beta::unpublish(&mut p, &w.node, &s).await);
+    w.ok("NodeUnstageVolume", smb::v1beta::unstage(&mut p, &w.node, &s).await);
+    assert_eq!(w.at(&s.staging), None);
+    assert!(w.machine().mapped.contains(r"\\fileserver\share"), "v1beta unmount leaves the mapping");
+
+    let a = w.share("file.csi.azure.com", r"\\acct.file.core.windows.net\share", r"AZURE\acct");
+    w.ok("NodeStageVolume (azurefile)", smb::v1beta::stage(&mut p, &w.node, &local, smb::Driver::AzureFile, &a).await);
+    assert!(w.machine().mapped.contains(r"\\acct.file.core.windows.net\share"));
+    w.ok("NodeUnstageVolume (azurefile)", smb::v1beta::unstage(&mut p, &w.node, &a).await);
+    assert!(p.calls.iter().all(|c| !c.contains("/v1.")), "only the fallback versions: {:#?}", p.calls);
     assert_no_warnings(&p);
 }

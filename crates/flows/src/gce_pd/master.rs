@@ -58,6 +58,19 @@ pub async fn disk_number_nvme(p: &mut Proxy, device_name: &str, namespace_id: u6
 
 /// Go's `%q` of an integer: a quoted character literal (node.go formats the two sizes so).
 fn go_quote_int(n: i64) -> String {
+    let escaped = match n {
+        7 => Some(r"\a"),
+        8 => Some(r"\b"),
+        9 => Some(r"\t"),
+        10 => Some(r"\n"),
+        11 => Some(r"\v"),
+        12 => Some(r"\f"),
+        13 => Some(r"\r"),
+        _ => None,
+    };
+    if let Some(e) = escaped {
+        return format!("'{e}'");
+    }
     match u32::try_from(n).ok().and_then(char::from_u32) {
         Some(c) if (' '..='~').contains(&c) && c != '\'' && c != '\\' => format!("'{c}'"),
         Some(c) if (c as u32) < 0x80 => format!("'\\x{:02x}'", c as u32),
@@ -166,6 +179,8 @@ mod tests {
         // Only one trailing `.` goes: two leave 33 characters.
         assert_eq!(eui_of("", "10CC_9636_B6E3_CE3B_0000_0000_0000_0000.."), None);
         assert_eq!(go_quote_int(20), r"'\x14'");
+        assert_eq!(go_quote_int(10), r"'\n'");
+        assert_eq!(go_quote_int(11), r"'\v'");
         assert_eq!(go_quote_int(65), "'A'");
     }
 }
