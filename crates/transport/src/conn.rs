@@ -148,7 +148,10 @@ impl<IO> Watched<IO> {
         match r {
             Poll::Ready(Ok(n)) if *n > 0 => self.write_deadline = None,
             Poll::Pending if Self::expired(&mut self.write_deadline, self.watch.progress, cx) => {
-                tracing::debug!(timeout_ms = self.watch.progress.as_secs_f64() * 1000.0, "closing a connection whose client takes no data");
+                tracing::debug!(
+                    timeout_ms = self.watch.progress.as_secs_f64() * 1000.0,
+                    "closing a connection whose client takes no data"
+                );
                 return Some(timed_out("the client took no data within the progress timeout"));
             }
             _ => {}
@@ -249,8 +252,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const WATCH: Watch = Watch { handshake: Duration::from_secs(10), progress: Duration::from_secs(5) };
-    use crate::frame::PREFACE;
-    const SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
+    use crate::frame::{write_frame, EMPTY_SETTINGS, PREFACE, TYPE_PING};
 
     async fn read_all(g: &mut Watched<tokio::io::DuplexStream>) -> io::Result<usize> {
         let mut b = [0u8; 64];
@@ -295,17 +297,19 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(64);
         let mut g = Watched::new(server, WATCH);
         client.write_all(PREFACE).await.unwrap();
-        client.write_all(SETTINGS).await.unwrap();
+        client.write_all(&EMPTY_SETTINGS).await.unwrap();
         let reader = tokio::spawn(async move { (read_all(&mut g).await, Instant::now()) });
         // Whole frames far apart are fine: waiting between frames is not this timeout's job.
         for _ in 0..3 {
             tokio::time::sleep(WATCH.progress * 3).await;
-            client.write_all(SETTINGS).await.unwrap();
+            client.write_all(&EMPTY_SETTINGS).await.unwrap();
         }
         assert!(!reader.is_finished());
         // A frame that starts and then trickles is not.
         let start = Instant::now();
-        for &b in &[0u8, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8] {
+        let mut ping = Vec::new();
+        write_frame(TYPE_PING, 0, 0, &[1, 2, 3, 4, 5, 6, 7, 8], &mut ping);
+        for &b in &ping {
             if client.write_all(&[b]).await.is_err() {
                 break;
             }

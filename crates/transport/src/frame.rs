@@ -16,6 +16,7 @@ pub const TYPE_HEADERS: u8 = 0x1;
 pub const TYPE_RST_STREAM: u8 = 0x3;
 pub const TYPE_SETTINGS: u8 = 0x4;
 pub const TYPE_PUSH_PROMISE: u8 = 0x5;
+pub const TYPE_PING: u8 = 0x6;
 pub const TYPE_GOAWAY: u8 = 0x7;
 pub const TYPE_CONTINUATION: u8 = 0x9;
 
@@ -57,13 +58,16 @@ impl FrameHead {
     }
 
     /// The nine octets of this header. `len` must fit 24 bits.
-    pub fn encode(&self) -> [u8; HEADER_LEN] {
-        debug_assert!(self.len < 1 << 24, "frame payload of {} octets", self.len);
+    pub const fn encode(&self) -> [u8; HEADER_LEN] {
+        debug_assert!(self.len < 1 << 24, "frame payload over 24 bits");
         let len = (self.len as u32).to_be_bytes();
         let stream = self.stream.to_be_bytes();
         [len[1], len[2], len[3], self.kind, self.flags, stream[0], stream[1], stream[2], stream[3]]
     }
 }
+
+/// A SETTINGS frame with no parameters (header only), as a client's first frame often is.
+pub const EMPTY_SETTINGS: [u8; HEADER_LEN] = FrameHead { len: 0, kind: TYPE_SETTINGS, flags: 0, stream: 0 }.encode();
 
 /// Appends a whole frame (header and `payload`) to `out`.
 pub fn write_frame(kind: u8, flags: u8, stream: u32, payload: &[u8], out: &mut Vec<u8>) {
@@ -201,6 +205,7 @@ mod tests {
         let b = head.encode();
         assert_eq!(b, [1, 2, 3, 1, 4, 0x7f, 0xff, 0xff, 0xfe]);
         assert_eq!(FrameHead::parse(&b), head);
+        assert_eq!(EMPTY_SETTINGS, [0, 0, 0, 4, 0, 0, 0, 0, 0]);
         let mut reserved = b;
         reserved[5] |= 0x80;
         assert_eq!(FrameHead::parse(&reserved), head);

@@ -520,7 +520,7 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
-    use crate::frame::PREFACE;
+    use crate::frame::{EMPTY_SETTINGS, PREFACE};
 
     fn options(idle: Duration) -> ServeOptions {
         ServeOptions {
@@ -637,7 +637,7 @@ mod tests {
     async fn a_slowloris_client_is_dropped() {
         let (mut io, server) = connect(options(Duration::from_secs(300)), 10);
         io.write_all(PREFACE).await.unwrap();
-        io.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+        io.write_all(&EMPTY_SETTINGS).await.unwrap();
         let trickle = tokio::spawn(async move {
             for b in [0u8, 0, 5, 1, 4, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x41, 0x80].iter().cycle() {
                 if io.write_all(&[*b]).await.is_err() {
@@ -671,7 +671,7 @@ mod tests {
         });
         let (_rx, mut tx) = tokio::io::split(client_io);
         tx.write_all(PREFACE).await.unwrap();
-        tx.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+        tx.write_all(&EMPTY_SETTINGS).await.unwrap();
         // HEADERS, stream 1, END_STREAM | END_HEADERS: POST http / :authority localhost.
         let mut block = vec![0x83, 0x86, 0x84, 0x41, 0x09];
         block.extend_from_slice(b"localhost");
@@ -923,7 +923,7 @@ mod tests {
         let open = || async {
             let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
             s.write_all(PREFACE).await.unwrap();
-            s.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+            s.write_all(&EMPTY_SETTINGS).await.unwrap();
             let mut b = [0u8; 9];
             let served =
                 tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut b)).await.expect("no answer").is_ok();

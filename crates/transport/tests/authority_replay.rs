@@ -247,7 +247,7 @@ async fn valid_authority_is_untouched_byte_for_byte() {
         let _ = conn.await;
     });
     // An empty server SETTINGS frame, so the client has what it waits for.
-    wire.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    wire.write_all(&frame::EMPTY_SETTINGS).await.unwrap();
 
     let header_bytes: Vec<u8> = (0x20u8..=0x7e).chain(0x80..=0xff).collect();
     let requests = 3;
