@@ -6,8 +6,8 @@
 //! - [`HeaderDecoder`] ([`decoder`]), a plain header block decoder for tests that read raw
 //!   server frames.
 //!
-//! Both apply `h2`'s rules where RFC 7541 leaves room (the integer length limit, Huffman
-//! padding), so that they agree with the server about where a representation ends.
+//! Both apply `h2`'s limit where RFC 7541 sets none (integers of at most five octets), so that
+//! they agree with the server about where a representation ends.
 
 mod decoder;
 pub(crate) mod huffman;

@@ -79,10 +79,10 @@ pub(crate) enum Entry<'a, E> {
 }
 
 /// The HPACK index space (§2.3): the static table, then a dynamic table whose entries are
-/// whatever its user keeps of them (`E`: the [`HeaderDecoder`](super::HeaderDecoder) keeps names and values, the
-/// `:authority` adapter only what it needs to recognise an `:authority` name). Insertion,
-/// eviction and size updates follow §4 exactly, as `h2`'s decoder does, so a table fed the same
-/// representations holds the same entries as the server's.
+/// whatever its user keeps of them (`E`: the [`HeaderDecoder`](super::HeaderDecoder) keeps names
+/// and values, the `:authority` adapter only what it needs to recognise an `:authority` name).
+/// Insertion, eviction and size updates follow §4 exactly, as `h2`'s decoder does, so a table fed
+/// the same representations holds the same entries as the server's.
 #[derive(Debug)]
 pub(crate) struct Table<E> {
     /// Newest entry first, so HPACK index 62 is `entries[0]`; each with its size (§4.1).
