@@ -60,6 +60,15 @@ impl Error {
         Error::Internal(msg.to_string())
     }
 
+    /// A volume call that looked its volume's disk up [`MOVED_TRIES`] times, took that disk's
+    /// lock each time, and found the volume on another disk each time (disks detached and
+    /// attached meanwhile). `Aborted`, the kind for concurrent work on the same object: gRPC's
+    /// code for a concurrency conflict, and the code CSI gives an operation that meets another
+    /// one on its volume; the caller retries the whole call, as Kubernetes does anyway.
+    pub fn volume_moved(volume_id: &str) -> Self {
+        Error::Aborted(format!("volume {} keeps moving between disks; retry the call", clip(volume_id)))
+    }
+
     /// An OS error while doing `what`, classified by its kind.
     pub fn io(what: impl fmt::Display, err: std::io::Error) -> Self {
         use std::io::ErrorKind as K;
@@ -74,6 +83,10 @@ impl Error {
         }
     }
 }
+
+/// How many times a volume call looks its volume's disk up and locks it before it gives up with
+/// [`Error::volume_moved`].
+pub const MOVED_TRIES: usize = 3;
 
 /// The words every "nothing is mounted there" and "no such path" answer of the volume group
 /// carries. AWS EBS's driver (pkg/mounter/mount_windows.go, `handleGetDeviceNameFromMountError`)

@@ -29,13 +29,14 @@ pub mod memory;
 pub mod paths;
 pub mod probes;
 pub mod services;
-pub mod turns;
 pub mod types;
 pub mod windows;
 
 #[cfg(not(any(target_os = "linux", windows)))]
 compile_error!("csi-proxy-host has native backends for Linux and Windows only");
 
+/// The keyed lock and the poison-ignoring mutex lock every layer shares.
+pub use csi_proxy_sync as sync;
 pub use error::{Error, Result};
 
 /// Names compared as Windows compares them (NTFS's upcase table, the service control manager):

@@ -7,6 +7,7 @@
 use crate::error::DOES_NOT_EXIST;
 use crate::types::*;
 use crate::*;
+use csi_proxy_sync::LockExt;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
@@ -121,7 +122,7 @@ impl MemoryHost {
     /// Runs `f` with the state locked: for arranging and inspecting tests.
     pub fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         // A panic while the lock was held must not poison every later call.
-        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.state.lock_ignoring_poison();
         f(&mut g)
     }
 }

@@ -2,10 +2,14 @@
 //! on a thread of its own, the caller waits at most a time limit, and while a probe of a key is
 //! still running (a caller gave up on it) later callers wait for that one instead of starting
 //! another, so one silent key holds at most one thread.
+//!
+//! Not a turn-taking lock ([`csi_proxy_sync::KeyedLock`] is that): callers of a busy key join the
+//! probe under way and share its one outcome, rather than each running their own after it.
 
+use csi_proxy_sync::LockExt;
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// What a probe gave.
@@ -32,11 +36,6 @@ struct Probe<T> {
     done: Condvar,
 }
 
-/// The guarded state is a map and an outcome: a panic elsewhere leaves nothing to repair.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl<K, T> Probes<K, T>
 where
     K: Hash + Eq + Clone + Send + 'static,
@@ -56,14 +55,14 @@ where
 
     /// Probes started and not finished yet.
     pub fn running(&self) -> usize {
-        lock(&self.running).len()
+        self.running.lock_ignoring_poison().len()
     }
 
     /// Runs `work` for `key` on a thread of its own, or joins the probe of `key` still running,
     /// and waits at most the limit for its outcome.
     pub fn probe(&self, key: &K, work: impl FnOnce() -> T + Send + 'static) -> Probed<T> {
         let probe = {
-            let mut running = lock(&self.running);
+            let mut running = self.running.lock_ignoring_poison();
             match running.get(key) {
                 Some(p) => p.clone(),
                 None => {
@@ -71,12 +70,12 @@ where
                     let (mine, running_map, at) = (p.clone(), self.running.clone(), key.clone());
                     let spawned = std::thread::Builder::new().name(self.name.into()).spawn(move || {
                         let outcome = work();
-                        let mut running = lock(&running_map);
+                        let mut running = running_map.lock_ignoring_poison();
                         if running.get(&at).is_some_and(|p| Arc::ptr_eq(p, &mine)) {
                             running.remove(&at);
                         }
                         drop(running);
-                        *lock(&mine.outcome) = Some(outcome);
+                        *mine.outcome.lock_ignoring_poison() = Some(outcome);
                         mine.done.notify_all();
                     });
                     if let Err(e) = spawned {
@@ -90,7 +89,7 @@ where
             }
         };
         let deadline = Instant::now() + self.limit;
-        let mut outcome = lock(&probe.outcome);
+        let mut outcome = probe.outcome.lock_ignoring_poison();
         loop {
             if let Some(o) = outcome.as_ref() {
                 return Probed::Answered(o.clone());

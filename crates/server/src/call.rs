@@ -7,6 +7,7 @@ use crate::status::{code_of, go_code_name, to_status};
 use crate::Context;
 use csi_proxy_host::error::{bound_message, clip};
 use csi_proxy_host::{Error, Result};
+use csi_proxy_sync::LockExt;
 use csi_proxy_wire::Caller;
 use std::fmt::Debug;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -489,7 +490,7 @@ fn after_client_left(message: Option<String>) -> String {
 
 impl Pending {
     fn stage(&self) -> std::sync::MutexGuard<'_, Stage> {
-        self.stage.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.stage.lock_ignoring_poison()
     }
 
     /// The host work's thread, about to start it: false if the call was cancelled meanwhile

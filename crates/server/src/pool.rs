@@ -8,6 +8,7 @@
 //!   slow call delays others by at most that much, and hung host work holds at most `max` threads;
 //! - work whose caller has gone (cancelled while queued) is skipped.
 
+use csi_proxy_sync::LockExt;
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
@@ -58,7 +59,7 @@ impl Pool {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock_ignoring_poison()
     }
 
     /// Queues `job`. It must not panic (callers catch panics inside it).

@@ -9,6 +9,7 @@
 //! take turns ([`one_at_a_time`]).
 
 use csi_proxy_host::memory::MemoryHost;
+use csi_proxy_host::sync::LockExt;
 use csi_proxy_host::types::{DiskIds, DiskLocation, VolumeStats};
 use csi_proxy_host::{DiskHost, Hosts, Result as HostResult, VolumeHost};
 use csi_proxy_server::audit::{AuditSink, Event, Record};
@@ -32,11 +33,7 @@ const SERIAL_POOL_MAX: u32 = 32;
 
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     static TURN: Mutex<()> = Mutex::new(());
-    TURN.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    TURN.lock_ignoring_poison()
 }
 
 /// A record as the sink took it.
@@ -60,9 +57,9 @@ struct Sink {
 
 impl AuditSink for Sink {
     fn write(&self, r: &Record<'_>) -> std::io::Result<()> {
-        let held = lock(&self.held);
+        let held = self.held.lock_ignoring_poison();
         drop(self.released.wait_timeout_while(held, BOUND, |held| *held).unwrap_or_else(PoisonError::into_inner));
-        lock(&self.records).push(Kept {
+        self.records.lock_ignoring_poison().push(Kept {
             event: r.event,
             call: r.call,
             method: r.method.to_string(),
@@ -77,7 +74,7 @@ impl AuditSink for Sink {
 impl Sink {
     /// The records once there are `n` (waits for them, within the bound).
     fn wait_for(&self, n: usize) -> Vec<Kept> {
-        let records = lock(&self.records);
+        let records = self.records.lock_ignoring_poison();
         let (records, _) =
             self.changed.wait_timeout_while(records, BOUND, |r| r.len() < n).unwrap_or_else(PoisonError::into_inner);
         assert!(records.len() >= n, "never {n} records: {records:#?}");
@@ -85,7 +82,7 @@ impl Sink {
     }
 
     fn hold(&self, held: bool) {
-        *lock(&self.held) = held;
+        *self.held.lock_ignoring_poison() = held;
         self.released.notify_all();
     }
 }
@@ -109,12 +106,12 @@ struct Gate {
 
 impl Gate {
     fn open(&self, n: usize) {
-        *lock(&self.permits) += n;
+        *self.permits.lock_ignoring_poison() += n;
         self.opened.notify_all();
     }
 
     fn pass(&self) {
-        let permits = lock(&self.permits);
+        let permits = self.permits.lock_ignoring_poison();
         let (mut permits, _) =
             self.opened.wait_timeout_while(permits, BOUND, |p| *p == 0).unwrap_or_else(PoisonError::into_inner);
         assert!(*permits > 0, "the gate never opened");
@@ -139,13 +136,13 @@ impl Host {
     }
 
     fn step(&self, step: Step) {
-        *lock(&self.ran).entry(step.clone()).or_default() += 1;
+        *self.ran.lock_ignoring_poison().entry(step.clone()).or_default() += 1;
         let _ = self.steps.send(step);
         self.gate.pass();
     }
 
     fn ran(&self, step: &Step) -> usize {
-        lock(&self.ran).get(step).copied().unwrap_or(0)
+        self.ran.lock_ignoring_poison().get(step).copied().unwrap_or(0)
     }
 
     fn context(self: &Arc<Host>) -> (Context, Arc<Sink>) {

@@ -14,6 +14,7 @@
 //! absolute link with `..`) stops it at once: a link inside a root can't be used even to learn
 //! whether something outside exists.
 
+use super::io_err;
 use crate::paths::{self, Roots};
 use crate::{Error, FilesystemHost, Result};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -703,8 +704,4 @@ fn kind(t: FileType) -> &'static str {
 /// The entry at `path` is no longer what it was a moment ago (another writer swapped it).
 fn changed(path: &str) -> Error {
     Error::Aborted(format!("{path} changed while it was being removed; retry the call"))
-}
-
-fn io_err(path: &str, doing: &str, e: Errno) -> Error {
-    Error::io(format!("{doing} {path}"), std::io::Error::from(e))
 }

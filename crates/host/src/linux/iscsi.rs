@@ -31,9 +31,9 @@
 
 use super::block::{disk_number, tools};
 use crate::error::clip;
-use crate::turns::{Turn, Turns};
 use crate::types::{AuthType, ConnectTarget, Secret, TargetPortal};
 use crate::{Error, IscsiHost, Result};
+use csi_proxy_sync::{KeyGuard, KeyedLock};
 use std::ffi::OsString;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -112,7 +112,7 @@ pub struct Iscsi {
     paths: Paths,
     scan_wait: Duration,
     /// Calls take turns per portal and per target.
-    turns: Turns,
+    turns: KeyedLock<String>,
 }
 
 impl Iscsi {
@@ -121,7 +121,7 @@ impl Iscsi {
     }
 
     pub fn new(tool: Box<dyn Iscsiadm>, paths: Paths, scan_wait: Duration) -> Self {
-        Iscsi { tool, paths, scan_wait, turns: Turns::default() }
+        Iscsi { tool, paths, scan_wait, turns: KeyedLock::default() }
     }
 
     fn run(&self, args: &[&str]) -> Result<Output> {
@@ -459,7 +459,7 @@ impl IscsiHost for Iscsi {
         // The portal's turn, then the target's (always in that order): removing or rediscovering
         // the portal rewrites the node records this login reads and fills with credentials.
         let _portal_turns = portal.turns(&self.turns)?;
-        let _turn = self.turns.take(&target_key(iqn));
+        let _turn = self.turns.lock_blocking(target_key(iqn));
         if !self.sessions(&portal, iqn)?.is_empty() {
             info!(iqn, %portal, "the iSCSI target is connected already");
             return Ok(());
@@ -474,7 +474,7 @@ impl IscsiHost for Iscsi {
         let portal = Portal::new(portal)?;
         check_name(iqn)?;
         let _portal_turns = portal.turns(&self.turns)?;
-        let _turn = self.turns.take(&target_key(iqn));
+        let _turn = self.turns.lock_blocking(target_key(iqn));
         let ended = self.logout_all(&portal, iqn)?;
         let nodes = self.nodes(&portal, iqn)?;
         if ended == 0 && nodes.is_empty() {
@@ -663,12 +663,12 @@ impl Portal {
     /// The turns of the portal's addresses (sorted, so that calls taking several always take them
     /// in the same order): one portal spelled as a host name, an address or another form of the
     /// same IPv6 address is one set of turns, whatever the request's spelling.
-    fn turns<'t>(&self, turns: &'t Turns) -> Result<Vec<Turn<'t>>> {
+    fn turns(&self, turns: &KeyedLock<String>) -> Result<Vec<KeyGuard<String>>> {
         let mut keys: Vec<String> =
             self.ips()?.into_iter().map(|ip| format!("portal {}", SocketAddr::new(ip, self.port))).collect();
         keys.sort();
         keys.dedup();
-        Ok(keys.iter().map(|k| turns.take(k)).collect())
+        Ok(keys.into_iter().map(|k| turns.lock_blocking(k)).collect())
     }
 
     fn is(&self, other: &TargetPortal) -> bool {

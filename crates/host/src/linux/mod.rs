@@ -10,7 +10,7 @@ pub mod smb;
 pub mod system;
 pub mod systemd;
 
-use crate::{Config, Hosts};
+use crate::{Config, Error, Hosts};
 use rustix::io::Errno;
 use std::path::Path;
 use std::sync::Arc;
@@ -28,6 +28,11 @@ pub fn hosts(config: Config) -> Hosts {
         iscsi: Arc::new(iscsi::Iscsi::real()),
         system: Arc::new(system::System::real()),
     }
+}
+
+/// A failed system call `doing` something to `path`, classified by its errno (see [`Error::io`]).
+pub(crate) fn io_err(path: &str, doing: &str, e: Errno) -> Error {
+    Error::io(format!("{doing} {path}"), std::io::Error::from(e))
 }
 
 /// How long an unmount retries a busy mount: a child process another thread is starting holds

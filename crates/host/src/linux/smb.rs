@@ -56,10 +56,11 @@
 use super::fs::Filesystem;
 use crate::error::clip;
 use crate::probes::{Probed, Probes};
-use crate::turns::Turns;
 use crate::types::{Secret, SmbMapping};
 use crate::windows::smb::{map_message, remote_components, scrub};
 use crate::{Error, Result, SmbHost};
+use csi_proxy_sync::KeyedLock;
+use csi_proxy_sync::LockExt;
 use rustix::fs::Mode;
 use rustix::io::Errno;
 use std::collections::hash_map::RandomState;
@@ -69,7 +70,7 @@ use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
@@ -281,11 +282,6 @@ fn shown(value: &str) -> String {
     })
 }
 
-/// The guarded state is ours only in memory; a panic elsewhere leaves nothing to repair.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Where a link is to be made: its parent directory, checked, and its name there.
 struct Spot {
     parent: OwnedFd,
@@ -301,7 +297,7 @@ pub struct Smb {
     fs: Filesystem,
     kernel: Arc<dyn Kernel>,
     /// Calls take turns per share root.
-    serial: Turns,
+    serial: KeyedLock<String>,
     /// Health probes of mounts, one running per mount at most.
     probes: Probes<PathBuf, std::result::Result<(), Errno>>,
     /// Keyed digest of each mounted share's password, by root.
@@ -316,7 +312,7 @@ impl Smb {
             dir,
             fs,
             kernel,
-            serial: Turns::default(),
+            serial: KeyedLock::default(),
             probes: Probes::new("smb-probe", PROBE_TIMEOUT),
             digests: Mutex::default(),
             keys: RandomState::new(),
@@ -475,7 +471,7 @@ impl Smb {
             )));
         }
         let digest = self.digest(&request.password);
-        let known = lock(&self.digests).get(root).copied();
+        let known = self.digests.lock_ignoring_poison().get(root).copied();
         match known {
             Some(d) if d != digest => Err(Error::exists(format!(
                 "{root} is already mounted with another password for user {:?}; a share is mounted with one set of \
@@ -492,7 +488,7 @@ impl Smb {
                     })?;
                     info!(root, "the credentials for the share's existing mount were checked with the server");
                 }
-                lock(&self.digests).insert(root.to_owned(), digest);
+                self.digests.lock_ignoring_poison().insert(root.to_owned(), digest);
                 Ok(())
             }
         }
@@ -551,7 +547,7 @@ impl Smb {
             }
             return Err(scrub(mount_error("mounting", root, errno), &request.password));
         }
-        lock(&self.digests).insert(root.to_owned(), self.digest(&request.password));
+        self.digests.lock_ignoring_poison().insert(root.to_owned(), self.digest(&request.password));
         info!(root, mount = %mount.display(), seal = request.seal, "mounted the SMB share");
         Ok(true)
     }
@@ -568,7 +564,7 @@ impl Smb {
             }
             Err(e) => return Err(Error::internal(format!("unmounting {root} from {}: {e}", mount.display()))),
         }
-        lock(&self.digests).remove(root);
+        self.digests.lock_ignoring_poison().remove(root);
         match std::fs::remove_dir(mount) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 warn!(root, error = %e, "could not remove the mount folder")
@@ -655,7 +651,7 @@ impl SmbHost for Smb {
             password: mapping.password.clone(),
             seal: mapping.require_privacy,
         };
-        let _serial = self.serial.take(&root);
+        let _serial = self.serial.lock_blocking(root.clone());
         let mounted = self.ensure(&root, &mount, &request)?;
         let Some(spot) = spot else { return Ok(()) };
         let Err(e) = self.link(&root, &mount, &spot, &target) else { return Ok(()) };
@@ -679,7 +675,7 @@ impl SmbHost for Smb {
             return Ok(());
         }
         let mount = self.base().join(folder_name(&remote));
-        let _serial = self.serial.take(&root);
+        let _serial = self.serial.lock_blocking(root.clone());
         let live = Self::live_links(&mount)?;
         if !live.is_empty() {
             Self::write_records(&mount, &live)?;

@@ -48,6 +48,7 @@ use super::{attr, failure, is_not_found};
 use crate::paths::windows::{self as wp, WinPath};
 use crate::paths::{within, Roots};
 use crate::{Error, Result};
+use csi_proxy_sync::LockExt;
 use std::borrow::Cow;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -531,7 +532,7 @@ impl<N: Nt> Containment<N> {
 
     /// The canonical roots looked up less than `recheck` ago, if any.
     fn reused_roots(&self) -> Option<Vec<Option<Vec<String>>>> {
-        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = self.cache.lock_ignoring_poison();
         cache.as_ref().filter(|c| c.at.elapsed() < self.recheck).map(|c| c.canonical.clone())
     }
 
@@ -539,7 +540,7 @@ impl<N: Nt> Containment<N> {
     fn fresh_roots(&self) -> Vec<Option<Vec<String>>> {
         let at = Instant::now();
         let canonical: Vec<_> = self.roots.as_slice().iter().map(|r| self.canonical_root(r)).collect();
-        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(RootCache { at, canonical: canonical.clone() });
+        *self.cache.lock_ignoring_poison() = Some(RootCache { at, canonical: canonical.clone() });
         canonical
     }
 

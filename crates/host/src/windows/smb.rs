@@ -46,13 +46,14 @@
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::Win32;
 use crate::probes::{Probed, Probes};
-use crate::turns::Turns;
 use crate::types::{Secret, SmbMapping};
 use crate::{Error, Result, SmbHost};
+use csi_proxy_sync::KeyedLock;
+use csi_proxy_sync::LockExt;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
@@ -192,17 +193,12 @@ pub struct Smb {
     wmi: Arc<dyn Wmi>,
     links: Arc<dyn ShareLinks>,
     /// Mapping changes take turns per share root (see the module doc).
-    serial: Turns,
+    serial: KeyedLock<String>,
     /// Reachability probes of share roots, one running per root at most.
     probes: Probes<String, Reach>,
     /// Keyed digest of the credentials each mapping was made or checked with, by root.
     digests: Mutex<HashMap<String, u64>>,
     keys: RandomState,
-}
-
-/// The guarded state is ours only in memory; a panic elsewhere leaves nothing to repair.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The error of a failed connection to a share (a mapping's Create, a credential check) by its
@@ -238,7 +234,7 @@ impl Smb {
             win32,
             wmi,
             links,
-            serial: Turns::default(),
+            serial: KeyedLock::default(),
             probes: Probes::new("smb-probe", PROBE_TIMEOUT),
             digests: Mutex::default(),
             keys: RandomState::new(),
@@ -282,7 +278,7 @@ impl Smb {
     /// its own; only then is the mapping linked to and the credentials taken as its own.
     fn check_credentials(&self, root: &str, mapping: &SmbMapping) -> Result<()> {
         let digest = self.digest(mapping);
-        let known = lock(&self.digests).get(root).copied();
+        let known = self.digests.lock_ignoring_poison().get(root).copied();
         match known {
             Some(d) if d != digest => {
                 return Err(Error::exists(format!(
@@ -307,7 +303,7 @@ impl Smb {
             })?;
             info!(root, "the credentials for the existing SMB global mapping were checked with the server");
         }
-        lock(&self.digests).insert(root.to_owned(), digest);
+        self.digests.lock_ignoring_poison().insert(root.to_owned(), digest);
         Ok(())
     }
 
@@ -320,7 +316,7 @@ impl Smb {
         let out = self.wmi.call(Namespace::Smb, &row.path, "Remove", &[("Force", Value::Bool(true))])?;
         match out.return_value()? {
             0 => {
-                lock(&self.digests).remove(root);
+                self.digests.lock_ignoring_poison().remove(root);
                 info!(root, "removed the SMB global mapping");
                 Ok(())
             }
@@ -341,7 +337,7 @@ impl Smb {
         })?;
         match out.return_value()? {
             0 => {
-                lock(&self.digests).insert(root.to_owned(), self.digest(mapping));
+                self.digests.lock_ignoring_poison().insert(root.to_owned(), self.digest(mapping));
                 info!(root, require_privacy = mapping.require_privacy, "created the SMB global mapping");
                 Ok(())
             }
@@ -391,7 +387,7 @@ impl SmbHost for Smb {
         let local = mapping.local_path.as_str();
         // A retried call finds its own link already there: the mapping is still made sure of.
         let linked = !local.is_empty() && self.links.check(local, &target)?;
-        let _serial = self.serial.take(&root);
+        let _serial = self.serial.lock_blocking(root.clone());
         let created = self.ensure(&root, mapping)?;
         if local.is_empty() || linked {
             return Ok(());
@@ -422,7 +418,7 @@ impl SmbHost for Smb {
 
     fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
         let root = share_root(remote_path)?;
-        let _serial = self.serial.take(&root);
+        let _serial = self.serial.lock_blocking(root.clone());
         match self.find(&root)? {
             Some(row) => self.remove(&row, &root),
             None => {

@@ -243,8 +243,9 @@ mod tests {
     /// several SCM connections from threads at once (seen in about one run in ten here; never
     /// with the tests one at a time), so the tests that talk to the SCM take turns.
     fn scm_turn() -> std::sync::MutexGuard<'static, ()> {
+        use csi_proxy_sync::LockExt;
         static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        TURN.lock().unwrap_or_else(|p| p.into_inner())
+        TURN.lock_ignoring_poison()
     }
 
     /// Wine prefixes carry Wine's own tools; real Windows does not.

@@ -14,6 +14,7 @@
 
 use crate::windows::wmi::{associators_wql, Namespace, Query, Row, Value, Wmi};
 use crate::{Error, Result};
+use csi_proxy_sync::LockExt;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
@@ -827,29 +828,25 @@ impl Default for ComWmi {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl ComWmi {
     pub fn new() -> Self {
         ComWmi { conns: Mutex::new(HashMap::new()), classes: Mutex::new(HashSet::new()) }
     }
 
     fn services(&self, ns: Namespace) -> Attempt<Services> {
-        if let Some(s) = lock(&self.conns).get(&ns) {
+        if let Some(s) = self.conns.lock_ignoring_poison().get(&ns) {
             return Ok(s.clone());
         }
         // Connect unlocked: a slow namespace must not hold up the others. A racing thread's
         // connection wins and ours is dropped.
         let fresh = connect(ns)?;
         tracing::debug!("WMI connected to {}", ns.path());
-        Ok(lock(&self.conns).entry(ns).or_insert(fresh).clone())
+        Ok(self.conns.lock_ignoring_poison().entry(ns).or_insert(fresh).clone())
     }
 
     /// Drops `broken` from the cache, unless another thread already replaced it.
     fn forget(&self, ns: Namespace, broken: &Services) {
-        let mut conns = lock(&self.conns);
+        let mut conns = self.conns.lock_ignoring_poison();
         if conns.get(&ns).is_some_and(|s| s.0.as_raw() == broken.0.as_raw()) {
             conns.remove(&ns);
         }
@@ -883,14 +880,14 @@ impl ComWmi {
             Ok(()) => {
                 let obj =
                     obj.ok_or_else(|| Fail::Host(Error::internal(format!("WMI GetObject({class}) returned nothing"))))?;
-                lock(&self.classes).insert((ns, class.to_owned()));
+                self.classes.lock_ignoring_poison().insert((ns, class.to_owned()));
                 Ok(obj)
             }
         }
     }
 
     fn ensure_class(&self, ns: Namespace, svc: &Services, class: &str) -> Attempt<()> {
-        if lock(&self.classes).contains(&(ns, class.to_owned())) {
+        if self.classes.lock_ignoring_poison().contains(&(ns, class.to_owned())) {
             return Ok(());
         }
         self.class_object(ns, svc, class).map(drop)
@@ -910,7 +907,7 @@ impl ComWmi {
                 }
                 Err(f) => return Err(f),
             };
-            let serial = under_wine().then(|| lock(&WINE_PROVIDER));
+            let serial = under_wine().then(|| WINE_PROVIDER.lock_ignoring_poison());
             let res = if check { self.ensure_class(ns, &svc, class) } else { Ok(()) }.and_then(|()| op(&svc));
             drop(serial);
             match res {
