@@ -169,6 +169,29 @@ mod tests {
         }
     }
 
+    /// `process_cpu_seconds_total` counts in fractions of a second (100 ns units), as the scrape
+    /// shows it: after some work a reading is not a whole number.
+    #[test]
+    fn cpu_seconds_are_fractional() {
+        let c = ProcessCollector::new().unwrap();
+        let mut values = Vec::new();
+        let mut x = 0u64;
+        for _ in 0..5 {
+            let spin = std::time::Instant::now();
+            while spin.elapsed() < std::time::Duration::from_millis(60) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+            }
+            let families = c.collect();
+            let cpu = families.iter().find(|f| f.name() == "process_cpu_seconds_total").unwrap();
+            let v = cpu.get_metric()[0].get_counter().get_value();
+            values.push(v);
+            if v.fract() != 0.0 {
+                break;
+            }
+        }
+        assert!(values.iter().any(|v| *v > 0.0 && v.fract() != 0.0), "{values:?}");
+    }
+
     #[test]
     fn filetime_conversions() {
         let t = FILETIME { dwLowDateTime: 0x8000_0000, dwHighDateTime: 1 };
