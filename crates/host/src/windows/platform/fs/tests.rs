@@ -745,7 +745,7 @@ fn handle_count() -> u32 {
 /// Upstream's IsMountedFolder opens a FindFirstFileW handle per call and never closes it
 /// (docs/upstream.md#is-symlink). Ours asks the same questions (IsSymlink, GetVolumeIDFromTargetPath,
 /// GetClosestVolumeIDFromTargetPath) through owned handles: many calls leave the process's
-/// handle count where it was, give or take a few the runtime makes once.
+/// handle count where it was, give or take what other tests hold meanwhile.
 #[test]
 fn mounted_folder_lookups_hold_no_handle_per_call() {
     use crate::windows::volumes::Volumes;
@@ -764,17 +764,33 @@ fn mounted_folder_lookups_hold_no_handle_per_call() {
         // The drive's volume where the platform answers it; either way nothing may stay open.
         let _ = volumes.closest_volume_to_path(&fx.p(r"d\f"));
     };
-    // The count sees handles this process holds.
+    // The count sees handles this process holds (256 files; others' come and go meanwhile).
     let before = handle_count();
-    let held: Vec<_> = (0..64).map(|_| std::fs::File::open(fx.real(r"d\f")).unwrap()).collect();
-    assert!(handle_count() >= before + 64, "{} handles after opening 64 files, {before} before", handle_count());
+    let held: Vec<_> = (0..256).map(|_| std::fs::File::open(fx.real(r"d\f")).unwrap()).collect();
+    assert!(handle_count() >= before + 200, "{} handles after opening 256 files, {before} before", handle_count());
     drop(held);
-    // Once for what is made on first use, then counted.
+    // Once for what is made on first use, then counted. The count is the whole process's, and
+    // tests running beside this one open and close handles meanwhile: each end is the lowest of
+    // a few readings, and the bound is far below the CALLS handles a leak of one per call (in
+    // any of the five lookups) would add.
     round();
-    let start = handle_count();
+    let settled = || {
+        (0..5)
+            .map(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                handle_count()
+            })
+            .min()
+            .unwrap()
+    };
+    let start = settled();
     for _ in 0..CALLS {
         round();
     }
-    let end = handle_count();
-    assert!(end <= start + 8, "{} more handles after {CALLS} rounds of 5 lookups ({start} before)", end - start);
+    let end = settled();
+    assert!(
+        end < start + CALLS / 3,
+        "{} more handles after {CALLS} rounds of 5 lookups ({start} before)",
+        end.saturating_sub(start)
+    );
 }
