@@ -48,3 +48,18 @@ impl Scanner {
         self.hits.lock().unwrap().clone()
     }
 }
+
+/// How many unix sockets bound below `dir` are open on the machine (`/proc/net/unix`, which
+/// names a socket by the path it was bound at, a server's staging name included): listening
+/// sockets and every connection they accepted carry that path, the clients' ends don't.
+pub fn sockets_under(dir: &std::path::Path) -> usize {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let dir = format!("{}/", dir.to_str().unwrap());
+    table.lines().skip(1).filter(|l| l.split_whitespace().nth(7).is_some_and(|p| p.starts_with(&dir))).count()
+}
+
+/// This process' open file descriptors and threads.
+pub fn fds_and_threads() -> (usize, usize) {
+    let count = |d: &str| std::fs::read_dir(d).unwrap().count();
+    (count("/proc/self/fd"), count("/proc/self/task"))
+}

@@ -28,6 +28,8 @@ use csi_proxy_server::Config;
 use csi_proxy_stack_tests::flows::{
     self, azuredisk, ebs, gce_pd, smb, vsphere, BlockVolume, Local, Node, Proxy, Share,
 };
+#[cfg(target_os = "linux")]
+use csi_proxy_stack_tests::procs::{fds_and_threads, sockets_under};
 use csi_proxy_stack_tests::TestServer;
 use csi_proxy_transport::ConnPolicy;
 use csi_proxy_wire::Group;
@@ -1308,13 +1310,6 @@ async fn gce_pd_v1beta_node_flows() {
     assert_no_warnings(&p);
 }
 
-/// The server's open file descriptors and threads (the server runs in this process).
-#[cfg(target_os = "linux")]
-fn fds_and_threads() -> (usize, usize) {
-    let count = |d: &str| std::fs::read_dir(d).unwrap().count();
-    (count("/proc/self/fd"), count("/proc/self/task"))
-}
-
 /// aws-ebs-csi-driver v1.64.0 (mount_windows_proxyV1.go FindDevicePath, node.go): the disk is
 /// found by the serial number containing the volume ID without dashes, on a disk v1 connection
 /// made for that call and closed after it; NodeExpandVolume with nothing mounted at the path
@@ -1376,23 +1371,29 @@ async fn ebs_v1_64_node_flows() {
         );
         assert_eq!(warm, DISK);
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        let (fds, threads) = fds_and_threads();
+        let socket = w.server.socket(Group::Disk, "v1").parent().unwrap().to_owned();
+        let (held, (fds, threads)) = (sockets_under(&socket), fds_and_threads());
         for _ in 0..200 {
             let n = ebs::v1_64::find_device_path(&mut p, open(), "", id).await.unwrap();
             assert_eq!(n, DISK);
         }
         // Closed connections are torn down by tasks of their own: wait for them, bounded.
-        let mut now = fds_and_threads();
+        let mut now = sockets_under(&socket);
         for _ in 0..100 {
-            if now.0 <= fds && now.1 <= threads {
+            if now <= held {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            now = fds_and_threads();
+            now = sockets_under(&socket);
         }
-        println!("200 connections: fds {fds} -> {}, threads {threads} -> {}", now.0, now.1);
-        assert!(now.0 <= fds, "file descriptors left open: {fds} before, {} after", now.0);
-        assert!(now.1 <= threads, "threads left: {threads} before, {} after", now.1);
+        let (fds_after, threads_after) = fds_and_threads();
+        println!(
+            "200 connections: the server's sockets {held} -> {now}; this process \
+             (the server and other tests) fds {fds} -> {fds_after}, threads {threads} -> {threads_after}"
+        );
+        assert_eq!(now, held, "the server still holds {} of the 200 connections", now - held);
+        // The other tests in this process come and go: a thread per call would be 200 more.
+        assert!(threads_after < threads + 50, "threads: {threads} before, {threads_after} after");
     }
 }
 
