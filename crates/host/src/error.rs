@@ -84,6 +84,36 @@ impl Error {
     }
 }
 
+/// Rewrites an error's message, keeping its kind.
+pub fn map_message(e: Error, f: impl FnOnce(String) -> String) -> Error {
+    match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(f(m)),
+        Error::NotFound(m) => Error::NotFound(f(m)),
+        Error::AlreadyExists(m) => Error::AlreadyExists(f(m)),
+        Error::FailedPrecondition(m) => Error::FailedPrecondition(f(m)),
+        Error::PermissionDenied(m) => Error::PermissionDenied(f(m)),
+        Error::Aborted(m) => Error::Aborted(f(m)),
+        Error::Unavailable(m) => Error::Unavailable(f(m)),
+        Error::Internal(m) => Error::Internal(f(m)),
+        e @ Error::Unimplemented { .. } => e,
+    }
+}
+
+/// Withholds an error text that contains `secret`. The whole text goes rather than just the
+/// secret, since masking each occurrence would show where a short secret's characters are.
+pub fn scrub(e: Error, secret: &crate::types::Secret) -> Error {
+    if secret.is_empty() {
+        return e;
+    }
+    map_message(e, |m| {
+        if m.contains(secret.expose()) {
+            "(the error text was withheld because it contained the credential)".to_owned()
+        } else {
+            m
+        }
+    })
+}
+
 /// How many times a volume call looks its volume's disk up and locks it before it gives up with
 /// [`Error::volume_moved`].
 pub const MOVED_TRIES: usize = 3;

@@ -29,6 +29,9 @@ pub mod memory;
 pub mod paths;
 pub mod probes;
 pub mod services;
+pub mod smb;
+#[cfg(test)]
+mod testing;
 pub mod types;
 pub mod windows;
 

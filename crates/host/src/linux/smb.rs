@@ -3,7 +3,8 @@
 //! symbolic link to the requested path inside that mount (`\\srv\share\sub` → `<mount>/sub`),
 //! as on Windows a global mapping of the root plus a link to the whole remote path.
 //!
-//! Choices, and where they keep the Windows backend's meaning (`windows::smb`):
+//! Choices, and where they keep the Windows backend's meaning (`windows::smb`; the remote-path
+//! rule and the probe limit are both backends' ([`crate::smb`])):
 //! - **Validation before any change.** Host (IP literal or DNS name), share name, sub-path,
 //!   user name, domain, password and the local path (contained as the filesystem group contains
 //!   CreateSymlink's link: [`Filesystem::contained_dir`] of its parent) are checked before the
@@ -55,9 +56,10 @@
 
 use super::fs::Filesystem;
 use crate::error::clip;
+use crate::error::{map_message, scrub};
 use crate::probes::{Probed, Probes};
+use crate::smb::{remote_components, PROBE_TIMEOUT};
 use crate::types::{Secret, SmbMapping};
-use crate::windows::smb::{map_message, remote_components, scrub};
 use crate::{Error, Result, SmbHost};
 use csi_proxy_sync::KeyedLock;
 use csi_proxy_sync::LockExt;
@@ -76,9 +78,6 @@ use tracing::{debug, info, warn};
 
 mod kernel;
 pub use kernel::RealKernel;
-
-/// How long a mount's health probe may take before the mount counts as dead (as Windows').
-pub const PROBE_TIMEOUT: Duration = crate::windows::smb::PROBE_TIMEOUT;
 
 /// The longest password the kernel's cifs client takes (CIFS_MAX_PASSWORD_LEN).
 const PASSWORD_MAX: usize = 512;

@@ -28,8 +28,8 @@
 //! CHAP secrets only travel inside [`Value::Secret`]; an error text that contains one is
 //! withheld.
 
-use super::smb::{map_message, scrub};
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
+use crate::error::{map_message, scrub};
 use crate::types::{AuthType, ConnectTarget, Secret, TargetPortal};
 use crate::{Error, IscsiHost, Result};
 use std::sync::Arc;

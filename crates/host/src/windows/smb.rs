@@ -45,7 +45,9 @@
 
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::Win32;
+use crate::error::{map_message, scrub};
 use crate::probes::{Probed, Probes};
+use crate::smb::{remote_components, PROBE_TIMEOUT};
 use crate::types::{Secret, SmbMapping};
 use crate::{Error, Result, SmbHost};
 use csi_proxy_sync::KeyedLock;
@@ -56,9 +58,6 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{debug, info, warn};
-
-/// How long a share's reachability probe may take before the share counts as unreachable.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Where the share gets linked on the host; the real one is the filesystem group's
 /// (`platform::fs`), under the one containment of the backend ([`super::contain`]).
@@ -98,27 +97,6 @@ pub mod status {
     }
 }
 
-/// The non-empty components of a remote path (`\\host\share[\dir…]`, `/` already turned into
-/// `\` by the server). Components that would change meaning on the way to the server are
-/// refused: `.` and `..` (a `\\?\` target is not normalised), wildcards, and control characters.
-pub fn remote_components(remote: &str) -> Result<Vec<&str>> {
-    let parts: Vec<&str> = remote.split('\\').filter(|c| !c.is_empty()).collect();
-    if parts.len() < 2 {
-        return Err(Error::invalid(format!("remote path {remote:?} is invalid: expected \\\\host\\share[\\path]")));
-    }
-    if let Some(bad) = parts.iter().find(|c| **c == "." || **c == "..") {
-        return Err(Error::invalid(format!(
-            "remote path {remote:?} contains a `{bad}` component; expected \\\\host\\share[\\path] without relative parts"
-        )));
-    }
-    if let Some(c) = remote.chars().find(|c| *c < ' ' || matches!(c, '?' | '*')) {
-        return Err(Error::invalid(format!(
-            "remote path {remote:?} contains the character {c:?}, which can't be part of a share path"
-        )));
-    }
-    Ok(parts)
-}
-
 /// The mapping root `\\host\share`, lower-cased: every sub-path of one share shares one mapping
 /// (upstream #210, Windows error 1219 otherwise).
 pub fn share_root(remote: &str) -> Result<String> {
@@ -156,36 +134,6 @@ fn credential(username: &str, password: &Secret) -> Secret {
     s.push(':');
     s.push_str(password.expose());
     Secret::new(s)
-}
-
-/// Rewrites an error's message, keeping its kind.
-pub(crate) fn map_message(e: Error, f: impl FnOnce(String) -> String) -> Error {
-    match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(f(m)),
-        Error::NotFound(m) => Error::NotFound(f(m)),
-        Error::AlreadyExists(m) => Error::AlreadyExists(f(m)),
-        Error::FailedPrecondition(m) => Error::FailedPrecondition(f(m)),
-        Error::PermissionDenied(m) => Error::PermissionDenied(f(m)),
-        Error::Aborted(m) => Error::Aborted(f(m)),
-        Error::Unavailable(m) => Error::Unavailable(f(m)),
-        Error::Internal(m) => Error::Internal(f(m)),
-        e @ Error::Unimplemented { .. } => e,
-    }
-}
-
-/// Withholds an error text that contains `secret`. The whole text goes rather than just the
-/// secret, since masking each occurrence would show where a short secret's characters are.
-pub(crate) fn scrub(e: Error, secret: &Secret) -> Error {
-    if secret.is_empty() {
-        return e;
-    }
-    map_message(e, |m| {
-        if m.contains(secret.expose()) {
-            "(the error text was withheld because it contained the credential)".to_owned()
-        } else {
-            m
-        }
-    })
 }
 
 pub struct Smb {

@@ -1,19 +1,11 @@
 use super::op;
 use crate::call::required;
 use csi_proxy_host::types::{Secret, SmbMapping};
-use csi_proxy_host::Error;
 
-/// `\\host\share[\...]` with `/` accepted as a separator (upstream #128). At least host and
-/// share must be present.
+/// The request's remote path, checked by the one rule both backends use
+/// ([`csi_proxy_host::smb::normalise_remote`]).
 fn normalise_remote(remote_path: &str) -> csi_proxy_host::Result<String> {
-    let p = required("remote_path", remote_path)?.replace('/', "\\");
-    let mut parts = p.split('\\').filter(|c| !c.is_empty());
-    if parts.next().is_none() || parts.next().is_none() {
-        return Err(Error::invalid(format!(
-            "remote_path {remote_path:?} is invalid: expected \\\\host\\share[\\path]"
-        )));
-    }
-    Ok(p)
+    csi_proxy_host::smb::normalise_remote("remote_path", required("remote_path", remote_path)?)
 }
 
 op!(NewSmbGlobalMapping { remote_path: String, local_path: String, username: String, password: Secret } -> (),
@@ -33,6 +25,7 @@ op!(RemoveSmbGlobalMapping { remote_path: String } -> (),
 #[cfg(test)]
 mod tests {
     use super::*;
+    use csi_proxy_host::Error;
 
     #[test]
     fn remote_paths_need_host_and_share() {

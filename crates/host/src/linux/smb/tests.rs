@@ -1,7 +1,7 @@
 use super::kernel::{found, options, verify_options};
 use super::*;
 use crate::paths::Roots;
-use crate::windows::smb::tests::traced;
+use crate::testing::traced;
 use std::collections::VecDeque;
 use std::os::unix::fs::PermissionsExt as _;
 use std::sync::Condvar;

@@ -1,6 +1,7 @@
 use super::*;
+use crate::testing::traced;
 use crate::windows::script::{returned, Answer, Script};
-use crate::windows::smb::tests::{traced, Capture};
+use crate::windows::smb::tests::Capture;
 
 const ADDR: &str = "10.0.0.9";
 const PORTAL_PATH: &str = r#"\\H\ROOT\Microsoft\Windows\Storage:MSFT_iSCSITargetPortal.TargetPortalAddress="10.0.0.9",TargetPortalPortNumber=3260"#;
