@@ -2,6 +2,7 @@
 //! The real daemon's `/metrics` (issue 32): open connections per endpoint, refused and evicted
 //! connections per endpoint and reason, and `process_cpu_seconds_total` in fractions of a second.
 
+use csi_proxy_transport::frame::{write_frame, EMPTY_SETTINGS, FLAG_END_HEADERS, PREFACE, TYPE_HEADERS};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -10,8 +11,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_csi-proxy");
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
 const FS: &str = "csi-proxy-filesystem-v1";
 
 struct Daemon {
@@ -105,11 +104,9 @@ fn half_open_call() -> Vec<u8> {
     block.extend_from_slice(b"localhost");
     block.extend_from_slice(&[0x0f, 0x10, 16]);
     block.extend_from_slice(b"application/grpc");
-    let mut frame = vec![0, 0, block.len() as u8, 1, 0x4, 0, 0, 0, 1];
-    frame.extend(block);
     let mut bytes = PREFACE.to_vec();
-    bytes.extend_from_slice(SETTINGS);
-    bytes.extend(frame);
+    bytes.extend_from_slice(&EMPTY_SETTINGS);
+    write_frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &block, &mut bytes);
     bytes
 }
 
