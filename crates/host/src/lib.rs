@@ -87,16 +87,52 @@ pub trait DiskHost: Send + Sync {
 }
 
 /// A whole rescan without the server's disk locks (for tests and tools that have the host to
-/// themselves): [`DiskHost::rescan`], then [`DiskHost::refresh_disk`] for every disk. A failing
-/// step does not stop the others; the error names every failure.
+/// themselves): [`rescan_in_order`] with every step run here, at once.
 pub fn rescan_and_refresh(host: &dyn DiskHost) -> Result<()> {
+    use std::convert::Infallible;
+    let steps = rescan_in_order(
+        async { Ok::<_, Infallible>(host.rescan()) },
+        async { Ok(host.disks_to_refresh()) },
+        |disk| async move { Ok(host.refresh_disk(disk)) },
+    );
+    match sync::block_on(steps) {
+        Ok(outcome) => outcome,
+        Err(never) => match never {},
+    }
+}
+
+/// The one order of a rescan's steps: the host-wide part ([`DiskHost::rescan`], its output
+/// `T`), then the disks to refresh ([`DiskHost::disks_to_refresh`]), then each disk's refresh
+/// ([`DiskHost::refresh_disk`]) in turn. A failing step does not stop the others; the outcome is
+/// `T`, or the error of every failure ([`rescan_outcome`]). The caller wraps each step with where
+/// it runs and what it holds (the server: a pool thread, that disk's lock for its refresh); a
+/// wrapper's own failure `X` (the server's: the step panicked) ends the rescan there.
+pub async fn rescan_in_order<T, X, F>(
+    rescan: impl std::future::Future<Output = std::result::Result<Result<T>, X>>,
+    disks: impl std::future::Future<Output = std::result::Result<Result<Vec<u32>>, X>>,
+    mut refresh: impl FnMut(u32) -> F,
+) -> std::result::Result<Result<T>, X>
+where
+    F: std::future::Future<Output = std::result::Result<Result<()>, X>>,
+{
     let mut failed = Vec::new();
-    failed.extend(host.rescan().err());
-    match host.disks_to_refresh() {
-        Ok(disks) => failed.extend(disks.into_iter().filter_map(|disk| host.refresh_disk(disk).err())),
+    let output = match rescan.await? {
+        Ok(output) => Some(output),
+        Err(e) => {
+            failed.push(e);
+            None
+        }
+    };
+    match disks.await? {
+        Ok(disks) => {
+            for disk in disks {
+                failed.extend(refresh(disk).await?.err());
+            }
+        }
         Err(e) => failed.push(e),
     }
-    rescan_outcome(failed)
+    // `output` is None only when `failed` holds its error, so the outcome is that error.
+    Ok(rescan_outcome(failed).and_then(|()| output.ok_or_else(|| Error::internal("rescan failed"))))
 }
 
 /// The outcome of a rescan from the failures of its steps: the one error as it is, or one that

@@ -255,33 +255,23 @@ impl Context {
         O: Op,
         Resp: FromOutput<O::Output> + Send + 'static,
     {
-        let ctx = self.clone();
-        let mut failed = Vec::new();
-        let output = match run_on(&SERIAL_POOL, None, move || op.run(&ctx)).await.map_err(Panicked)? {
-            Ok(output) => Some(output),
-            Err(e) => {
-                failed.push(e);
-                None
-            }
+        let (ctx, lister) = (self.clone(), self.clone());
+        let rescan = async move { run_on(&SERIAL_POOL, None, move || op.run(&ctx)).await.map_err(Panicked) };
+        let disks = async move {
+            run_on(quick_pool(), None, move || lister.hosts().disk.disks_to_refresh()).await.map_err(Panicked)
         };
-        let ctx = self.clone();
-        match run_on(quick_pool(), None, move || ctx.hosts().disk.disks_to_refresh()).await.map_err(Panicked)? {
-            Ok(disks) => {
-                for disk in disks {
-                    let held = self.locks().lock(Key::Disk(disk)).await;
-                    let ctx = self.clone();
-                    let refreshed = run_on(&SERIAL_POOL, None, move || {
-                        let _held = held;
-                        ctx.hosts().disk.refresh_disk(disk)
-                    });
-                    failed.extend(refreshed.await.map_err(Panicked)?.err());
-                }
-            }
-            Err(e) => failed.push(e),
-        }
-        // `output` is None only when `failed` holds its error, so the outcome is that error.
-        let outcome = csi_proxy_host::rescan_outcome(failed);
-        Ok(outcome.and_then(|()| output.map_or_else(|| Err(Error::internal("rescan failed")), Resp::from_output)))
+        let refresh = |disk| async move {
+            let held = self.locks().lock(Key::Disk(disk)).await;
+            let ctx = self.clone();
+            run_on(&SERIAL_POOL, None, move || {
+                let _held = held;
+                ctx.hosts().disk.refresh_disk(disk)
+            })
+            .await
+            .map_err(Panicked)
+        };
+        let outcome = csi_proxy_host::rescan_in_order(rescan, disks, refresh).await?;
+        Ok(outcome.and_then(Resp::from_output))
     }
 }
 

@@ -108,9 +108,9 @@ impl Wake for Unpark {
     }
 }
 
-/// Polls `future` on this thread, parked between wake-ups (the semaphore's future needs no
-/// runtime, only a waker).
-fn block_on<F: Future>(future: F) -> F::Output {
+/// Polls `future` on this thread, parked between wake-ups: the blocking adapter for futures
+/// that need no runtime, only a waker (the keyed lock's).
+pub fn block_on<F: Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);

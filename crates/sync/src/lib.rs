@@ -7,7 +7,7 @@
 
 mod keyed;
 
-pub use keyed::{KeyGuard, KeyedLock};
+pub use keyed::{block_on, KeyGuard, KeyedLock};
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
