@@ -21,9 +21,7 @@ pub trait Op: Debug + Send + 'static {
     type Output: Send + 'static;
     /// What the operation holds while its host work runs; validates the fields it needs (an
     /// invalid request is refused before it waits for anything).
-    fn serial(&self) -> Result<Serial> {
-        Ok(Serial::None)
-    }
+    fn serial(&self) -> Result<Serial>;
     /// Host work of a few metadata syscalls (a stat, a mkdir, a sysfs read): such a call may run
     /// on the async worker that serves it (see [`InlineSlot`]) instead of a pool thread.
     fn quick(&self) -> bool {
@@ -207,7 +205,7 @@ impl Context {
         Resp: FromOutput<O::Output> + Send + 'static,
     {
         let (pool, guard) = match serial {
-            Serial::None => (quick_pool(), None),
+            Serial::ReadOnly | Serial::OwnTurns => (quick_pool(), None),
             Serial::Disk(disk) => (&SERIAL_POOL, Some(self.locks().lock(Key::Disk(disk)).await)),
             Serial::EachDisk => {
                 if let Some(pending) = &pending {

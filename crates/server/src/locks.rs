@@ -27,8 +27,13 @@ pub enum Key {
 /// What an operation holds while its host work runs (see [`crate::call::Op::serial`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Serial {
-    /// Nothing: read-only calls, and calls whose host work serialises itself.
-    None,
+    /// Nothing: the call changes nothing on the host (its method is read-only, see
+    /// `csi_proxy_wire::is_read_only`).
+    ReadOnly,
+    /// Nothing from the server, though the call changes the host: its host work takes its own
+    /// turns (SMB per share root, iSCSI per portal and target) or is one OS call the OS
+    /// serialises (a mkdir, a link, a service start).
+    OwnTurns,
     Disk(u32),
     /// The disk the volume is on (looked up by the caller), or the volume alone where volumes
     /// have no disk.

@@ -1,5 +1,6 @@
 //! Internal operations: one struct per RPC, carrying the newest version's semantics. Every API
-//! version's request converts into one of these (see [`crate::versions`]).
+//! version's request converts into one of these (see [`crate::versions`]). Each struct is written
+//! out in its group's file; [`op!`] only implements [`crate::call::Op`] for it.
 
 pub mod disk;
 pub mod filesystem;
@@ -8,31 +9,37 @@ pub mod smb;
 pub mod system;
 pub mod volume;
 
-/// Declares an operation whose output comes straight from one host call; `serial |s| ..` says
-/// what it holds while that call runs (see [`crate::call::Op::serial`]), and `quick` marks host
-/// work of a few metadata syscalls (see [`crate::call::Op::quick`]).
+/// Implements [`crate::call::Op`] for the operation struct `$name` (written out above the call):
+/// its output comes straight from the host call in the closure. What the call holds while that
+/// host work runs (see [`crate::call::Op::serial`]):
+/// - `read_only`: nothing, it changes nothing ([`Serial::ReadOnly`]);
+/// - `own_turns`: nothing from the server, the host work takes its own turns or is one OS call
+///   ([`Serial::OwnTurns`]);
+/// - `serial |s| ..`: what the closure says.
+///
+/// `quick` after `read_only` or `own_turns` marks host work of a few metadata syscalls (see
+/// [`crate::call::Op::quick`]).
+///
+/// [`Serial::ReadOnly`]: crate::locks::Serial::ReadOnly
+/// [`Serial::OwnTurns`]: crate::locks::Serial::OwnTurns
 macro_rules! op {
-    ($(#[$m:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? } -> $out:ty,
-     |$s:ident, $ctx:ident| $body:expr) => {
-        $crate::ops::op!(@ $(#[$m])* $name { $($field : $ty),* } -> $out,
-            serial |_s| Ok($crate::locks::Serial::None), quick false, |$s, $ctx| $body);
+    ($name:ident -> $out:ty, read_only, |$s:ident, $ctx:ident| $body:expr) => {
+        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::ReadOnly), quick false, |$s, $ctx| $body);
     };
-    ($(#[$m:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? } -> $out:ty,
-     quick |$s:ident, $ctx:ident| $body:expr) => {
-        $crate::ops::op!(@ $(#[$m])* $name { $($field : $ty),* } -> $out,
-            serial |_s| Ok($crate::locks::Serial::None), quick true, |$s, $ctx| $body);
+    ($name:ident -> $out:ty, read_only quick, |$s:ident, $ctx:ident| $body:expr) => {
+        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::ReadOnly), quick true, |$s, $ctx| $body);
     };
-    ($(#[$m:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? } -> $out:ty,
-     serial |$ss:ident| $serial:expr, |$s:ident, $ctx:ident| $body:expr) => {
-        $crate::ops::op!(@ $(#[$m])* $name { $($field : $ty),* } -> $out,
-            serial |$ss| $serial, quick false, |$s, $ctx| $body);
+    ($name:ident -> $out:ty, own_turns, |$s:ident, $ctx:ident| $body:expr) => {
+        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::OwnTurns), quick false, |$s, $ctx| $body);
     };
-    (@ $(#[$m:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? } -> $out:ty,
+    ($name:ident -> $out:ty, own_turns quick, |$s:ident, $ctx:ident| $body:expr) => {
+        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::OwnTurns), quick true, |$s, $ctx| $body);
+    };
+    ($name:ident -> $out:ty, serial |$ss:ident| $serial:expr, |$s:ident, $ctx:ident| $body:expr) => {
+        $crate::ops::op!(@ $name -> $out, serial |$ss| $serial, quick false, |$s, $ctx| $body);
+    };
+    (@ $name:ident -> $out:ty,
      serial |$ss:ident| $serial:expr, quick $quick:literal, |$s:ident, $ctx:ident| $body:expr) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, PartialEq)]
-        pub struct $name { $(pub $field: $ty),* }
-
         impl $crate::call::Op for $name {
             type Output = $out;
             fn serial(&self) -> csi_proxy_host::Result<$crate::locks::Serial> {

@@ -8,8 +8,14 @@ fn normalise_remote(remote_path: &str) -> csi_proxy_host::Result<String> {
     csi_proxy_host::smb::normalise_remote("remote_path", required("remote_path", remote_path)?)
 }
 
-op!(NewSmbGlobalMapping { remote_path: String, local_path: String, username: String, password: Secret } -> (),
-|s, ctx| {
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSmbGlobalMapping {
+    pub remote_path: String,
+    pub local_path: String,
+    pub username: String,
+    pub password: Secret,
+}
+op!(NewSmbGlobalMapping -> (), own_turns, |s, ctx| {
     let mapping = SmbMapping {
         remote_path: normalise_remote(&s.remote_path)?,
         local_path: s.local_path,
@@ -19,8 +25,12 @@ op!(NewSmbGlobalMapping { remote_path: String, local_path: String, username: Str
     };
     ctx.hosts().smb.new_global_mapping(&mapping)
 });
-op!(RemoveSmbGlobalMapping { remote_path: String } -> (),
-    |s, ctx| ctx.hosts().smb.remove_global_mapping(&normalise_remote(&s.remote_path)?));
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoveSmbGlobalMapping {
+    pub remote_path: String,
+}
+op!(RemoveSmbGlobalMapping -> (), own_turns, |s, ctx| ctx.hosts().smb.remove_global_mapping(&normalise_remote(&s.remote_path)?));
 
 #[cfg(test)]
 mod tests {

@@ -34,18 +34,33 @@ fn controllable<'a>(ctx: &Context, name: &'a str) -> Result<&'a str> {
     }
 }
 
-op!(GetBiosSerialNumber {} -> String, |_s, ctx| ctx.hosts().system.bios_serial_number());
-op!(StartService { name: String } -> (), |s, ctx| ctx.hosts().system.start_service(controllable(ctx, &s.name)?));
-op!(
-    /// With `force`, the dependents stopped along with the service must be allowed too.
-    StopService { name: String, force: bool } -> (),
-    |s, ctx| {
-        let name = controllable(ctx, &s.name)?;
-        let allowed = ctx.config().allowed_services.as_deref();
-        ctx.hosts().system.stop_service(name, s.force, &|dep: &str| allowed.is_none_or(|a| service_allowed(dep, a)))
-    }
-);
-op!(GetService { name: String } -> ServiceInfo, |s, ctx| ctx.hosts().system.service(required("name", &s.name)?));
+#[derive(Debug, Clone, PartialEq)]
+pub struct GetBiosSerialNumber {}
+op!(GetBiosSerialNumber -> String, read_only, |_s, ctx| ctx.hosts().system.bios_serial_number());
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartService {
+    pub name: String,
+}
+op!(StartService -> (), own_turns, |s, ctx| ctx.hosts().system.start_service(controllable(ctx, &s.name)?));
+
+/// With `force`, the dependents stopped along with the service must be allowed too.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StopService {
+    pub name: String,
+    pub force: bool,
+}
+op!(StopService -> (), own_turns, |s, ctx| {
+    let name = controllable(ctx, &s.name)?;
+    let allowed = ctx.config().allowed_services.as_deref();
+    ctx.hosts().system.stop_service(name, s.force, &|dep: &str| allowed.is_none_or(|a| service_allowed(dep, a)))
+});
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GetService {
+    pub name: String,
+}
+op!(GetService -> ServiceInfo, read_only, |s, ctx| ctx.hosts().system.service(required("name", &s.name)?));
 
 #[cfg(test)]
 mod tests {

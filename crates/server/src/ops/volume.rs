@@ -4,9 +4,19 @@ use crate::locks::Serial;
 use csi_proxy_host::data_volume::disk_number_in;
 use csi_proxy_host::types::VolumeStats;
 
-op!(ListVolumesOnDisk { disk: u32, partition: u32 } -> Vec<String>,
-    |s, ctx| ctx.hosts().volume.list_volumes_on_disk(s.disk, s.partition));
-op!(MountVolume { volume_id: String, target_path: String } -> (), serial |s| {
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListVolumesOnDisk {
+    pub disk: u32,
+    pub partition: u32,
+}
+op!(ListVolumesOnDisk -> Vec<String>, read_only, |s, ctx| ctx.hosts().volume.list_volumes_on_disk(s.disk, s.partition));
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MountVolume {
+    pub volume_id: String,
+    pub target_path: String,
+}
+op!(MountVolume -> (), serial |s| {
     let v = required("volume_id", &s.volume_id)?;
     required("target_path", &s.target_path)?;
     Ok(Serial::Volume(v.to_string()))
@@ -15,7 +25,13 @@ op!(MountVolume { volume_id: String, target_path: String } -> (), serial |s| {
     let t = required("target_path", &s.target_path)?;
     ctx.hosts().volume.mount_volume(v, t)
 });
-op!(UnmountVolume { volume_id: String, target_path: String } -> (), serial |s| {
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnmountVolume {
+    pub volume_id: String,
+    pub target_path: String,
+}
+op!(UnmountVolume -> (), serial |s| {
     let v = required("volume_id", &s.volume_id)?;
     required("target_path", &s.target_path)?;
     Ok(Serial::Volume(v.to_string()))
@@ -24,16 +40,31 @@ op!(UnmountVolume { volume_id: String, target_path: String } -> (), serial |s| {
     let t = required("target_path", &s.target_path)?;
     ctx.hosts().volume.unmount_volume(v, t)
 });
-op!(IsVolumeFormatted { volume_id: String } -> bool,
-    |s, ctx| ctx.hosts().volume.is_volume_formatted(required("volume_id", &s.volume_id)?));
-op!(FormatVolume { volume_id: String } -> (), serial |s| {
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct IsVolumeFormatted {
+    pub volume_id: String,
+}
+op!(IsVolumeFormatted -> bool, read_only, |s, ctx| ctx.hosts().volume.is_volume_formatted(required("volume_id", &s.volume_id)?));
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FormatVolume {
+    pub volume_id: String,
+}
+op!(FormatVolume -> (), serial |s| {
     required("volume_id", &s.volume_id)?;
     Ok(Serial::Volume(s.volume_id.clone()))
 }, |s, ctx| {
     let v = required("volume_id", &s.volume_id)?;
     ctx.hosts().volume.format_volume(v)
 });
-op!(ResizeVolume { volume_id: String, size_bytes: i64 } -> (), serial |s| {
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResizeVolume {
+    pub volume_id: String,
+    pub size_bytes: i64,
+}
+op!(ResizeVolume -> (), serial |s| {
     required("volume_id", &s.volume_id)?;
     non_negative("size_bytes", s.size_bytes)?;
     // A disk number stands for that disk's data volume (azuredisk >= 1.32's NodeStageVolume):
@@ -47,15 +78,36 @@ op!(ResizeVolume { volume_id: String, size_bytes: i64 } -> (), serial |s| {
     let size = non_negative("size_bytes", s.size_bytes)?;
     ctx.hosts().volume.resize_volume(v, size)
 });
-op!(GetVolumeStats { volume_id: String } -> VolumeStats,
-    |s, ctx| ctx.hosts().volume.volume_stats(required("volume_id", &s.volume_id)?));
-op!(GetDiskNumberFromVolumeId { volume_id: String } -> u32,
-    |s, ctx| ctx.hosts().volume.disk_number_of_volume(required("volume_id", &s.volume_id)?));
-op!(GetVolumeIdFromTargetPath { target_path: String } -> String,
-    |s, ctx| ctx.hosts().volume.volume_at_path(required("target_path", &s.target_path)?));
-op!(GetClosestVolumeIdFromTargetPath { target_path: String } -> String,
-    |s, ctx| ctx.hosts().volume.closest_volume_to_path(required("target_path", &s.target_path)?));
-op!(WriteVolumeCache { volume_id: String } -> (), serial |s| {
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GetVolumeStats {
+    pub volume_id: String,
+}
+op!(GetVolumeStats -> VolumeStats, read_only, |s, ctx| ctx.hosts().volume.volume_stats(required("volume_id", &s.volume_id)?));
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GetDiskNumberFromVolumeId {
+    pub volume_id: String,
+}
+op!(GetDiskNumberFromVolumeId -> u32, read_only, |s, ctx| ctx.hosts().volume.disk_number_of_volume(required("volume_id", &s.volume_id)?));
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GetVolumeIdFromTargetPath {
+    pub target_path: String,
+}
+op!(GetVolumeIdFromTargetPath -> String, read_only, |s, ctx| ctx.hosts().volume.volume_at_path(required("target_path", &s.target_path)?));
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GetClosestVolumeIdFromTargetPath {
+    pub target_path: String,
+}
+op!(GetClosestVolumeIdFromTargetPath -> String, read_only, |s, ctx| ctx.hosts().volume.closest_volume_to_path(required("target_path", &s.target_path)?));
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteVolumeCache {
+    pub volume_id: String,
+}
+op!(WriteVolumeCache -> (), serial |s| {
     required("volume_id", &s.volume_id)?;
     Ok(Serial::Volume(s.volume_id.clone()))
 }, |s, ctx| {
