@@ -149,6 +149,7 @@ pub fn rescan_outcome(mut failed: Vec<Error>) -> Result<()> {
 }
 
 /// Volume operations. A volume ID is whatever the backend hands out in `list_volumes_on_disk`.
+/// Target paths are contained by the backend as the filesystem group's paths are.
 pub trait VolumeHost: Send + Sync {
     /// `partition == 0` means every partition of the disk.
     fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>>;
@@ -163,10 +164,14 @@ pub trait VolumeHost: Send + Sync {
     fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32>;
     fn volume_at_path(&self, target_path: &str) -> Result<String>;
     fn closest_volume_to_path(&self, target_path: &str) -> Result<String>;
+    /// WriteVolumeCache: flushes the volume's cached writes to the disk.
     fn flush_volume(&self, volume_id: &str) -> Result<()>;
 }
 
-/// Directory and link operations. Paths arrive already validated by the server.
+/// Directory and link operations. Paths come as the request gave them (the server refuses only
+/// empty ones): each native backend checks their form ([`paths`]) and keeps them inside its roots
+/// (`linux::fs`, [`windows::contain`]; ARCHITECTURE.md, "Containment"). The memory host has no
+/// roots and takes any path.
 pub trait FilesystemHost: Send + Sync {
     fn path_exists(&self, path: &str) -> Result<bool>;
     fn mkdir(&self, path: &str) -> Result<()>;

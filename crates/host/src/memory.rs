@@ -133,12 +133,11 @@ fn parent(path: &str) -> Option<String> {
     Some(if i == 0 { "/".into() } else { t[..i].to_string() })
 }
 
-/// `\\host\share`, lower-cased: one host-wide mapping serves every path below a share.
-fn share_root(remote: &str) -> String {
-    let mut parts = remote.split('\\').filter(|c| !c.is_empty());
-    let host = parts.next().unwrap_or_default();
-    let share = parts.next().unwrap_or_default();
-    format!("\\\\{host}\\{share}").to_lowercase()
+/// `\\host\share`, lower-cased: one host-wide mapping serves every path below a share. The
+/// remote path is checked by the rule of the real backends ([`crate::smb::remote_components`]).
+fn share_root(remote: &str) -> Result<String> {
+    let parts = crate::smb::remote_components(remote)?;
+    Ok(format!("\\\\{}\\{}", parts[0], parts[1]).to_lowercase())
 }
 
 fn norm(path: &str) -> String {
@@ -442,6 +441,7 @@ impl FilesystemHost for MemoryHost {
 
 impl SmbHost for MemoryHost {
     fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+        let root = share_root(&mapping.remote_path)?;
         self.with(|s| {
             if !mapping.local_path.is_empty() {
                 let link = norm(&mapping.local_path);
@@ -453,14 +453,14 @@ impl SmbHost for MemoryHost {
                     }
                 }
             }
-            s.smb.insert(share_root(&mapping.remote_path), mapping.clone());
+            s.smb.insert(root, mapping.clone());
             Ok(())
         })
     }
     fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
         self.with(|s| {
             s.smb
-                .remove(&share_root(remote_path))
+                .remove(&share_root(remote_path)?)
                 .map(|_| ())
                 .ok_or_else(|| Error::not_found(format!("no SMB global mapping for {remote_path}")))
         })
