@@ -1,6 +1,6 @@
 //! libblkid (util-linux's prober, through the libblkid-rs bindings): does a device hold any
 //! signature? Asked only when our own probe finds nothing; why both are asked, and how their
-//! answers combine: *Two probes* in `volumes.rs`.
+//! answers combine: *Two probes* in `format.rs`.
 
 use libblkid_rs::{BlkidProbe, BlkidSafeprobeRet};
 use std::os::fd::{AsRawFd, BorrowedFd};

@@ -24,12 +24,11 @@
 //! call fail with Aborted (retryable), naming the disk.
 //!
 //! Writing descriptors of a whole disk are only handed out against a held exclusive lock (see
-//! `partitions::Block::open_disk_for_write`), and the volume calls that act on a partition take a
-//! [`HeldVolume`], which only [`super::Block::hold_volume`] makes: work on a disk can't be
+//! `table.rs`, `Block::open_disk_for_write`), and the volume calls that act on a partition take a
+//! `HeldVolume`, which only `Block::hold_volume` (`lookup.rs`) makes: work on a disk can't be
 //! written without the lock.
 
-use super::{Block, Disk, Volume};
-use crate::data_volume::DiskNumber;
+use super::{Block, Disk};
 use crate::{Error, Result};
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
@@ -54,21 +53,6 @@ pub(crate) struct DiskLock {
     pub(crate) disk: Disk,
     pub(crate) mode: Lock,
 }
-
-/// A volume resolved while its disk's lock is held: what the volume calls that touch a
-/// partition take.
-pub(crate) struct HeldVolume {
-    pub(crate) volume: Volume,
-    pub(crate) lock: DiskLock,
-}
-
-impl std::ops::Deref for HeldVolume {
-    type Target = Volume;
-    fn deref(&self) -> &Volume {
-        &self.volume
-    }
-}
-
 impl Block {
     /// Locks `disk` (`/dev/<name>`, checked to be that disk), waiting at most [`LOCK_WAIT`].
     pub(crate) fn lock_disk(&self, disk: &Disk, mode: Lock) -> Result<DiskLock> {
@@ -110,38 +94,5 @@ impl Block {
                 Err(e) => return Err(Error::io(format!("locking {} ({label})", path.display()), e.into())),
             }
         }
-    }
-
-    /// The volume `volume_id`, resolved again while its disk is locked: the lookup before the
-    /// lock only tells which disk to lock. A volume the kernel does not show yet (a table
-    /// re-read by someone else just ended) is waited for, at most [`super::volumes::NODE_WAIT`].
-    pub(crate) fn hold_volume(&self, volume_id: &str, mode: Lock) -> Result<HeldVolume> {
-        self.hold_volume_by(volume_id, mode, DiskNumber::Refused)
-    }
-
-    /// [`Self::hold_volume`] through [`Block::volume_by`]: a disk number, where `by_disk` allows
-    /// it, holds that disk's data volume as chosen before the lock.
-    pub(crate) fn hold_volume_by(&self, volume_id: &str, mode: Lock, by_disk: DiskNumber) -> Result<HeldVolume> {
-        let first = self.volume_by(volume_id, by_disk)?;
-        let guid = super::partitions::parse_volume_id(&first.id)?;
-        let mut disk = first.disk;
-        // The volume can move between the lookup and the lock (a disk replaced): follow it a
-        // few times, then give up retryably.
-        for _ in 0..3 {
-            let lock = self.lock_disk(&self.disk(disk)?, mode)?;
-            let deadline = Instant::now() + super::volumes::NODE_WAIT;
-            loop {
-                match self.volume_on(&lock.disk, &guid)? {
-                    Some(v) if v.name.is_empty() && Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(20))
-                    }
-                    Some(volume) => return Ok(HeldVolume { volume, lock }),
-                    None => break,
-                }
-            }
-            drop(lock);
-            disk = self.volume_by(volume_id, by_disk)?.disk;
-        }
-        Err(Error::Aborted(format!("volume {volume_id} keeps moving between disks; retry the call")))
     }
 }

@@ -7,17 +7,31 @@
 //! - volume ID: `\\?\Volume{<GPT partition GUID, lower case>}\`, upstream's shape, stable across
 //!   reboots and rescans and resolvable by reading partition tables (no udev needed).
 //!
-//! The work is split by concern, each file adding methods to [`Block`]:
+//! The work is split by idea, each file adding the methods of its idea to [`Block`] (this folder
+//! is the type's), each importing only from the ones above it in this list:
+//! - `disklock`: the whole-disk `flock` that keeps udev out while we work;
+//! - `table`: a whole disk opened and checked, its GPT as the kernel trusts it;
+//! - `kernel`: the kernel's partitions (sysfs), made equal to a GPT with BLKPG; a disk's refresh;
+//! - `lookup`: volume IDs, which disk has a volume, the volume resolved under its disk's lock;
+//! - `partitions`: PartitionDisk and growing a partition (GPT writes);
 //! - `disks`: sysfs enumeration and identity (locations, IDs, size, SCSI state);
-//! - `partitions`: GPT tables, telling the kernel (BLKPG), loop devices, volume lookup, rescan;
-//! - `volumes`: superblock probing, mkfs, mount/unmount, stats, resize, target-path lookup.
+//! - `device`: a volume's partition device, opened and checked; `format`: probe and mkfs;
+//!   `mount`: the mount table (mount, unmount, stats, flush, path lookups); `resize`;
+//! - `volumes`: the volume group's RPCs, each resolving its volume and calling the above.
 
 mod blkid;
 mod blkpg;
+mod device;
 mod disklock;
 pub mod disks;
+mod format;
+mod kernel;
+mod lookup;
 mod loopdev;
+mod mount;
 pub mod partitions;
+mod resize;
+mod table;
 pub(crate) mod tools;
 pub mod volumes;
 

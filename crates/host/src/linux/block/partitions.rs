@@ -1,4 +1,4 @@
-//! GPT partition tables, telling the kernel about partitions, volume lookup and rescans.
+//! GPT work: PartitionDisk and growing a partition.
 //!
 //! - **PartitionDisk**: a disk without a partition table gets a protective MBR and a GPT with one
 //!   partition over all its space, start and end on 1 MiB boundaries, type Linux filesystem
@@ -9,25 +9,6 @@
 //!   with no table but a filesystem or other signature on the whole device is refused with
 //!   FailedPrecondition: upstream would initialise it and lose the data. A disk in use (the
 //!   exclusive open fails) is never given a new table, nor a primary GPT rewritten.
-//! - **Which GPT is trusted**: the kernel's rule (see `Table::read`): only behind a protective MBR
-//!   in LBA 0, or a blank LBA 0 before a valid primary copy (our own interrupted write). A disk
-//!   whose LBA 0 is a real MBR or another boot sector has no GPT here, however valid a stale one
-//!   behind it: its partitions are the kernel's MBR partitions and are never touched. A GPT whose
-//!   primary copy is invalid is not trusted either when the head of the disk holds a filesystem
-//!   or another signature (a whole-disk filesystem over an old GPT keeps the backup copy at the
-//!   end): PartitionDisk refuses, naming what is there, instead of rewriting LBA 1–33 over it.
-//! - **Telling the kernel**: like `partx -u`, partition by partition with BLKPG (see `blkpg`):
-//!   what the GPT has and the kernel lacks is added, what changed size is resized, what the GPT
-//!   no longer has is removed. Disks without a GPT are not touched (a kernel with an MBR parser
-//!   keeps its own view). Calls return once `/dev/<partition>` exists (devtmpfs; no udev needed).
-//! - **Volume ID**: `\\?\Volume{<GPT partition GUID, lower case>}\`, upstream's shape. The GUID is
-//!   in the table, so the ID survives reboots and rescans and is found by reading the tables of
-//!   the disks. Partitions of MBR disks are not volumes here. An ID found on two disks (a cloned
-//!   disk) is refused rather than guessed, whichever disk was listed last.
-//! - **Rescan**: SCSI scans, LOOP_SET_CAPACITY on loop disks, then every disk's GPT re-read
-//!   from the medium (after BLKFLSBUF) and the kernel told; it writes no disk. A failing step
-//!   (a SCSI scan in a container with a read-only /sys, one disk) does not stop the others; the
-//!   error names every failure.
 //! - **Growing**: the backup table moves to the new end of the disk, the partition grows in
 //!   place (its slot, GUID, name and attributes kept), the kernel resizes it (BLKPG works while
 //!   it is mounted). Never shrinks.
@@ -36,190 +17,17 @@
 //! backup first, a GPT with one bad copy is rewritten from the good one, a missing protective
 //! MBR is added, and the kernel sync runs on every call.
 
-use super::disklock::{DiskLock, HeldVolume, Lock};
-use super::{blkpg, loopdev, Block, Disk, Volume};
-use crate::data_volume::{self, Candidate, DiskNumber};
-use crate::formats::gpt::{
-    aligned_extent, classify_mbr, protective_mbr, BlockIo, Entry, Guid, Mbr, Table, MICROSOFT_RESERVED,
-};
+use super::disklock::Lock;
+use super::lookup::{parse_volume_id, HeldVolume};
+use super::table::{align_blocks, OpenDisk, LINUX_FS};
+use super::{Block, Disk, Volume};
+use crate::formats::gpt::{aligned_extent, classify_mbr, protective_mbr, Entry, Guid, Mbr, Table, MICROSOFT_RESERVED};
 use crate::formats::probe;
 use crate::{Error, Result};
-use rustix::fs::{Mode, OFlags};
-use rustix::io::Errno;
-use std::collections::BTreeMap;
 use std::fs::File;
-use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
-/// Partitions start and end on 1 MiB boundaries.
-const ALIGNMENT: u64 = 1 << 20;
 /// GPT partition name of the partition PartitionDisk creates.
 const PARTITION_NAME: &str = "csi-proxy";
-/// Linux filesystem data.
-const LINUX_FS: Guid = match Guid::parse("0fc63daf-8483-4772-8e79-3d69d8477de4") {
-    Some(g) => g,
-    None => panic!(),
-};
-/// Basic data: what Windows formats, and what a disk partitioned there holds.
-const BASIC_DATA: Guid = match Guid::parse("ebd0a0a2-b9e5-4433-87c0-68b6b72699c7") {
-    Some(g) => g,
-    None => panic!(),
-};
-/// How long to wait for devtmpfs to show a partition the kernel has added.
-const NODE_WAIT: Duration = Duration::from_secs(10);
-/// sysfs `start` and `size` count 512-byte units whatever the logical block size.
-const SYSFS_SECTOR: u64 = 512;
-
-const ID_PREFIX: &str = r"\\?\Volume{";
-const ID_SUFFIX: &str = r"}\";
-
-/// A disk device is where the GPT code reads and writes.
-impl BlockIo for std::fs::File {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        std::os::unix::fs::FileExt::write_all_at(self, buf, offset)
-    }
-}
-
-/// The volume ID of the GPT partition with this unique GUID.
-pub(crate) fn volume_id(guid: &Guid) -> String {
-    format!("{ID_PREFIX}{guid}{ID_SUFFIX}")
-}
-
-/// The GUID in a volume ID; InvalidArgument naming it and the expected form otherwise. Hex digits
-/// may be of either case (Windows compares volume IDs without case).
-pub(crate) fn parse_volume_id(id: &str) -> Result<Guid> {
-    id.strip_prefix(ID_PREFIX).and_then(|rest| rest.strip_suffix(ID_SUFFIX)).and_then(Guid::parse).ok_or_else(|| {
-        Error::invalid(format!(
-            "volume ID {id:?} is malformed: expected \\\\?\\Volume{{xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx}}\\ \
-             (a GPT partition GUID, as ListVolumesOnDisk returns)"
-        ))
-    })
-}
-
-/// An OS error from `what`, by kind; EBUSY is a state of the host, not a fault.
-fn os_err(what: impl std::fmt::Display, e: Errno) -> Error {
-    match e {
-        Errno::BUSY => Error::precondition(format!("{what}: device or resource busy")),
-        Errno::ROFS => Error::precondition(format!("{what}: the device is read-only")),
-        _ => Error::io(what, e.into()),
-    }
-}
-
-/// A whole disk opened for table work.
-struct OpenDisk {
-    file: File,
-    /// Logical block size in bytes.
-    lbs: u64,
-    /// Size in bytes.
-    size: u64,
-    /// `/dev/<name>`, for messages.
-    path: PathBuf,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Access {
-    Read,
-    Write,
-    /// Write, and fail with EBUSY when anyone holds the disk or one of its partitions (mounted,
-    /// or a device-mapper/md member).
-    Exclusive,
-}
-
-impl OpenDisk {
-    /// The GPT as the kernel would read it (see `Table::read`).
-    fn raw_table(&self) -> Result<Option<Table>> {
-        Table::read(&self.file, self.lbs, self.size / self.lbs)
-            .map_err(|e| Error::io(format!("reading the partition table of {}", self.path.display()), e))
-    }
-
-    /// What the head of the disk holds besides a partition table: a filesystem, swap, LUKS, …
-    fn head_signature(&self) -> Result<Option<&'static str>> {
-        let head = self.read(0, probe::PROBE_LEN)?;
-        Ok(probe::identify(&head).filter(|kind| *kind != "gpt" && *kind != "dos"))
-    }
-
-    /// The GPT to work with: [`Self::raw_table`], except a table read from its backup copy alone
-    /// while the head of the disk holds a signature: a leftover of what the disk held before
-    /// that signature was made on the whole disk, not a table of it.
-    fn table(&self) -> Result<Option<Table>> {
-        let table = self.raw_table()?;
-        if table.as_ref().is_some_and(|t| !t.primary_ok) {
-            if let Some(kind) = self.head_signature()? {
-                tracing::debug!(
-                    "{}: ignoring the backup GPT at its end: the primary is invalid and the disk starts with {}",
-                    self.path.display(),
-                    probe::describe(kind)
-                );
-                return Ok(None);
-            }
-        }
-        Ok(table)
-    }
-
-    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let len = len.min(self.size.saturating_sub(offset) as usize);
-        let mut buf = vec![0u8; len];
-        std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut buf, offset)
-            .map_err(|e| Error::io(format!("reading {}", self.path.display()), e))?;
-        Ok(buf)
-    }
-
-    fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
-        std::os::unix::fs::FileExt::write_all_at(&self.file, data, offset)
-            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
-    }
-
-    fn sync(&self) -> Result<()> {
-        self.file.sync_all().map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))
-    }
-
-    /// Alignment in logical blocks.
-    fn align(&self) -> u64 {
-        align_blocks(self.lbs)
-    }
-}
-
-/// Where a volume GUID was last seen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Seen {
-    On(u32),
-    /// On more than one disk (a cloned disk): no hint, every lookup reads every disk (and
-    /// refuses while the GUID is on several), until a lookup finds it on one disk only.
-    Several,
-}
-
-/// Which disk each volume GUID was last seen on. A lookup tries that disk first instead of
-/// reading the table of every disk: a disk nobody holds open has its page cache dropped at its
-/// last close, so each table read is I/O. Only a hint: the disk's table is read to confirm it.
-static LAST_SEEN: Mutex<BTreeMap<Guid, Seen>> = Mutex::new(BTreeMap::new());
-
-/// Notes the GUIDs of `disk`'s table. A GUID already seen on another disk loses its hint for
-/// good (`Seen::Several`): the order in which disks are listed must not pick one of two clones.
-fn remember(disk: u32, entries: &[Entry]) {
-    let mut seen = LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    for e in entries {
-        let hint = match seen.get(&e.guid) {
-            Some(Seen::On(other)) if *other != disk => Seen::Several,
-            Some(Seen::Several) => Seen::Several,
-            _ => Seen::On(disk),
-        };
-        seen.insert(e.guid, hint);
-    }
-}
-
-/// A partition as the kernel has it (sysfs).
-#[derive(Debug, Clone)]
-struct KernelPartition {
-    number: u32,
-    name: String,
-    /// Bytes.
-    start: u64,
-    size: u64,
-}
 
 /// A random (version 4) GUID, in GPT byte order.
 fn random_guid() -> Result<Guid> {
@@ -232,11 +40,6 @@ fn random_guid() -> Result<Guid> {
     b[7] = (b[7] & 0x0f) | 0x40; // version 4: high nibble of the third field (stored little-endian)
     b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
     Ok(Guid(b))
-}
-
-/// [`ALIGNMENT`] in blocks of `lbs` bytes.
-fn align_blocks(lbs: u64) -> u64 {
-    (ALIGNMENT / lbs).max(1)
 }
 
 /// The table PartitionDisk gives a disk without one, `total_lbas` blocks of `lbs` bytes: one
@@ -279,203 +82,21 @@ fn growth_target(table: &Table, entry: &Entry, align: u64, size_bytes: u64) -> s
 }
 
 impl Block {
-    pub(super) fn disk_label(disk: &Disk) -> String {
-        format!("disk {} ({})", disk.number, disk.name)
-    }
-
-    /// Opens `/dev/<name>` of a disk for reading and checks that it is that disk.
-    fn open_disk(&self, disk: &Disk) -> Result<OpenDisk> {
-        self.open_disk_as(disk, Access::Read)
-    }
-
-    /// Opens the disk whose exclusive lock is held for writing (`exclusive`: and fails with
-    /// FailedPrecondition when anyone holds the disk or a partition of it). Writing is only
-    /// possible this way: a close after writing makes udev re-read the table, which it must not
-    /// do while we work (see `disklock`).
-    fn open_disk_for_write(&self, lock: &DiskLock, exclusive: bool) -> Result<OpenDisk> {
-        if lock.mode != Lock::Exclusive {
-            return Err(Error::internal(format!(
-                "{}: opened for writing under a shared lock",
-                Self::disk_label(&lock.disk)
-            )));
-        }
-        self.open_disk_as(&lock.disk, if exclusive { Access::Exclusive } else { Access::Write })
-    }
-
-    fn open_disk_as(&self, disk: &Disk, access: Access) -> Result<OpenDisk> {
-        let path = self.dev.join(&disk.name);
-        let flags = match access {
-            Access::Read => OFlags::RDONLY,
-            Access::Write => OFlags::RDWR,
-            Access::Exclusive => OFlags::RDWR | OFlags::EXCL,
-        } | OFlags::CLOEXEC;
-        let what = || format!("opening {} for {}", path.display(), Self::disk_label(disk));
-        let fd = rustix::fs::open(&path, flags, Mode::empty()).map_err(|e| os_err(what(), e))?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| os_err(what(), e))?;
-        let is_block = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice;
-        let (major, minor) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
-        if !is_block || (major, minor) != (disk.major, disk.minor) {
-            return Err(Error::internal(format!(
-                "{} is not {}: it is device {major}:{minor}, expected {}:{}",
-                path.display(),
-                Self::disk_label(disk),
-                disk.major,
-                disk.minor
-            )));
-        }
-        let file = File::from(fd);
-        let lbs =
-            blkpg::logical_block_size(&file).map_err(|e| os_err(format!("BLKSSZGET on {}", path.display()), e))?;
-        let size = blkpg::size_bytes(&file).map_err(|e| os_err(format!("BLKGETSIZE64 on {}", path.display()), e))?;
-        if !(512..=65536).contains(&lbs) || !lbs.is_power_of_two() {
-            return Err(Error::internal(format!("{} reports a logical block size of {lbs}", path.display())));
-        }
-        Ok(OpenDisk { file, lbs: u64::from(lbs), size, path })
-    }
-
-    /// FailedPrecondition when sysfs says the disk is read-only.
-    fn check_writable(&self, disk: &Disk) -> Result<()> {
-        let ro =
-            std::fs::read_to_string(self.sysfs.join("class/block").join(&disk.name).join("ro")).unwrap_or_default();
-        if ro.trim() == "1" {
-            return Err(Error::precondition(format!("{} is read-only", Self::disk_label(disk))));
-        }
-        Ok(())
-    }
-
-    /// The kernel's partitions of a disk, by number.
-    fn kernel_partitions(&self, disk: &Disk) -> Result<BTreeMap<u32, KernelPartition>> {
-        let dir = self.sysfs.join("class/block").join(&disk.name);
-        let entries = std::fs::read_dir(&dir)
-            .map_err(|e| Error::io(format!("listing the partitions in {}", dir.display()), e))?;
-        let mut parts = BTreeMap::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-            // The kernel names partitions after their disk (sda1, loop0p1, nvme0n1p1): skip the
-            // other attributes without opening them.
-            let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
-            if name.len() <= disk.name.len() || !name.starts_with(&disk.name) {
-                continue;
-            }
-            let path = entry.path();
-            let number = match std::fs::read_to_string(path.join("partition")) {
-                Ok(text) => text,
-                Err(_) => continue, // not a partition (queue, holders, …)
-            };
-            let read_num = |file: &str, text: &str| -> Result<u64> {
-                text.trim().parse::<u64>().map_err(|_| {
-                    Error::internal(format!("{} holds {:?}, not a number", path.join(file).display(), text))
-                })
-            };
-            let number = u32::try_from(read_num("partition", &number)?)
-                .map_err(|_| Error::internal(format!("{} is out of range", path.join("partition").display())))?;
-            // Ok(None): the partition went away while it was being read (a table re-read by
-            // someone who does not lock the disk): it is not there. Its directory gone, the read
-            // fails with ENOENT; its attributes already being torn down, with ENODEV.
-            let attr = |file: &str| -> Result<Option<u64>> {
-                let text = match std::fs::read_to_string(path.join(file)) {
-                    Ok(text) => text,
-                    Err(e)
-                        if e.kind() == std::io::ErrorKind::NotFound
-                            || e.raw_os_error() == Some(rustix::io::Errno::NODEV.raw_os_error()) =>
-                    {
-                        return Ok(None)
-                    }
-                    Err(e) => return Err(Error::io(format!("reading {}", path.join(file).display()), e)),
-                };
-                read_num(file, &text)?
-                    .checked_mul(SYSFS_SECTOR)
-                    .map(Some)
-                    .ok_or_else(|| Error::internal(format!("{} is out of range", path.join(file).display())))
-            };
-            let (Some(start), Some(size)) = (attr("start")?, attr("size")?) else { continue };
-            parts.insert(number, KernelPartition { number, name, start, size });
-        }
-        Ok(parts)
-    }
-
-    /// Makes the kernel's partitions of `disk` those of `table` (like `partx -u`), then waits
-    /// until each has its device node.
-    fn sync_kernel(&self, disk: &Disk, od: &OpenDisk, table: &Table) -> Result<()> {
-        let label = Self::disk_label(disk);
-        let want: BTreeMap<u32, (u64, u64)> =
-            table.entries().iter().map(|e| (e.number, (e.first_lba * od.lbs, e.lbas() * od.lbs))).collect();
-        let have = self.kernel_partitions(disk)?;
-        // Removals first, so that additions and growth do not overlap what goes away.
-        for k in have.values() {
-            if want.get(&k.number).is_none_or(|&(start, _)| start != k.start) {
-                blkpg::delete_partition(&od.file, k.number).map_err(|e| {
-                    os_err(
-                        format!(
-                            "{label}: removing partition {} ({}), which the partition table no longer has there, \
-                             from the kernel (is it mounted?)",
-                            k.number, k.name
-                        ),
-                        e,
-                    )
-                })?;
-            }
-        }
-        // Shrinks before growths, for the same reason.
-        let mut resizes: Vec<_> = have
-            .values()
-            .filter_map(|k| want.get(&k.number).filter(|w| w.0 == k.start && w.1 != k.size).map(|w| (k, w.1)))
-            .collect();
-        resizes.sort_by_key(|(k, len)| *len > k.size);
-        for (k, len) in resizes {
-            blkpg::resize_partition(&od.file, k.number, k.start, len).map_err(|e| {
-                os_err(
-                    format!("{label}: resizing partition {} ({}) from {} to {len} bytes", k.number, k.name, k.size),
-                    e,
-                )
-            })?;
-        }
-        for (&number, &(start, len)) in &want {
-            if have.get(&number).is_some_and(|k| k.start == start) {
-                continue;
-            }
-            blkpg::add_partition(&od.file, number, start, len).map_err(|e| {
-                os_err(format!("{label}: adding partition {number} ({len} bytes at {start}) to the kernel"), e)
-            })?;
-        }
-        // devtmpfs creates the node when the kernel registers the partition; wait for it all the
-        // same (a slow uevent path, a udev that renames).
-        let now = self.kernel_partitions(disk)?;
-        let deadline = Instant::now() + NODE_WAIT;
-        for number in want.keys() {
-            let k = now.get(number).ok_or_else(|| {
-                Error::internal(format!("{label}: the kernel does not show partition {number} after adding it"))
-            })?;
-            let node = self.dev.join(&k.name);
-            while !node.exists() {
-                if Instant::now() > deadline {
-                    return Err(Error::Unavailable(format!(
-                        "{label}: the kernel has partition {number} as {} but {} did not appear within {NODE_WAIT:?}",
-                        k.name,
-                        node.display()
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        Ok(())
-    }
-
     /// Writes a protective MBR over LBA 0 when its first 512 bytes are all zero (a table whose
     /// MBR write did not happen); anything else there is left alone.
-    fn repair_protective_mbr(&self, od: &OpenDisk) -> Result<()> {
+    pub(super) fn repair_protective_mbr(&self, od: &OpenDisk) -> Result<()> {
         if od.read(0, 512)?.iter().any(|&b| b != 0) {
             return Ok(());
         }
         self.write_protective_mbr(od)
     }
 
-    fn write_protective_mbr(&self, od: &OpenDisk) -> Result<()> {
+    pub(super) fn write_protective_mbr(&self, od: &OpenDisk) -> Result<()> {
         od.write(0, &protective_mbr(od.size / od.lbs))
     }
 
     /// Sets the size of a pure protective MBR's 0xEE record to the disk's (after it grew).
-    fn update_protective_mbr(&self, od: &OpenDisk) -> Result<()> {
+    pub(super) fn update_protective_mbr(&self, od: &OpenDisk) -> Result<()> {
         let mut sector = od.read(0, 512)?;
         if classify_mbr(&sector) != Mbr::Protective {
             return Ok(());
@@ -493,7 +114,7 @@ impl Block {
     }
 
     /// A new protective MBR and GPT with one partition over the whole disk.
-    fn create_table(&self, disk: &Disk, od: &OpenDisk) -> Result<Table> {
+    pub(super) fn create_table(&self, disk: &Disk, od: &OpenDisk) -> Result<Table> {
         let label = Self::disk_label(disk);
         let mut table = fresh_table(od.lbs, od.size / od.lbs, random_guid()?, random_guid()?).ok_or_else(|| {
             Error::precondition(format!("{label} is too small for a 1 MiB aligned partition ({} bytes)", od.size))
@@ -518,7 +139,7 @@ impl Block {
 
     /// Whether an existing GPT needs PartitionDisk to write: no partition but Microsoft reserved
     /// ones, a bad copy, or a blank LBA 0.
-    fn incomplete(&self, od: &OpenDisk, table: &Table) -> Result<bool> {
+    pub(super) fn incomplete(&self, od: &OpenDisk, table: &Table) -> Result<bool> {
         Ok(table.entries().iter().all(|e| e.type_guid == MICROSOFT_RESERVED)
             || !table.primary_ok
             || !table.backup_ok
@@ -528,7 +149,7 @@ impl Block {
     /// Completes an existing GPT: one partition when it has none but Microsoft reserved ones
     /// (`exclusive`: nobody holds the disk), both copies valid, a protective MBR when LBA 0 is
     /// blank.
-    fn complete_table(&self, disk: &Disk, od: &OpenDisk, table: &mut Table, exclusive: bool) -> Result<()> {
+    pub(super) fn complete_table(&self, disk: &Disk, od: &OpenDisk, table: &mut Table, exclusive: bool) -> Result<()> {
         let label = Self::disk_label(disk);
         if !exclusive && !table.primary_ok {
             return Err(Self::busy_primary(&label));
@@ -560,7 +181,7 @@ impl Block {
 
     /// What PartitionDisk has to do with a disk, read without writing: `Some(table)` for a GPT,
     /// `None` for a blank disk; Ok(Err(())) for an MBR table (nothing to do); refusals as errors.
-    fn inspect(&self, disk: &Disk, od: &OpenDisk) -> Result<std::result::Result<Option<Table>, ()>> {
+    pub(super) fn inspect(&self, disk: &Disk, od: &OpenDisk) -> Result<std::result::Result<Option<Table>, ()>> {
         let label = Self::disk_label(disk);
         if let Some(table) = od.raw_table()? {
             // Only the backup copy is valid: completing the table would write LBA 1–33. Not
@@ -601,7 +222,7 @@ impl Block {
     }
 
     /// The refusal to rewrite a primary GPT of a disk in use.
-    fn busy_primary(label: &str) -> Error {
+    pub(super) fn busy_primary(label: &str) -> Error {
         Error::precondition(format!(
             "{label} is in use (mounted, or held by another device) and its primary GPT is invalid; refusing to \
              rewrite it from the backup copy while the disk is in use"
@@ -650,151 +271,6 @@ impl Block {
             Ok(None) => self.create_table(disk, &od)?,
         };
         self.sync_kernel(disk, &od, &table)
-    }
-
-    /// Re-reads one disk's GPT from the medium and tells the kernel; nothing is written to the
-    /// disk. Disks without a GPT are left alone.
-    pub fn refresh(&self, disk: &Disk) -> Result<()> {
-        let _lock = self.lock_disk(disk, Lock::Exclusive)?;
-        let od = self.open_disk(disk)?;
-        if self.sysfs.join("class/block").join(&disk.name).join("loop/backing_file").exists() {
-            loopdev::set_capacity(&od.file)
-                .map_err(|e| os_err(format!("LOOP_SET_CAPACITY on {}", od.path.display()), e))?;
-        }
-        blkpg::flush_buffers(&od.file).map_err(|e| os_err(format!("BLKFLSBUF on {}", od.path.display()), e))?;
-        // The size may have changed: open again.
-        let od = self.open_disk(disk)?;
-        match od.table()? {
-            Some(table) => self.sync_kernel(disk, &od, &table),
-            None => Ok(()),
-        }
-    }
-
-    fn volume_of(&self, disk: &Disk, od: &OpenDisk, entry: &Entry, kernel: &BTreeMap<u32, KernelPartition>) -> Volume {
-        let start = entry.first_lba * od.lbs;
-        // The kernel's partition of that number is this one only if it starts where the entry does.
-        let name = kernel.get(&entry.number).filter(|k| k.start == start).map(|k| k.name.clone()).unwrap_or_default();
-        Volume {
-            id: volume_id(&entry.guid),
-            disk: disk.number,
-            index: entry.number,
-            node: if name.is_empty() { PathBuf::new() } else { self.dev.join(&name) },
-            name,
-            start,
-            size: entry.lbas() * od.lbs,
-            type_guid: entry.type_guid,
-        }
-    }
-
-    /// The volumes (GPT partitions) of one disk, in table order. MBR disks and disks without a
-    /// table have none. A volume the kernel does not have yet has an empty `name` and `node`.
-    pub fn volumes_of(&self, disk: &Disk) -> Result<Vec<Volume>> {
-        let od = self.open_disk(disk)?;
-        let Some(table) = od.table()? else { return Ok(Vec::new()) };
-        let kernel = self.kernel_partitions(disk)?;
-        let entries = table.entries();
-        remember(disk.number, &entries);
-        Ok(entries.iter().map(|e| self.volume_of(disk, &od, e, &kernel)).collect())
-    }
-
-    /// The volume with this ID: InvalidArgument when the ID is malformed, NotFound when no disk
-    /// has it, FailedPrecondition when several do (found when every disk is read: on the first
-    /// lookup of an ID, or when the disk it was last seen on no longer has it).
-    pub fn volume(&self, volume_id: &str) -> Result<Volume> {
-        self.volume_by(volume_id, DiskNumber::Refused)
-    }
-
-    /// [`Self::volume`], where `by_disk` may let a disk number stand for that disk's data volume
-    /// ([`data_volume`]): the largest partition of the Linux filesystem or basic data type.
-    pub fn volume_by(&self, volume_id: &str, by_disk: DiskNumber) -> Result<Volume> {
-        if let (DiskNumber::DataVolume, Some(number)) = (by_disk, data_volume::disk_number_in(volume_id)) {
-            let found = self.volumes_of(&self.disk(number)?)?;
-            let candidates: Vec<Candidate> = found
-                .iter()
-                .map(|v| {
-                    let (kind, data) = match v.type_guid {
-                        LINUX_FS => ("GPT Linux filesystem".to_owned(), true),
-                        BASIC_DATA => ("GPT basic data".to_owned(), true),
-                        other => (format!("GPT type {other}"), false),
-                    };
-                    Candidate { id: v.id.clone(), partition: v.index, kind, data, size: v.size }
-                })
-                .collect();
-            let id = data_volume::data_volume(number, &candidates)?;
-            return Ok(found.into_iter().find(|v| v.id == id).expect("the data volume is one of those found"));
-        }
-        let guid = parse_volume_id(volume_id)?;
-        if let Some(v) = self.volume_where_last_seen(&guid) {
-            return Ok(v);
-        }
-        let mut found = Vec::new();
-        for disk in self.disks()? {
-            let od = match self.open_disk(&disk) {
-                Ok(od) => od,
-                Err(e @ Error::PermissionDenied(_)) => {
-                    tracing::debug!("looking for volume {volume_id}: {e}");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!("looking for volume {volume_id}: {e}");
-                    continue;
-                }
-            };
-            let table = match od.table() {
-                Ok(Some(table)) => table,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::warn!("looking for volume {volume_id}: {e}");
-                    continue;
-                }
-            };
-            let entries = table.entries();
-            remember(disk.number, &entries);
-            if let Some(entry) = entries.into_iter().find(|e| e.guid == guid) {
-                let kernel = self.kernel_partitions(&disk)?;
-                found.push(self.volume_of(&disk, &od, &entry, &kernel));
-            }
-        }
-        // Every disk was read: what was found is the hint now (clearing `Several` once only one
-        // disk has the GUID).
-        {
-            let mut seen = LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner());
-            match &found[..] {
-                [] => seen.remove(&guid),
-                [v] => seen.insert(guid, Seen::On(v.disk)),
-                _ => seen.insert(guid, Seen::Several),
-            };
-        }
-        match found.len() {
-            0 => Err(Error::not_found(format!("volume {volume_id} not found: no disk has a GPT partition {guid}"))),
-            1 => Ok(found.pop().unwrap()),
-            _ => Err(Error::precondition(format!(
-                "volume {volume_id} is on more than one disk ({}): cloned disks? refusing to guess",
-                found.iter().map(|v| format!("disk {} partition {}", v.disk, v.index)).collect::<Vec<_>>().join(", ")
-            ))),
-        }
-    }
-
-    /// The volume with GPT partition GUID `guid` if `disk`'s table has it: the lookup on one
-    /// disk (where the volume was last seen, or the disk [`Self::hold_volume`] locked).
-    pub(crate) fn volume_on(&self, disk: &Disk, guid: &Guid) -> Result<Option<Volume>> {
-        let od = self.open_disk(disk)?;
-        let Some(table) = od.table()? else { return Ok(None) };
-        let entries = table.entries();
-        remember(disk.number, &entries);
-        let Some(entry) = entries.iter().find(|e| e.guid == *guid) else { return Ok(None) };
-        let kernel = self.kernel_partitions(disk)?;
-        Ok(Some(self.volume_of(disk, &od, entry, &kernel)))
-    }
-
-    /// The volume from the table of the disk it was last seen on, if it is still there.
-    fn volume_where_last_seen(&self, guid: &Guid) -> Option<Volume> {
-        let Seen::On(number) = *LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner()).get(guid)? else { return None };
-        let found = self.disk(number).ok().and_then(|disk| self.volume_on(&disk, guid).ok().flatten());
-        if found.is_none() {
-            LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner()).remove(guid);
-        }
-        found
     }
 
     /// Grows the partition of `volume` to `size_bytes` (0: all the space after it, the end on a
@@ -862,35 +338,7 @@ impl Block {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn volume_ids_round_trip() {
-        let g = Guid::parse("0fc63daf-8483-4772-8e79-3d69d8477de4").unwrap();
-        let id = volume_id(&g);
-        assert_eq!(id, r"\\?\Volume{0fc63daf-8483-4772-8e79-3d69d8477de4}\");
-        assert_eq!(parse_volume_id(&id).unwrap(), g);
-        assert_eq!(parse_volume_id(r"\\?\Volume{0FC63DAF-8483-4772-8E79-3D69D8477DE4}\").unwrap(), g);
-    }
-
-    #[test]
-    fn malformed_volume_ids_are_invalid_arguments_naming_the_form() {
-        for bad in [
-            "",
-            r"\\?\Volume{0fc63daf-8483-4772-8e79-3d69d8477de4}",
-            r"\\.\Volume{0fc63daf-8483-4772-8e79-3d69d8477de4}\",
-            r"\\?\Volume{0fc63daf-8483-4772-8e79-3d69d8477de}\",
-            r"\\?\Volume{zfc63daf-8483-4772-8e79-3d69d8477de4}\",
-            "/dev/loop0p1",
-        ] {
-            match parse_volume_id(bad) {
-                Err(Error::InvalidArgument(msg)) => {
-                    assert!(msg.contains(&format!("{bad:?}")), "{msg}");
-                    assert!(msg.contains(r"\\?\Volume{xxxxxxxx-"), "{msg}");
-                }
-                other => panic!("{bad}: {other:?}"),
-            }
-        }
-    }
+    use crate::formats::gpt::BlockIo;
 
     struct Mem(std::cell::RefCell<Vec<u8>>);
     impl BlockIo for Mem {
@@ -1011,47 +459,6 @@ mod tests {
         // A partition already past the last aligned boundary is not shrunk by "all the room".
         let t = table(131072, 2048, 131_038);
         assert_eq!(growth_target(&t, &t.entries()[0], 2048, 0), Ok(131_038));
-    }
-
-    #[test]
-    fn rescan_goes_on_after_a_failed_scsi_scan_and_names_every_failure() {
-        use crate::paths::Roots;
-        use crate::types::FsType;
-        let root = std::env::temp_dir().join(format!("csi-proxy-rescan-sysfs-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        // A SCSI host whose scan attribute cannot be written (a directory here; a read-only /sys
-        // in a container).
-        std::fs::create_dir_all(root.join("sys/class/scsi_host/host0/scan")).unwrap();
-        // A virtio disk without its device node: its refresh fails, which shows it was tried.
-        std::fs::create_dir_all(root.join("sys/class/block/vda")).unwrap();
-        std::fs::write(root.join("sys/class/block/vda/dev"), "252:0\n").unwrap();
-        std::fs::write(root.join("sys/class/block/vda/size"), "2048\n").unwrap();
-        std::fs::create_dir_all(root.join("sys/dev/block")).unwrap();
-        std::os::unix::fs::symlink("../../class/block/vda", root.join("sys/dev/block/252:0")).unwrap();
-        std::fs::create_dir_all(root.join("dev")).unwrap();
-        let b = Block::with_roots(&root.join("sys"), &root.join("dev"), Roots::default(), FsType::Ext4);
-        let err = crate::rescan_and_refresh(&b).unwrap_err().to_string();
-        let node = root.join("dev/vda").display().to_string();
-        std::fs::remove_dir_all(&root).unwrap();
-        assert!(err.contains("SCSI rescan failed") && err.contains("host0/scan"), "{err}");
-        assert!(err.contains(&node) && err.contains("2 errors"), "{err}");
-    }
-
-    #[test]
-    fn a_guid_seen_on_two_disks_loses_its_hint_whatever_the_order() {
-        let entry =
-            |g: u8| Entry { number: 1, type_guid: LINUX_FS, guid: Guid([g; 16]), first_lba: 2048, last_lba: 4095 };
-        let hint = |g: u8| LAST_SEEN.lock().unwrap().get(&Guid([g; 16])).copied();
-        // GUIDs of their own (the map is the process's): 0xa1.., 0xa2.., 0xa3..
-        remember(1, &[entry(0xa1)]);
-        remember(1, &[entry(0xa1)]);
-        assert_eq!(hint(0xa1), Some(Seen::On(1)));
-        for (g, order) in [(0xa2, [1, 2, 1]), (0xa3, [2, 1, 2])] {
-            for disk in order {
-                remember(disk, &[entry(g)]);
-            }
-            assert_eq!(hint(g), Some(Seen::Several), "{order:?}");
-        }
     }
 
     #[test]

@@ -1,0 +1,277 @@
+//! Volume IDs and finding a volume: which disk's GPT has the partition GUID, with a hint of
+//! where each GUID was last seen, and the volume resolved again once its disk is locked.
+//!
+//! - **Volume ID**: `\\?\Volume{<GPT partition GUID, lower case>}\`, upstream's shape. The GUID is
+//!   in the table, so the ID survives reboots and rescans and is found by reading the tables of
+//!   the disks. Partitions of MBR disks are not volumes here. An ID found on two disks (a cloned
+//!   disk) is refused rather than guessed, whichever disk was listed last.
+
+use super::disklock::{DiskLock, Lock};
+use super::table::{BASIC_DATA, LINUX_FS};
+use super::{Block, Disk, Volume};
+use crate::data_volume::{self, Candidate, DiskNumber};
+use crate::error::MOVED_TRIES;
+use crate::formats::gpt::{Entry, Guid};
+use crate::sync::LockExt;
+use crate::{Error, Result};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const ID_PREFIX: &str = r"\\?\Volume{";
+const ID_SUFFIX: &str = r"}\";
+
+/// The volume ID of the GPT partition with this unique GUID.
+pub(crate) fn volume_id(guid: &Guid) -> String {
+    format!("{ID_PREFIX}{guid}{ID_SUFFIX}")
+}
+
+/// The GUID in a volume ID; InvalidArgument naming it and the expected form otherwise. Hex digits
+/// may be of either case (Windows compares volume IDs without case).
+pub(crate) fn parse_volume_id(id: &str) -> Result<Guid> {
+    id.strip_prefix(ID_PREFIX).and_then(|rest| rest.strip_suffix(ID_SUFFIX)).and_then(Guid::parse).ok_or_else(|| {
+        Error::invalid(format!(
+            "volume ID {id:?} is malformed: expected \\\\?\\Volume{{xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx}}\\ \
+             (a GPT partition GUID, as ListVolumesOnDisk returns)"
+        ))
+    })
+}
+
+/// Where a volume GUID was last seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    On(u32),
+    /// On more than one disk (a cloned disk): no hint, every lookup reads every disk (and
+    /// refuses while the GUID is on several), until a lookup finds it on one disk only.
+    Several,
+}
+
+/// Which disk each volume GUID was last seen on. A lookup tries that disk first instead of
+/// reading the table of every disk: a disk nobody holds open has its page cache dropped at its
+/// last close, so each table read is I/O. Only a hint: the disk's table is read to confirm it.
+static LAST_SEEN: Mutex<BTreeMap<Guid, Seen>> = Mutex::new(BTreeMap::new());
+
+/// Notes the GUIDs of `disk`'s table. A GUID already seen on another disk loses its hint for
+/// good (`Seen::Several`): the order in which disks are listed must not pick one of two clones.
+pub(super) fn remember(disk: u32, entries: &[Entry]) {
+    let mut seen = LAST_SEEN.lock_ignoring_poison();
+    for e in entries {
+        let hint = match seen.get(&e.guid) {
+            Some(Seen::On(other)) if *other != disk => Seen::Several,
+            Some(Seen::Several) => Seen::Several,
+            _ => Seen::On(disk),
+        };
+        seen.insert(e.guid, hint);
+    }
+}
+
+/// A volume resolved while its disk's lock is held: what the volume calls that touch a
+/// partition take.
+pub(crate) struct HeldVolume {
+    pub(crate) volume: Volume,
+    pub(crate) lock: DiskLock,
+}
+
+impl std::ops::Deref for HeldVolume {
+    type Target = Volume;
+    fn deref(&self) -> &Volume {
+        &self.volume
+    }
+}
+
+impl Block {
+    /// The volumes (GPT partitions) of one disk, in table order. MBR disks and disks without a
+    /// table have none. A volume the kernel does not have yet has an empty `name` and `node`.
+    pub fn volumes_of(&self, disk: &Disk) -> Result<Vec<Volume>> {
+        let od = self.open_disk(disk)?;
+        let Some(table) = od.table()? else { return Ok(Vec::new()) };
+        let kernel = self.kernel_partitions(disk)?;
+        let entries = table.entries();
+        remember(disk.number, &entries);
+        Ok(entries.iter().map(|e| self.volume_of(disk, &od, e, &kernel)).collect())
+    }
+
+    /// The volume with this ID: InvalidArgument when the ID is malformed, NotFound when no disk
+    /// has it, FailedPrecondition when several do (found when every disk is read: on the first
+    /// lookup of an ID, or when the disk it was last seen on no longer has it).
+    pub fn volume(&self, volume_id: &str) -> Result<Volume> {
+        self.volume_by(volume_id, DiskNumber::Refused)
+    }
+
+    /// [`Self::volume`], where `by_disk` may let a disk number stand for that disk's data volume
+    /// ([`data_volume`]): the largest partition of the Linux filesystem or basic data type.
+    pub fn volume_by(&self, volume_id: &str, by_disk: DiskNumber) -> Result<Volume> {
+        if let (DiskNumber::DataVolume, Some(number)) = (by_disk, data_volume::disk_number_in(volume_id)) {
+            let found = self.volumes_of(&self.disk(number)?)?;
+            let candidates: Vec<Candidate> = found
+                .iter()
+                .map(|v| {
+                    let (kind, data) = match v.type_guid {
+                        LINUX_FS => ("GPT Linux filesystem".to_owned(), true),
+                        BASIC_DATA => ("GPT basic data".to_owned(), true),
+                        other => (format!("GPT type {other}"), false),
+                    };
+                    Candidate { id: v.id.clone(), partition: v.index, kind, data, size: v.size }
+                })
+                .collect();
+            let id = data_volume::data_volume(number, &candidates)?;
+            return Ok(found.into_iter().find(|v| v.id == id).expect("the data volume is one of those found"));
+        }
+        let guid = parse_volume_id(volume_id)?;
+        if let Some(v) = self.volume_where_last_seen(&guid) {
+            return Ok(v);
+        }
+        let mut found = Vec::new();
+        for disk in self.disks()? {
+            let od = match self.open_disk(&disk) {
+                Ok(od) => od,
+                Err(e @ Error::PermissionDenied(_)) => {
+                    tracing::debug!("looking for volume {volume_id}: {e}");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!("looking for volume {volume_id}: {e}");
+                    continue;
+                }
+            };
+            let table = match od.table() {
+                Ok(Some(table)) => table,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!("looking for volume {volume_id}: {e}");
+                    continue;
+                }
+            };
+            let entries = table.entries();
+            remember(disk.number, &entries);
+            if let Some(entry) = entries.into_iter().find(|e| e.guid == guid) {
+                let kernel = self.kernel_partitions(&disk)?;
+                found.push(self.volume_of(&disk, &od, &entry, &kernel));
+            }
+        }
+        // Every disk was read: what was found is the hint now (clearing `Several` once only one
+        // disk has the GUID).
+        {
+            let mut seen = LAST_SEEN.lock_ignoring_poison();
+            match &found[..] {
+                [] => seen.remove(&guid),
+                [v] => seen.insert(guid, Seen::On(v.disk)),
+                _ => seen.insert(guid, Seen::Several),
+            };
+        }
+        match found.len() {
+            0 => Err(Error::not_found(format!("volume {volume_id} not found: no disk has a GPT partition {guid}"))),
+            1 => Ok(found.pop().unwrap()),
+            _ => Err(Error::precondition(format!(
+                "volume {volume_id} is on more than one disk ({}): cloned disks? refusing to guess",
+                found.iter().map(|v| format!("disk {} partition {}", v.disk, v.index)).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+
+    /// The volume with GPT partition GUID `guid` if `disk`'s table has it: the lookup on one
+    /// disk (where the volume was last seen, or the disk [`Self::hold_volume`] locked).
+    pub(crate) fn volume_on(&self, disk: &Disk, guid: &Guid) -> Result<Option<Volume>> {
+        let od = self.open_disk(disk)?;
+        let Some(table) = od.table()? else { return Ok(None) };
+        let entries = table.entries();
+        remember(disk.number, &entries);
+        let Some(entry) = entries.iter().find(|e| e.guid == *guid) else { return Ok(None) };
+        let kernel = self.kernel_partitions(disk)?;
+        Ok(Some(self.volume_of(disk, &od, entry, &kernel)))
+    }
+
+    /// The volume from the table of the disk it was last seen on, if it is still there.
+    pub(super) fn volume_where_last_seen(&self, guid: &Guid) -> Option<Volume> {
+        let Seen::On(number) = *LAST_SEEN.lock_ignoring_poison().get(guid)? else { return None };
+        let found = self.disk(number).ok().and_then(|disk| self.volume_on(&disk, guid).ok().flatten());
+        if found.is_none() {
+            LAST_SEEN.lock_ignoring_poison().remove(guid);
+        }
+        found
+    }
+
+    /// The volume `volume_id`, resolved again while its disk is locked: the lookup before the
+    /// lock only tells which disk to lock. A volume the kernel does not show yet (a table
+    /// re-read by someone else just ended) is waited for, at most [`super::device::NODE_WAIT`].
+    pub(crate) fn hold_volume(&self, volume_id: &str, mode: Lock) -> Result<HeldVolume> {
+        self.hold_volume_by(volume_id, mode, DiskNumber::Refused)
+    }
+
+    /// [`Self::hold_volume`] through [`Block::volume_by`]: a disk number, where `by_disk` allows
+    /// it, holds that disk's data volume as chosen before the lock.
+    pub(crate) fn hold_volume_by(&self, volume_id: &str, mode: Lock, by_disk: DiskNumber) -> Result<HeldVolume> {
+        let first = self.volume_by(volume_id, by_disk)?;
+        let guid = parse_volume_id(&first.id)?;
+        let mut disk = first.disk;
+        // The volume can move between the lookup and the lock (a disk replaced): follow it a
+        // few times, then give up retryably.
+        for _ in 0..MOVED_TRIES {
+            let lock = self.lock_disk(&self.disk(disk)?, mode)?;
+            let deadline = Instant::now() + super::device::NODE_WAIT;
+            loop {
+                match self.volume_on(&lock.disk, &guid)? {
+                    Some(v) if v.name.is_empty() && Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    Some(volume) => return Ok(HeldVolume { volume, lock }),
+                    None => break,
+                }
+            }
+            drop(lock);
+            disk = self.volume_by(volume_id, by_disk)?.disk;
+        }
+        Err(Error::volume_moved(volume_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volume_ids_round_trip() {
+        let g = Guid::parse("0fc63daf-8483-4772-8e79-3d69d8477de4").unwrap();
+        let id = volume_id(&g);
+        assert_eq!(id, r"\\?\Volume{0fc63daf-8483-4772-8e79-3d69d8477de4}\");
+        assert_eq!(parse_volume_id(&id).unwrap(), g);
+        assert_eq!(parse_volume_id(r"\\?\Volume{0FC63DAF-8483-4772-8E79-3D69D8477DE4}\").unwrap(), g);
+    }
+
+    #[test]
+    fn malformed_volume_ids_are_invalid_arguments_naming_the_form() {
+        for bad in [
+            "",
+            r"\\?\Volume{0fc63daf-8483-4772-8e79-3d69d8477de4}",
+            r"\\.\Volume{0fc63daf-8483-4772-8e79-3d69d8477de4}\",
+            r"\\?\Volume{0fc63daf-8483-4772-8e79-3d69d8477de}\",
+            r"\\?\Volume{zfc63daf-8483-4772-8e79-3d69d8477de4}\",
+            "/dev/loop0p1",
+        ] {
+            match parse_volume_id(bad) {
+                Err(Error::InvalidArgument(msg)) => {
+                    assert!(msg.contains(&format!("{bad:?}")), "{msg}");
+                    assert!(msg.contains(r"\\?\Volume{xxxxxxxx-"), "{msg}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_guid_seen_on_two_disks_loses_its_hint_whatever_the_order() {
+        let entry =
+            |g: u8| Entry { number: 1, type_guid: LINUX_FS, guid: Guid([g; 16]), first_lba: 2048, last_lba: 4095 };
+        let hint = |g: u8| LAST_SEEN.lock().unwrap().get(&Guid([g; 16])).copied();
+        // GUIDs of their own (the map is the process's): 0xa1.., 0xa2.., 0xa3..
+        remember(1, &[entry(0xa1)]);
+        remember(1, &[entry(0xa1)]);
+        assert_eq!(hint(0xa1), Some(Seen::On(1)));
+        for (g, order) in [(0xa2, [1, 2, 1]), (0xa3, [2, 1, 2])] {
+            for disk in order {
+                remember(disk, &[entry(g)]);
+            }
+            assert_eq!(hint(g), Some(Seen::Several), "{order:?}");
+        }
+    }
+}
