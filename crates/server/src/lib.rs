@@ -5,28 +5,33 @@
 //!   operations of [`ops`] and back. Older versions are data mapped onto the newest semantics;
 //!   there is no per-version copy of server logic.
 //! - [`ops`]: the version-less operations: request validation, then one host call.
-//! - [`call`]: the single path every unary call takes (conversion, blocking host work, panic
-//!   isolation, logging, metrics hooks).
+//! - [`fields`]: reading request fields (decimal disk numbers, sizes, required strings).
+//! - [`call`]: the single path every unary call takes (conversion, the call's lock, host work on
+//!   a pool thread, panic isolation, logging, metrics hooks) and the [`Context`] it runs in; what
+//!   it uses has a module each: [`locks`] (per-disk queues), `pool` (host-work threads), `inline`
+//!   (quick calls on the async worker), [`audit`] (the records, and [`audit::call`], one call's
+//!   trail), `outcome` (the code and message a result ends with).
 //! - [`status`]: the one mapping from host errors to gRPC status codes.
 
 pub mod audit;
 pub mod call;
+pub mod fields;
+mod inline;
 pub mod locks;
 pub mod ops;
+mod outcome;
 mod pool;
 pub mod shown;
 pub mod status;
 pub mod versions;
 
-use csi_proxy_host::Hosts;
+pub use call::Context;
+use std::time::Duration;
 
 /// The largest request message a call accepts (gRPC's default is 4 MiB). The largest real
 /// requests hold two paths of at most 32,000 UTF-16 units each; anything bigger is refused (tonic
 /// answers OutOfRange, naming both sizes) before it is decoded.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
-use csi_proxy_wire::Api;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// One API's gRPC service over request bodies of type `B`, ready for any HTTP/2 server.
 pub type ApiService<B> =
@@ -53,70 +58,5 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config { require_privacy: true, allowed_services: None }
-    }
-}
-
-struct Inner {
-    hosts: Hosts,
-    locks: locks::Locks,
-    config: Config,
-    observer: Option<Arc<dyn CallObserver>>,
-    audit: Option<Arc<audit::Writer>>,
-}
-
-/// Shared state of every service: the host backends, configuration and observers.
-#[derive(Clone)]
-pub struct Context(Arc<Inner>);
-
-impl Context {
-    pub fn new(hosts: Hosts, config: Config) -> Self {
-        Context(Arc::new(Inner { hosts, locks: Default::default(), config, observer: None, audit: None }))
-    }
-
-    pub fn with_observer(hosts: Hosts, config: Config, observer: Arc<dyn CallObserver>) -> Self {
-        Context(Arc::new(Inner { hosts, locks: Default::default(), config, observer: Some(observer), audit: None }))
-    }
-
-    /// This context with an audit trail: every call that may change the host gets a start and
-    /// an end record in `sink` (see [`audit`]). Call before serving: the copy starts with fresh
-    /// disk locks.
-    pub fn with_audit(self, sink: Arc<dyn audit::AuditSink>) -> Self {
-        self.with_audit_within(sink, audit::RECORD_WAIT)
-    }
-
-    /// The same, waiting at most `wait` for each record (see [`audit`]) instead of
-    /// [`audit::RECORD_WAIT`].
-    pub fn with_audit_within(self, sink: Arc<dyn audit::AuditSink>, wait: Duration) -> Self {
-        let inner = &self.0;
-        Context(Arc::new(Inner {
-            hosts: inner.hosts.clone(),
-            locks: Default::default(),
-            config: inner.config.clone(),
-            observer: inner.observer.clone(),
-            audit: Some(Arc::new(audit::Writer::start(sink, wait))),
-        }))
-    }
-
-    pub fn hosts(&self) -> &Hosts {
-        &self.0.hosts
-    }
-
-    /// Per-disk serialisation of mutating calls.
-    pub fn locks(&self) -> &locks::Locks {
-        &self.0.locks
-    }
-
-    pub fn config(&self) -> &Config {
-        &self.0.config
-    }
-
-    /// The HTTP service that answers gRPC calls for `api`: exactly that version's service, as
-    /// upstream serves one service per pipe; any other path answers `Unimplemented`.
-    pub fn service<B>(&self, api: Api) -> ApiService<B>
-    where
-        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
-    {
-        versions::service(api, self.clone())
     }
 }

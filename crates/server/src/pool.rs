@@ -7,10 +7,13 @@
 //!   work) adds a thread, up to `max`; threads beyond `core` leave after [`KEEP_ALIVE`] idle. So a
 //!   slow call delays others by at most that much, and hung host work holds at most `max` threads;
 //! - work whose caller has gone (cancelled while queued) is skipped.
+//!
+//! A pool belongs to the server's [`crate::Context`] ([`Pools`]); once it is dropped its threads
+//! leave as they run out of queued work.
 
 use csi_proxy_sync::LockExt;
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 /// How long queued work waits for a thread before the pool adds one.
@@ -20,7 +23,29 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 type Job = Box<dyn FnOnce() + Send>;
 
-pub struct Pool {
+/// The two pools of a server (see [`crate::call`] for which calls use which).
+pub struct Pools {
+    /// Calls that hold no server lock: read-only calls and those that take their own turns (SMB
+    /// mounts, iSCSI logins, service control), which may be slow or hang on the network. As
+    /// many threads kept as CPUs.
+    pub unlocked: Pool,
+    /// Calls that hold a disk (partition, format, resize, mount, a rescan's refreshes): at most
+    /// one runs per disk, so this bounds the disks worked on at once.
+    pub locked: Pool,
+}
+
+impl Default for Pools {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        // The thread names ("csi-proxy-call", "csi-proxy-serial") are what diagnostics show.
+        Pools { unlocked: Pool::new("call", cpus.max(2), 64), locked: Pool::new("serial", 1, 32) }
+    }
+}
+
+/// A pool of host-work threads; its threads hold its shared state, the owner this handle.
+pub struct Pool(Arc<Shared>);
+
+struct Shared {
     name: &'static str,
     core: usize,
     max: usize,
@@ -38,6 +63,8 @@ struct State {
     wakes: usize,
     /// Most threads ever (for benchmarks and diagnostics).
     peak: usize,
+    /// The owner is gone: threads leave once no work is queued.
+    closed: bool,
 }
 
 /// Whether submitted work has a thread to start it right away.
@@ -48,31 +75,21 @@ pub enum Submitted {
 }
 
 impl Pool {
-    pub const fn new(name: &'static str, core: usize, max: usize) -> Pool {
-        Pool {
-            name,
-            core,
-            max,
-            state: Mutex::new(State { jobs: VecDeque::new(), threads: 0, sleeping: 0, wakes: 0, peak: 0 }),
-            work: Condvar::new(),
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock_ignoring_poison()
+    pub fn new(name: &'static str, core: usize, max: usize) -> Pool {
+        Pool(Arc::new(Shared { name, core, max, state: Mutex::default(), work: Condvar::new() }))
     }
 
     /// Queues `job`. It must not panic (callers catch panics inside it).
-    pub fn submit(&'static self, job: Job) -> Submitted {
-        let mut s = self.state();
+    pub fn submit(&self, job: Job) -> Submitted {
+        let mut s = self.0.state();
         s.jobs.push_back(job);
         if s.sleeping > s.wakes {
             s.wakes += 1;
             drop(s);
-            self.work.notify_one();
+            self.0.work.notify_one();
             return Submitted::Starting;
         }
-        if s.threads < self.core.max(1) && self.spawn(&mut s) {
+        if s.threads < self.0.core.max(1) && Shared::spawn(&self.0, &mut s) {
             return Submitted::Starting;
         }
         Submitted::Queued
@@ -80,21 +97,36 @@ impl Pool {
 
     /// Adds a thread if work is still queued and the pool is below its bound (called by a caller
     /// whose work has waited [`GROW_AFTER`]).
-    pub fn grow(&'static self) {
-        let mut s = self.state();
-        if s.jobs.len() > s.wakes && s.threads < self.max {
-            self.spawn(&mut s);
+    pub fn grow(&self) {
+        let mut s = self.0.state();
+        if s.jobs.len() > s.wakes && s.threads < self.0.max {
+            Shared::spawn(&self.0, &mut s);
         }
     }
 
     /// Threads now and most ever.
     pub fn threads(&self) -> (usize, usize) {
-        let s = self.state();
+        let s = self.0.state();
         (s.threads, s.peak)
     }
+}
 
-    fn spawn(&'static self, s: &mut State) -> bool {
-        let started = std::thread::Builder::new().name(format!("csi-proxy-{}", self.name)).spawn(move || self.serve());
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.0.state().closed = true;
+        self.0.work.notify_all();
+    }
+}
+
+impl Shared {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock_ignoring_poison()
+    }
+
+    fn spawn(this: &Arc<Shared>, s: &mut State) -> bool {
+        let shared = this.clone();
+        let started =
+            std::thread::Builder::new().name(format!("csi-proxy-{}", this.name)).spawn(move || shared.serve());
         match started {
             Ok(_) => {
                 s.threads += 1;
@@ -103,13 +135,13 @@ impl Pool {
             }
             Err(e) => {
                 // The work stays queued for the threads there are; the caller asks again.
-                tracing::warn!(pool = self.name, error = %e, "could not start a host-work thread");
+                tracing::warn!(pool = this.name, error = %e, "could not start a host-work thread");
                 false
             }
         }
     }
 
-    fn serve(&'static self) {
+    fn serve(&self) {
         let mut s = self.state();
         loop {
             if let Some(job) = s.jobs.pop_front() {
@@ -117,6 +149,10 @@ impl Pool {
                 job();
                 s = self.state();
                 continue;
+            }
+            if s.closed {
+                s.threads -= 1;
+                return;
             }
             s.sleeping += 1;
             let (next, timeout) = self.work.wait_timeout(s, KEEP_ALIVE).unwrap_or_else(PoisonError::into_inner);
@@ -139,26 +175,26 @@ mod tests {
 
     #[test]
     fn a_burst_runs_on_the_core_threads() {
-        static POOL: Pool = Pool::new("test-burst", 2, 8);
+        let pool = Pool::new("test-burst", 2, 8);
         let (tx, rx) = mpsc::channel();
         for i in 0..200 {
             let tx = tx.clone();
-            POOL.submit(Box::new(move || tx.send(i).unwrap()));
+            pool.submit(Box::new(move || tx.send(i).unwrap()));
         }
         let mut got: Vec<i32> = (0..200).map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap()).collect();
         got.sort();
         assert_eq!(got, (0..200).collect::<Vec<_>>());
-        assert_eq!(POOL.threads().1, 2, "no thread beyond the core count without a slow job");
+        assert_eq!(pool.threads().1, 2, "no thread beyond the core count without a slow job");
     }
 
     #[test]
     fn a_stuck_job_does_not_starve_the_queue_once_grown() {
-        static POOL: Pool = Pool::new("test-stuck", 1, 3);
+        let pool = Pool::new("test-stuck", 1, 3);
         let (release, stuck) = mpsc::channel::<()>();
         let stuck = Mutex::new(stuck);
         let stuck: &'static Mutex<mpsc::Receiver<()>> = Box::leak(Box::new(stuck));
         assert_eq!(
-            POOL.submit(Box::new(move || {
+            pool.submit(Box::new(move || {
                 let _ = stuck.lock().unwrap().recv();
             })),
             Submitted::Starting
@@ -166,21 +202,42 @@ mod tests {
         let done = Arc::new(AtomicUsize::new(0));
         let d = done.clone();
         assert_eq!(
-            POOL.submit(Box::new(move || {
+            pool.submit(Box::new(move || {
                 d.fetch_add(1, Ordering::SeqCst);
             })),
             Submitted::Queued
         );
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(done.load(Ordering::SeqCst), 0, "the only thread is stuck");
-        POOL.grow();
+        pool.grow();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while done.load(Ordering::SeqCst) == 0 {
             assert!(std::time::Instant::now() < deadline, "the grown thread ran the queued job");
             std::thread::sleep(Duration::from_millis(1));
         }
-        POOL.grow();
-        assert_eq!(POOL.threads().0, 2, "nothing queued: no growth");
+        pool.grow();
+        assert_eq!(pool.threads().0, 2, "nothing queued: no growth");
         release.send(()).unwrap();
+    }
+
+    #[test]
+    fn a_dropped_pool_lets_its_threads_go() {
+        let pool = Pool::new("test-drop", 2, 4);
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..2 {
+            let tx = tx.clone();
+            pool.submit(Box::new(move || tx.send(()).unwrap()));
+        }
+        for _ in 0..2 {
+            rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        }
+        let shared = pool.0.clone();
+        assert!(shared.state().threads >= 1);
+        drop(pool);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while shared.state().threads > 0 {
+            assert!(std::time::Instant::now() < deadline, "the threads of a dropped pool leave");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }

@@ -50,7 +50,7 @@ pub struct GetDiskNumberByName {
     pub page83: String,
 }
 op!(GetDiskNumberByName -> u32, read_only, |s, ctx| {
-    let name = crate::call::required("disk_name", &s.page83)?;
+    let name = crate::fields::required("disk_name", &s.page83)?;
     ctx.hosts()
         .disk
         .list_disk_ids()?

@@ -1,5 +1,5 @@
 use super::op;
-use crate::call::required;
+use crate::fields::required;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PathExists {

@@ -1,5 +1,5 @@
 use super::op;
-use crate::call::required;
+use crate::fields::required;
 use csi_proxy_host::types::{ConnectTarget as Connect, Secret, TargetPortal};
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,5 +1,5 @@
 use super::op;
-use crate::call::required;
+use crate::fields::required;
 use csi_proxy_host::types::{Secret, SmbMapping};
 
 /// The request's remote path, checked by the one rule both backends use

@@ -1,5 +1,5 @@
 use super::op;
-use crate::call::required;
+use crate::fields::required;
 use crate::Context;
 use csi_proxy_host::types::ServiceInfo;
 use csi_proxy_host::{Error, Result};

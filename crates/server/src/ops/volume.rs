@@ -1,5 +1,5 @@
 use super::op;
-use crate::call::{non_negative, required};
+use crate::fields::{non_negative, required};
 use crate::locks::Serial;
 use csi_proxy_host::data_volume::disk_number_in;
 use csi_proxy_host::types::VolumeStats;

@@ -2,7 +2,7 @@
 //! v1beta3 and v1 are identical and carry u32 disk numbers.
 
 use super::{empty_responses, from_output, grpc_service, into_op};
-use crate::call::{parse_disk_number, to_i64};
+use crate::fields::{parse_disk_number, to_i64};
 use crate::ops::disk::*;
 use csi_proxy_host::types::{DiskIds, DiskLocation};
 use csi_proxy_wire::{v1, v1alpha1, v1beta1, v1beta2, v1beta3};

@@ -3,7 +3,7 @@
 //! the current names; v2alpha1 adds GetClosestVolumeIDFromTargetPath.
 
 use super::{empty_responses, from_output, grpc_service, into_op};
-use crate::call::{parse_disk_number, to_i64};
+use crate::fields::{parse_disk_number, to_i64};
 use crate::ops::volume::*;
 use csi_proxy_host::types::VolumeStats;
 use csi_proxy_wire::{v1, v1alpha1, v1beta1, v1beta2, v1beta3, v2alpha1};

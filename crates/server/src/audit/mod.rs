@@ -15,6 +15,11 @@
 //! saying the call was not run follows it. An end record not written by then stays queued: the
 //! client gets its answer, and the record goes into the file once the file answers again (one that
 //! finds the queue full is dropped, and that is logged as an error).
+//!
+//! This module is the records and their writer; [`call`] is one call's trail (which record, and
+//! who writes its end record when the client cancels).
+
+pub mod call;
 
 use crate::status::go_code_name;
 pub use csi_proxy_wire::is_read_only;
