@@ -898,13 +898,25 @@ pub mod smb {
     }
 
     /// ensureMountPoint: PathExists, IsSymlink; a link is read (os.ReadDir) and, when that
-    /// fails, unmounted (Unmount is Rmdir in both drivers) and the ReadDir error returned; a
-    /// folder that is no link gets created locally. The error is the text the driver wraps.
-    async fn ensure_mount_point(p: &mut Proxy, node: &Node, local: &dyn Local, path: &str) -> Result<bool, String> {
+    /// fails, unmounted (Unmount is Rmdir in both drivers) unless `keep` (azurefile v1.35.7's
+    /// NodePublishVolume leaves a stale mount to NodeUnpublishVolume), and the ReadDir error
+    /// returned; a folder that is no link gets created locally. The error is the text the
+    /// driver wraps.
+    async fn ensure_mount_point(
+        p: &mut Proxy,
+        node: &Node,
+        local: &dyn Local,
+        path: &str,
+        keep: bool,
+    ) -> Result<bool, String> {
         let n = node.n(path);
         let mounted = async { Ok::<_, Status>(p.path_exists(&n).await? && p.is_symlink(&n).await?) };
         if mounted.await.map_err(|st| go_error(&st))? {
             let Err(why) = local.read_dir(path) else { return Ok(true) };
+            if keep {
+                p.warnings.push(format!("ReadDir {path} failed with {why}, skip unmount to avoid race condition"));
+                return Err(why);
+            }
             p.warnings.push(format!("ReadDir {path} failed with {why}, unmount this directory"));
             p.rmdir(&n, true).await.map_err(|st| go_error(&st))?;
             return Err(why);
@@ -949,7 +961,7 @@ pub mod smb {
 
     /// NodeStageVolume (csi-driver-smb v1.20.3, azurefile v1.35.7).
     pub async fn stage(p: &mut Proxy, node: &Node, local: &dyn Local, driver: Driver, s: &Share) -> Outcome {
-        let mounted = (ensure_mount_point(p, node, local, &s.staging).await)
+        let mounted = (ensure_mount_point(p, node, local, &s.staging, false).await)
             .map_err(|why| fail(Code::Internal, format!("Could not mount target {}: {why}", s.staging)))?;
         if mounted {
             return Ok(());
@@ -976,8 +988,9 @@ pub mod smb {
         stage(p, node, local, Driver::Smb, &inline).await
     }
 
-    pub async fn publish(p: &mut Proxy, node: &Node, local: &dyn Local, s: &Share) -> Outcome {
-        let mounted = (ensure_mount_point(p, node, local, &s.publish).await)
+    pub async fn publish(p: &mut Proxy, node: &Node, local: &dyn Local, driver: Driver, s: &Share) -> Outcome {
+        let keep = driver == Driver::AzureFile;
+        let mounted = (ensure_mount_point(p, node, local, &s.publish, keep).await)
             .map_err(|why| fail(Code::Internal, format!("Could not mount target {:?}: {why}", s.publish)))?;
         if mounted {
             return Ok(());
