@@ -28,11 +28,10 @@
 //! `HeldVolume`, which only `Block::hold_volume` (`lookup.rs`) makes: work on a disk can't be
 //! written without the lock.
 
+use super::sys::{DiskFd, Open};
 use super::{Block, Disk};
 use crate::{Error, Result};
-use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
-use std::fs::File;
 use std::time::{Duration, Instant};
 
 /// How long a call waits for another holder of a disk's lock (udevd holds it for the length of
@@ -49,7 +48,7 @@ pub(crate) enum Lock {
 
 /// A held `flock` on a whole disk; released when dropped (its descriptor closes).
 pub(crate) struct DiskLock {
-    _file: File,
+    _file: Box<dyn DiskFd>,
     pub(crate) disk: Disk,
     pub(crate) mode: Lock,
 }
@@ -59,11 +58,13 @@ impl Block {
         let path = self.dev.join(&disk.name);
         let label = format!("disk {} ({})", disk.number, disk.name);
         // Non-blocking open: a removable disk without media must not hang here.
-        let fd = rustix::fs::open(&path, OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty())
+        let fd = self
+            .sys
+            .open(&path, Open::Lock)
             .map_err(|e| Error::io(format!("opening {} to lock {label}", path.display()), e.into()))?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(format!("checking {}", path.display()), e.into()))?;
-        let is_block = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice;
-        if !is_block || (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)) != (disk.major, disk.minor) {
+        let (is_block, device) =
+            fd.device().map_err(|e| Error::io(format!("checking {}", path.display()), e.into()))?;
+        if !is_block || device != (disk.major, disk.minor) {
             return Err(Error::internal(format!(
                 "{} is not {label} (device {}:{}); refusing to lock it",
                 path.display(),
@@ -71,15 +72,11 @@ impl Block {
                 disk.minor
             )));
         }
-        let op = match mode {
-            Lock::Shared => FlockOperation::NonBlockingLockShared,
-            Lock::Exclusive => FlockOperation::NonBlockingLockExclusive,
-        };
         let deadline = Instant::now() + LOCK_WAIT;
         let mut pause = Duration::from_millis(2);
         loop {
-            match rustix::fs::flock(&fd, op) {
-                Ok(()) => return Ok(DiskLock { _file: File::from(fd), disk: disk.clone(), mode }),
+            match fd.try_lock(mode == Lock::Shared) {
+                Ok(()) => return Ok(DiskLock { _file: fd, disk: disk.clone(), mode }),
                 Err(Errno::WOULDBLOCK) | Err(Errno::INTR) if Instant::now() < deadline => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(50));

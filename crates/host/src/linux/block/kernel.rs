@@ -13,7 +13,7 @@
 use super::disklock::Lock;
 use super::lookup::volume_id;
 use super::table::{os_err, OpenDisk};
-use super::{blkpg, loopdev, Block, Disk, Volume};
+use super::{Block, Disk, Volume};
 use crate::formats::gpt::{Entry, Table};
 use crate::{Error, Result};
 use std::collections::BTreeMap;
@@ -98,7 +98,7 @@ impl Block {
         // Removals first, so that additions and growth do not overlap what goes away.
         for k in have.values() {
             if want.get(&k.number).is_none_or(|&(start, _)| start != k.start) {
-                blkpg::delete_partition(&od.file, k.number).map_err(|e| {
+                od.file.delete_partition(k.number).map_err(|e| {
                     os_err(
                         format!(
                             "{label}: removing partition {} ({}), which the partition table no longer has there, \
@@ -117,7 +117,7 @@ impl Block {
             .collect();
         resizes.sort_by_key(|(k, len)| *len > k.size);
         for (k, len) in resizes {
-            blkpg::resize_partition(&od.file, k.number, k.start, len).map_err(|e| {
+            od.file.resize_partition(k.number, k.start, len).map_err(|e| {
                 os_err(
                     format!("{label}: resizing partition {} ({}) from {} to {len} bytes", k.number, k.name, k.size),
                     e,
@@ -128,7 +128,7 @@ impl Block {
             if have.get(&number).is_some_and(|k| k.start == start) {
                 continue;
             }
-            blkpg::add_partition(&od.file, number, start, len).map_err(|e| {
+            od.file.add_partition(number, start, len).map_err(|e| {
                 os_err(format!("{label}: adding partition {number} ({len} bytes at {start}) to the kernel"), e)
             })?;
         }
@@ -161,10 +161,9 @@ impl Block {
         let _lock = self.lock_disk(disk, Lock::Exclusive)?;
         let od = self.open_disk(disk)?;
         if self.sysfs.join("class/block").join(&disk.name).join("loop/backing_file").exists() {
-            loopdev::set_capacity(&od.file)
-                .map_err(|e| os_err(format!("LOOP_SET_CAPACITY on {}", od.path.display()), e))?;
+            od.file.set_capacity().map_err(|e| os_err(format!("LOOP_SET_CAPACITY on {}", od.path.display()), e))?;
         }
-        blkpg::flush_buffers(&od.file).map_err(|e| os_err(format!("BLKFLSBUF on {}", od.path.display()), e))?;
+        od.file.flush_buffers().map_err(|e| os_err(format!("BLKFLSBUF on {}", od.path.display()), e))?;
         // The size may have changed: open again.
         let od = self.open_disk(disk)?;
         match od.table()? {

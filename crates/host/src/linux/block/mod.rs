@@ -31,6 +31,7 @@ mod loopdev;
 mod mount;
 pub mod partitions;
 mod resize;
+mod sys;
 mod table;
 pub(crate) mod tools;
 pub mod volumes;
@@ -39,6 +40,7 @@ use super::fs::Filesystem;
 use crate::paths::Roots;
 use crate::types::FsType;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The disk number of a whole disk: the kernel's own `MKDEV` packing. Block majors are below 512
 /// and minors below 2^20, so it fits in 32 bits.
@@ -90,27 +92,21 @@ pub struct Block {
     pub(crate) fs: Filesystem,
     /// `-linux-fs-type`: what FormatVolume creates.
     pub(crate) fs_type: FsType,
+    /// The system calls on whole disks ([`sys::RealSys`]; tests: `sys::fake::FakeSys`).
+    pub(crate) sys: Arc<dyn sys::Sys>,
 }
 
 impl Block {
     pub fn new(roots: Roots, fs_type: FsType) -> Self {
-        Block { sysfs: PathBuf::from("/sys"), dev: PathBuf::from("/dev"), fs: Filesystem::new(roots), fs_type }
+        Self::with_roots(Path::new("/sys"), Path::new("/dev"), roots, fs_type)
     }
 
     /// A backend reading sysfs and device nodes below other roots, for tests.
     pub fn with_roots(sysfs: &Path, dev: &Path, roots: Roots, fs_type: FsType) -> Self {
-        Block { sysfs: sysfs.to_path_buf(), dev: dev.to_path_buf(), fs: Filesystem::new(roots), fs_type }
+        let sys = Arc::new(sys::RealSys);
+        Block { sysfs: sysfs.to_path_buf(), dev: dev.to_path_buf(), fs: Filesystem::new(roots), fs_type, sys }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn disk_numbers_pack_major_and_minor() {
-        assert_eq!(disk_number(7, 0), 7 << 20);
-        assert_eq!(disk_number(259, 3), (259 << 20) | 3);
-        assert_eq!(split_disk_number(disk_number(511, 0xf_ffff)), (511, 0xf_ffff));
-    }
-}
+mod tests;

@@ -11,13 +11,12 @@
 //!   end): PartitionDisk refuses, naming what is there, instead of rewriting LBA 1–33 over it.
 
 use super::disklock::{DiskLock, Lock};
-use super::{blkpg, Block, Disk};
-use crate::formats::gpt::{BlockIo, Guid, Table};
+use super::sys::{DiskFd, Open};
+use super::{Block, Disk};
+use crate::formats::gpt::{Guid, Table};
 use crate::formats::probe;
 use crate::{Error, Result};
-use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
-use std::fs::File;
 use std::path::PathBuf;
 
 /// Partitions start and end on 1 MiB boundaries.
@@ -35,16 +34,6 @@ pub(super) const BASIC_DATA: Guid = match Guid::parse("ebd0a0a2-b9e5-4433-87c0-6
     None => panic!(),
 };
 
-/// A disk device is where the GPT code reads and writes.
-impl BlockIo for std::fs::File {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        std::os::unix::fs::FileExt::write_all_at(self, buf, offset)
-    }
-}
-
 /// An OS error from `what`, by kind; EBUSY is a state of the host, not a fault.
 pub(super) fn os_err(what: impl std::fmt::Display, e: Errno) -> Error {
     match e {
@@ -56,7 +45,7 @@ pub(super) fn os_err(what: impl std::fmt::Display, e: Errno) -> Error {
 
 /// A whole disk opened for table work.
 pub(super) struct OpenDisk {
-    pub(super) file: File,
+    pub(super) file: Box<dyn DiskFd>,
     /// Logical block size in bytes.
     pub(super) lbs: u64,
     /// Size in bytes.
@@ -108,18 +97,16 @@ impl OpenDisk {
     pub(super) fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let len = len.min(self.size.saturating_sub(offset) as usize);
         let mut buf = vec![0u8; len];
-        std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut buf, offset)
-            .map_err(|e| Error::io(format!("reading {}", self.path.display()), e))?;
+        self.file.read_at(offset, &mut buf).map_err(|e| Error::io(format!("reading {}", self.path.display()), e))?;
         Ok(buf)
     }
 
     pub(super) fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
-        std::os::unix::fs::FileExt::write_all_at(&self.file, data, offset)
-            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
+        self.file.write_at(offset, data).map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
     }
 
     pub(super) fn sync(&self) -> Result<()> {
-        self.file.sync_all().map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))
+        self.file.sync().map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))
     }
 
     /// Alignment in logical blocks.
@@ -159,16 +146,14 @@ impl Block {
 
     pub(super) fn open_disk_as(&self, disk: &Disk, access: Access) -> Result<OpenDisk> {
         let path = self.dev.join(&disk.name);
-        let flags = match access {
-            Access::Read => OFlags::RDONLY,
-            Access::Write => OFlags::RDWR,
-            Access::Exclusive => OFlags::RDWR | OFlags::EXCL,
-        } | OFlags::CLOEXEC;
+        let how = match access {
+            Access::Read => Open::Read,
+            Access::Write => Open::Write,
+            Access::Exclusive => Open::Exclusive,
+        };
         let what = || format!("opening {} for {}", path.display(), Self::disk_label(disk));
-        let fd = rustix::fs::open(&path, flags, Mode::empty()).map_err(|e| os_err(what(), e))?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| os_err(what(), e))?;
-        let is_block = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice;
-        let (major, minor) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+        let file = self.sys.open(&path, how).map_err(|e| os_err(what(), e))?;
+        let (is_block, (major, minor)) = file.device().map_err(|e| os_err(what(), e))?;
         if !is_block || (major, minor) != (disk.major, disk.minor) {
             return Err(Error::internal(format!(
                 "{} is not {}: it is device {major}:{minor}, expected {}:{}",
@@ -178,10 +163,8 @@ impl Block {
                 disk.minor
             )));
         }
-        let file = File::from(fd);
-        let lbs =
-            blkpg::logical_block_size(&file).map_err(|e| os_err(format!("BLKSSZGET on {}", path.display()), e))?;
-        let size = blkpg::size_bytes(&file).map_err(|e| os_err(format!("BLKGETSIZE64 on {}", path.display()), e))?;
+        let lbs = file.logical_block_size().map_err(|e| os_err(format!("BLKSSZGET on {}", path.display()), e))?;
+        let size = file.size_bytes().map_err(|e| os_err(format!("BLKGETSIZE64 on {}", path.display()), e))?;
         if !(512..=65536).contains(&lbs) || !lbs.is_power_of_two() {
             return Err(Error::internal(format!("{} reports a logical block size of {lbs}", path.display())));
         }

@@ -1,0 +1,358 @@
+//! A recording [`Sys`] for the block logic's tests: disks are bytes in memory, the kernel's
+//! partitions are what BLKPG made them, shown in a sysfs tree of the fake's own (a temporary
+//! directory, as the kernel lays it out: `class/block/<disk>/<partition>/{partition,start,size,dev}`,
+//! `dev/block/M:m`), with an empty file in its `dev/` for each node. Every call that changes
+//! something is logged, one line each:
+//!
+//! - `open <disk> r|l|w|x` (read, lock, write, exclusive; reads and fstat are not logged)
+//! - `lock <disk> shared|exclusive`, or `lock <disk> … busy` when another holds it
+//! - `write <disk> <offset> <len>`, `sync <disk>`
+//! - `add <disk> <pno> <start> <len>`, `resize <disk> <pno> <start> <len>`, `delete <disk> <pno>`
+//!   (bytes)
+//! - `flush_buffers <disk>`, `set_capacity <disk>`
+//!
+//! A test can make a disk busy (an exclusive open fails with EBUSY, as when it is mounted) and
+//! run something at the next flock (another host changing the disks meanwhile).
+
+use super::{DiskFd, Open, Sys};
+use crate::linux::block::{disk_number, Block, Disk};
+use crate::paths::Roots;
+use crate::sync::LockExt;
+use crate::types::FsType;
+use rustix::io::{Errno, Result};
+use std::collections::{BTreeMap, VecDeque};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What runs at a flock, before the lock is decided.
+type Hook = Box<dyn FnOnce(&FakeSys) + Send>;
+
+/// The fake; clones share one set of disks.
+#[derive(Clone)]
+pub(crate) struct FakeSys(Arc<Inner>);
+
+struct Inner {
+    /// Holds `sys/` and `dev/`; removed on drop.
+    root: PathBuf,
+    state: Mutex<State>,
+    hooks: Mutex<VecDeque<Hook>>,
+    next_fd: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    disks: BTreeMap<String, FakeDisk>,
+    log: Vec<String>,
+}
+
+struct FakeDisk {
+    major: u32,
+    minor: u32,
+    lbs: u32,
+    data: Vec<u8>,
+    /// An exclusive open fails with EBUSY.
+    busy: bool,
+    /// Descriptors holding its flock, and whether shared.
+    locks: Vec<(u64, bool)>,
+    /// The kernel's partitions: number -> (start, length) in bytes.
+    partitions: BTreeMap<u32, (u64, u64)>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+impl FakeSys {
+    pub(crate) fn new() -> FakeSys {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let root = std::env::temp_dir().join(format!("csi-proxy-fake-block-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        for dir in ["sys/class/block", "sys/dev/block", "dev"] {
+            fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        FakeSys(Arc::new(Inner { root, state: Mutex::default(), hooks: Mutex::default(), next_fd: AtomicU64::new(1) }))
+    }
+
+    /// A backend over this fake (sysfs and `/dev` below its directory).
+    pub(crate) fn block(&self) -> Block {
+        let mut b = Block::with_roots(&self.sys_dir(), &self.dev_dir(), Roots::default(), FsType::Ext4);
+        b.sys = Arc::new(self.clone());
+        b
+    }
+
+    pub(crate) fn sys_dir(&self) -> PathBuf {
+        self.0.root.join("sys")
+    }
+
+    pub(crate) fn dev_dir(&self) -> PathBuf {
+        self.0.root.join("dev")
+    }
+
+    /// A blank virtio disk `name` (`vda`, `vdb`, …) of `size` bytes, device 252:`minor`.
+    pub(crate) fn add_disk(&self, name: &str, minor: u32, size: u64) -> Disk {
+        let major = 252;
+        let dir = self.sys_dir().join("class/block").join(name);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("dev"), format!("{major}:{minor}\n")).unwrap();
+        fs::write(dir.join("ro"), "0\n").unwrap();
+        std::os::unix::fs::symlink(
+            format!("../../class/block/{name}"),
+            self.sys_dir().join(format!("dev/block/{major}:{minor}")),
+        )
+        .unwrap();
+        fs::write(self.dev_dir().join(name), "").unwrap();
+        let disk = FakeDisk {
+            major,
+            minor,
+            lbs: 512,
+            data: Vec::new(),
+            busy: false,
+            locks: Vec::new(),
+            partitions: BTreeMap::new(),
+        };
+        self.0.state.lock_ignoring_poison().disks.insert(name.to_string(), disk);
+        self.set_size(name, size);
+        Disk { number: disk_number(major, minor), name: name.to_string(), major, minor }
+    }
+
+    /// The disk grows (or shrinks) to `size` bytes, as sysfs then shows; its partitions stay.
+    pub(crate) fn set_size(&self, name: &str, size: u64) {
+        self.with(name, |d| d.data.resize(size as usize, 0));
+        let size_file = self.sys_dir().join("class/block").join(name).join("size");
+        fs::write(size_file, format!("{}\n", size / 512)).unwrap();
+    }
+
+    /// An exclusive open of the disk fails with EBUSY (mounted, held by device-mapper) while set.
+    pub(crate) fn set_busy(&self, name: &str, busy: bool) {
+        self.with(name, |d| d.busy = busy);
+    }
+
+    /// sysfs `ro`.
+    pub(crate) fn set_read_only(&self, name: &str) {
+        fs::write(self.sys_dir().join("class/block").join(name).join("ro"), "1\n").unwrap();
+    }
+
+    /// The disk's bytes.
+    pub(crate) fn data(&self, name: &str) -> Vec<u8> {
+        self.with(name, |d| d.data.clone())
+    }
+
+    /// Writes `bytes` at `offset` behind the logic's back (not logged).
+    pub(crate) fn poke(&self, name: &str, offset: u64, bytes: &[u8]) {
+        self.with(name, |d| d.data[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes));
+    }
+
+    /// The kernel's partitions of a disk: number -> (start, length) in bytes.
+    pub(crate) fn kernel(&self, name: &str) -> BTreeMap<u32, (u64, u64)> {
+        self.with(name, |d| d.partitions.clone())
+    }
+
+    /// A partition the kernel has without anyone telling it through this fake (a table re-read).
+    pub(crate) fn kernel_add(&self, name: &str, pno: u32, start: u64, len: u64) {
+        self.blkpg_add(name, pno, start, len).unwrap();
+    }
+
+    /// The log so far, emptied.
+    pub(crate) fn take_log(&self) -> Vec<String> {
+        std::mem::take(&mut self.0.state.lock_ignoring_poison().log)
+    }
+
+    /// Runs `f` at the next flock of any disk, before the lock is decided.
+    pub(crate) fn at_next_lock(&self, f: impl FnOnce(&FakeSys) + Send + 'static) {
+        self.0.hooks.lock_ignoring_poison().push_back(Box::new(f));
+    }
+
+    /// The disk `to` gets `from`'s bytes and kernel partitions, `from` is left blank: the disk
+    /// detached from one slot and attached at another.
+    pub(crate) fn move_disk_contents(&self, from: &str, to: &str) {
+        let (data, parts) = self.with(from, |d| (std::mem::take(&mut d.data), d.partitions.clone()));
+        let size = data.len();
+        self.with(from, |d| d.data = vec![0; size]);
+        for pno in parts.keys() {
+            self.blkpg_delete(from, *pno).unwrap();
+        }
+        self.with(to, |d| d.data = data);
+        for (pno, (start, len)) in parts {
+            self.blkpg_add(to, pno, start, len).unwrap();
+        }
+    }
+
+    fn with<T>(&self, name: &str, f: impl FnOnce(&mut FakeDisk) -> T) -> T {
+        let mut state = self.0.state.lock_ignoring_poison();
+        f(state.disks.get_mut(name).unwrap_or_else(|| panic!("no fake disk {name}")))
+    }
+
+    fn log(&self, line: String) {
+        self.0.state.lock_ignoring_poison().log.push(line);
+    }
+
+    fn part_name(disk: &str, pno: u32) -> String {
+        if disk.ends_with(|c: char| c.is_ascii_digit()) {
+            format!("{disk}p{pno}")
+        } else {
+            format!("{disk}{pno}")
+        }
+    }
+
+    fn part_dir(&self, disk: &str, pno: u32) -> PathBuf {
+        self.sys_dir().join("class/block").join(disk).join(Self::part_name(disk, pno))
+    }
+
+    fn write_part(&self, disk: &str, pno: u32, start: u64, len: u64) {
+        let dir = self.part_dir(disk, pno);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("partition"), format!("{pno}\n")).unwrap();
+        fs::write(dir.join("start"), format!("{}\n", start / 512)).unwrap();
+        fs::write(dir.join("size"), format!("{}\n", len / 512)).unwrap();
+    }
+
+    fn blkpg_add(&self, disk: &str, pno: u32, start: u64, len: u64) -> Result<()> {
+        let (major, minor) = self.with(disk, |d| -> Result<(u32, u32)> {
+            let overlaps = d.partitions.values().any(|&(s, l)| start < s + l && s < start + len);
+            if d.partitions.contains_key(&pno) || overlaps {
+                return Err(Errno::BUSY);
+            }
+            d.partitions.insert(pno, (start, len));
+            Ok((d.major, d.minor + pno))
+        })?;
+        self.write_part(disk, pno, start, len);
+        let name = Self::part_name(disk, pno);
+        fs::write(self.part_dir(disk, pno).join("dev"), format!("{major}:{minor}\n")).unwrap();
+        std::os::unix::fs::symlink(format!("{disk}/{name}"), self.sys_dir().join("class/block").join(&name)).unwrap();
+        fs::write(self.dev_dir().join(&name), "").unwrap();
+        Ok(())
+    }
+
+    fn blkpg_delete(&self, disk: &str, pno: u32) -> Result<()> {
+        self.with(disk, |d| d.partitions.remove(&pno)).ok_or(Errno::NXIO)?;
+        let name = Self::part_name(disk, pno);
+        fs::remove_dir_all(self.part_dir(disk, pno)).unwrap();
+        fs::remove_file(self.sys_dir().join("class/block").join(&name)).unwrap();
+        fs::remove_file(self.dev_dir().join(&name)).unwrap();
+        Ok(())
+    }
+}
+
+impl Sys for FakeSys {
+    fn open(&self, path: &Path, how: Open) -> Result<Box<dyn DiskFd>> {
+        let name = path.strip_prefix(self.dev_dir()).ok().and_then(Path::to_str).ok_or(Errno::NOENT)?.to_string();
+        let mode = match how {
+            Open::Read => "r",
+            Open::Lock => "l",
+            Open::Write => "w",
+            Open::Exclusive => "x",
+        };
+        self.log(format!("open {name} {mode}"));
+        let state = self.0.state.lock_ignoring_poison();
+        let disk = state.disks.get(&name).ok_or(Errno::NOENT)?;
+        if how == Open::Exclusive && disk.busy {
+            return Err(Errno::BUSY);
+        }
+        let id = self.0.next_fd.fetch_add(1, Ordering::Relaxed);
+        Ok(Box::new(FakeFd { sys: self.clone(), name, id }))
+    }
+}
+
+/// An open disk of the fake; drop releases its flock.
+struct FakeFd {
+    sys: FakeSys,
+    name: String,
+    id: u64,
+}
+
+impl Drop for FakeFd {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.sys.with(&self.name, |d| d.locks.retain(|(holder, _)| *holder != id));
+    }
+}
+
+impl DiskFd for FakeFd {
+    fn device(&self) -> Result<(bool, (u32, u32))> {
+        Ok((true, self.sys.with(&self.name, |d| (d.major, d.minor))))
+    }
+    fn logical_block_size(&self) -> Result<u32> {
+        Ok(self.sys.with(&self.name, |d| d.lbs))
+    }
+    fn size_bytes(&self) -> Result<u64> {
+        Ok(self.sys.with(&self.name, |d| d.data.len() as u64))
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.sys.with(&self.name, |d| {
+            let range = offset as usize..offset as usize + buf.len();
+            let bytes = d.data.get(range).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+            buf.copy_from_slice(bytes);
+            Ok(())
+        })
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.sys.log(format!("write {} {offset} {}", self.name, buf.len()));
+        self.sys.with(&self.name, |d| {
+            let range = offset as usize..offset as usize + buf.len();
+            let bytes = d.data.get_mut(range).ok_or_else(|| std::io::Error::from(Errno::NOSPC))?;
+            bytes.copy_from_slice(buf);
+            Ok(())
+        })
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.sys.log(format!("sync {}", self.name));
+        Ok(())
+    }
+    fn try_lock(&self, shared: bool) -> Result<()> {
+        let hook = self.sys.0.hooks.lock_ignoring_poison().pop_front();
+        if let Some(hook) = hook {
+            hook(&self.sys);
+        }
+        let kind = if shared { "shared" } else { "exclusive" };
+        let id = self.id;
+        let got = self.sys.with(&self.name, |d| {
+            let others = d.locks.iter().filter(|(holder, _)| *holder != id);
+            let conflict = others.clone().any(|(_, s)| !shared || !s);
+            if conflict {
+                return false;
+            }
+            d.locks.retain(|(holder, _)| *holder != id);
+            d.locks.push((id, shared));
+            true
+        });
+        self.sys.log(format!("lock {} {kind}{}", self.name, if got { "" } else { " busy" }));
+        if got {
+            Ok(())
+        } else {
+            Err(Errno::WOULDBLOCK)
+        }
+    }
+    fn add_partition(&self, pno: u32, start: u64, length: u64) -> Result<()> {
+        self.sys.log(format!("add {} {pno} {start} {length}", self.name));
+        self.sys.blkpg_add(&self.name, pno, start, length)
+    }
+    fn resize_partition(&self, pno: u32, start: u64, length: u64) -> Result<()> {
+        self.sys.log(format!("resize {} {pno} {start} {length}", self.name));
+        self.sys.with(&self.name, |d| match d.partitions.get_mut(&pno) {
+            Some(p) if p.0 == start => {
+                p.1 = length;
+                Ok(())
+            }
+            _ => Err(Errno::NXIO),
+        })?;
+        self.sys.write_part(&self.name, pno, start, length);
+        Ok(())
+    }
+    fn delete_partition(&self, pno: u32) -> Result<()> {
+        self.sys.log(format!("delete {} {pno}", self.name));
+        self.sys.blkpg_delete(&self.name, pno)
+    }
+    fn flush_buffers(&self) -> Result<()> {
+        self.sys.log(format!("flush_buffers {}", self.name));
+        Ok(())
+    }
+    fn set_capacity(&self) -> Result<()> {
+        self.sys.log(format!("set_capacity {}", self.name));
+        Ok(())
+    }
+}

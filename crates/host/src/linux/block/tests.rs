@@ -1,0 +1,240 @@
+//! The whole-disk logic (PartitionDisk, telling the kernel, volume lookup, holding a volume's
+//! disk, growing a partition) over the recording fake (`sys::fake`): no root, no loop disk. The
+//! same behaviours on real loop disks are crates/stack-tests/tests/linux_partitions.rs.
+
+use super::disklock::Lock;
+use super::sys::fake::FakeSys;
+use super::*;
+use crate::{DiskHost, Error, VolumeHost};
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn disk_numbers_pack_major_and_minor() {
+    assert_eq!(disk_number(7, 0), 7 << 20);
+    assert_eq!(disk_number(259, 3), (259 << 20) | 3);
+    assert_eq!(split_disk_number(disk_number(511, 0xf_ffff)), (511, 0xf_ffff));
+}
+
+/// Lines of `log` that change a disk or what the kernel has (not opens and locks).
+fn changes(log: &[String]) -> Vec<&String> {
+    log.iter().filter(|l| !l.starts_with("open ") && !l.starts_with("lock ")).collect()
+}
+
+/// A 64 MiB disk `vda`, partitioned by the backend; its one volume.
+fn partitioned() -> (FakeSys, Block, Disk, Volume) {
+    let fake = FakeSys::new();
+    let b = fake.block();
+    let disk = fake.add_disk("vda", 0, 64 * MIB);
+    b.partition(&disk).unwrap();
+    let mut volumes = b.volumes_of(&disk).unwrap();
+    assert_eq!(volumes.len(), 1, "{volumes:?}");
+    (fake, b, disk, volumes.remove(0))
+}
+
+#[test]
+fn a_blank_disk_gets_one_aligned_gpt_partition_the_kernel_knows() {
+    let fake = FakeSys::new();
+    let b = fake.block();
+    let disk = fake.add_disk("vda", 0, 64 * MIB);
+    b.partition_disk(disk.number).unwrap();
+    let log = fake.take_log();
+    assert!(log.contains(&"open vda x".to_string()), "opened exclusively to write a new table: {log:?}");
+    assert!(log.iter().position(|l| l == "lock vda exclusive") < log.iter().position(|l| l.starts_with("write ")));
+    let data = fake.data("vda");
+    assert_eq!(&data[510..512], &[0x55, 0xaa], "an MBR");
+    assert_eq!(data[446 + 4], 0xee, "a protective one");
+    assert_eq!(&data[512..520], b"EFI PART", "the primary GPT header");
+    assert_eq!(&data[data.len() - 512..data.len() - 504], b"EFI PART", "the backup header at the end");
+    // The last usable block is 131038 (backup array and header after it): the partition ends
+    // on the last 1 MiB boundary before.
+    let end = 63 * MIB;
+    assert_eq!(fake.kernel("vda"), [(1, (MIB, end - MIB))].into(), "the kernel was told");
+    assert!(log.contains(&format!("add vda 1 {MIB} {}", end - MIB)), "{log:?}");
+    let v = b.volumes_of(&disk).unwrap().remove(0);
+    assert_eq!((v.index, v.start, v.size, v.name.as_str()), (1, MIB, end - MIB, "vda1"));
+    assert_eq!(v.node, fake.dev_dir().join("vda1"));
+    assert_eq!(b.volume(&v.id).unwrap(), v);
+    assert_eq!(b.disk_number_of_volume(&v.id).unwrap(), disk.number);
+    assert_eq!(b.list_volumes_on_disk(disk.number, 1).unwrap(), vec![v.id.clone()]);
+    assert!(matches!(b.list_volumes_on_disk(disk.number, 2), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn partitioning_twice_writes_nothing() {
+    let (fake, b, disk, v) = partitioned();
+    fake.take_log();
+    let before = fake.data("vda");
+    b.partition(&disk).unwrap();
+    let log = fake.take_log();
+    assert!(changes(&log).is_empty(), "{log:?}");
+    assert!(!log.iter().any(|l| l.ends_with(" w") || l.ends_with(" x")), "never opened for writing: {log:?}");
+    assert!(fake.data("vda") == before);
+    assert_eq!(b.volumes_of(&disk).unwrap(), vec![v]);
+}
+
+#[test]
+fn a_whole_disk_filesystem_is_never_overwritten() {
+    let fake = FakeSys::new();
+    let b = fake.block();
+    let disk = fake.add_disk("vda", 0, 64 * MIB);
+    fake.poke("vda", 0, b"XFSB");
+    match b.partition(&disk) {
+        Err(Error::FailedPrecondition(msg)) => {
+            assert!(msg.contains("no partition table") && msg.contains("xfs"), "{msg}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(changes(&fake.take_log()).is_empty());
+    assert!(b.volumes_of(&disk).unwrap().is_empty());
+}
+
+#[test]
+fn a_disk_in_use_or_read_only_gets_no_table() {
+    let fake = FakeSys::new();
+    let b = fake.block();
+    let busy = fake.add_disk("vda", 0, 64 * MIB);
+    fake.set_busy("vda", true);
+    match b.partition(&busy) {
+        Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("in use"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    let ro = fake.add_disk("vdb", 16, 64 * MIB);
+    fake.set_read_only("vdb");
+    match b.partition(&ro) {
+        Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("read-only"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    let log = fake.take_log();
+    assert!(changes(&log).is_empty(), "{log:?}");
+    assert!(fake.data("vda").iter().chain(fake.data("vdb").iter()).all(|&b| b == 0));
+}
+
+/// What the kernel has and the table does not have goes first (a refresh after the table
+/// changed behind the kernel's back), so that what is added does not overlap it.
+#[test]
+fn a_refresh_removes_before_it_adds_and_writes_nothing() {
+    let (fake, b, disk, v) = partitioned();
+    // A copy of vda's table on vdb, whose kernel view is of another table: partition 1
+    // elsewhere, and a partition 2.
+    let stale = fake.add_disk("vdb", 16, 64 * MIB);
+    fake.poke("vdb", 0, &fake.data("vda")[..MIB as usize]);
+    let tail = fake.data("vda")[(63 * MIB) as usize..].to_vec();
+    fake.poke("vdb", 63 * MIB, &tail);
+    fake.kernel_add("vdb", 1, 2 * MIB, MIB);
+    fake.kernel_add("vdb", 2, 40 * MIB, MIB);
+    fake.take_log();
+    b.refresh(&stale).unwrap();
+    let log = fake.take_log();
+    let log = changes(&log);
+    assert_eq!(
+        log,
+        ["flush_buffers vdb", "delete vdb 1", "delete vdb 2", &format!("add vdb 1 {MIB} {}", 62 * MIB)],
+        "{log:?}"
+    );
+    assert_eq!(fake.kernel("vdb"), fake.kernel("vda"));
+    assert_eq!(b.volumes_of(&disk).unwrap(), vec![v]);
+}
+
+#[test]
+fn a_cloned_disks_volume_is_refused_whatever_the_listing_order() {
+    for order in [&[0, 1][..], &[1, 0], &[0, 1, 0], &[1, 0, 1]] {
+        let (fake, b, a, v) = partitioned();
+        let c = fake.add_disk("vdb", 16, 64 * MIB);
+        fake.poke("vdb", 0, &fake.data("vda"));
+        let pair = [&a, &c];
+        for &i in order {
+            assert_eq!(b.volumes_of(pair[i]).unwrap().len(), 1);
+        }
+        for _ in 0..2 {
+            for result in [b.volume(&v.id).map(|v| v.disk), b.disk_number_of_volume(&v.id)] {
+                match result {
+                    Err(Error::FailedPrecondition(msg)) => assert!(
+                        msg.contains(&format!("disk {} ", a.number)) && msg.contains(&format!("disk {} ", c.number)),
+                        "{order:?}: {msg}"
+                    ),
+                    other => panic!("{order:?}: {other:?}"),
+                }
+            }
+        }
+        fake.poke("vdb", 0, &vec![0; 64 * MIB as usize]);
+        assert_eq!(b.volume(&v.id).unwrap(), v, "{order:?}: the clone wiped, the ID is A's again");
+    }
+}
+
+#[test]
+fn volume_ids_are_checked_and_looked_up() {
+    let (_fake, b, _disk, _v) = partitioned();
+    for bad in ["", "vda1", r"\\?\Volume{1234}\"] {
+        assert!(matches!(b.disk_number_of_volume(bad), Err(Error::InvalidArgument(_))), "{bad:?}");
+    }
+    let unknown = r"\\?\Volume{01234567-89ab-4cde-8f01-23456789abcd}\";
+    match b.volume(unknown) {
+        Err(Error::NotFound(msg)) => assert!(msg.contains(unknown), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A volume whose disk is swapped for another between its lookup and its lock is followed to
+/// the disk it is on now; one that moves at every lock gives up with the one "moved" error.
+#[test]
+fn a_volume_that_moves_while_its_disk_is_locked_is_followed_then_given_up() {
+    let (fake, b, _a, v) = partitioned();
+    fake.add_disk("vdb", 16, 64 * MIB);
+    fake.take_log();
+    fake.at_next_lock(|f| f.move_disk_contents("vda", "vdb"));
+    let held = b.hold_volume(&v.id, Lock::Exclusive).unwrap();
+    assert_eq!(held.lock.disk.name, "vdb");
+    assert_eq!((held.volume.name.as_str(), held.volume.start, held.volume.size), ("vdb1", v.start, v.size));
+    drop(held);
+    for (from, to) in [("vdb", "vda"), ("vda", "vdb"), ("vdb", "vda")] {
+        fake.at_next_lock(move |f| f.move_disk_contents(from, to));
+    }
+    match b.hold_volume(&v.id, Lock::Exclusive) {
+        Err(Error::Aborted(msg)) => assert!(msg.contains(&v.id) && msg.contains("keeps moving"), "{msg}"),
+        Err(e) => panic!("{e:?}"),
+        Ok(h) => panic!("held on {}", h.lock.disk.name),
+    }
+    let log = fake.take_log();
+    assert_eq!(log.iter().filter(|l| l.starts_with("lock ")).count(), 2 + crate::error::MOVED_TRIES, "{log:?}");
+}
+
+/// A shared lock lets other shared holders in and keeps an exclusive one out (the fake's flock
+/// is what the logic relies on; the wait itself is bounded by LOCK_WAIT, 20 s, not waited here).
+#[test]
+fn shared_locks_share_and_exclude_writers() {
+    let (fake, b, disk, _v) = partitioned();
+    let one = b.lock_disk(&disk, Lock::Shared).unwrap();
+    let two = b.lock_disk(&disk, Lock::Shared).unwrap();
+    drop((one, two));
+    let held = b.lock_disk(&disk, Lock::Exclusive).unwrap();
+    fake.take_log();
+    drop(held);
+    let again = b.lock_disk(&disk, Lock::Exclusive).unwrap();
+    assert_eq!(fake.take_log(), ["open vda l", "lock vda exclusive"], "released on drop, taken at once");
+    drop(again);
+}
+
+#[test]
+fn growing_after_the_disk_grew() {
+    let (fake, b, disk, v) = partitioned();
+    fake.set_size("vda", 128 * MIB);
+    b.refresh(&disk).unwrap();
+    assert_eq!(b.volumes_of(&disk).unwrap(), vec![v.clone()], "a refresh changes no partition");
+    fake.take_log();
+    let grown = b.grow_partition(&v, 0).unwrap();
+    assert_eq!((grown.id.as_str(), grown.start, grown.size), (v.id.as_str(), MIB, 126 * MIB));
+    let log = fake.take_log();
+    assert!(log.contains(&format!("resize vda 1 {MIB} {}", 126 * MIB)), "{log:?}");
+    assert_eq!(fake.kernel("vda"), [(1, (MIB, 126 * MIB))].into());
+    let data = fake.data("vda");
+    assert_eq!(&data[data.len() - 512..data.len() - 504], b"EFI PART", "the backup moved to the new end");
+    // Again: nothing to do, nothing written.
+    assert_eq!(b.grow_partition(&grown, 0).unwrap(), grown);
+    assert!(!fake.take_log().iter().any(|l| l.starts_with("write ") || l.starts_with("resize ")));
+    // Smaller: refused, naming both sizes.
+    match b.grow_partition(&grown, 2 * MIB) {
+        Err(Error::FailedPrecondition(msg)) => assert!(msg.contains(&(2 * MIB).to_string()), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+}
