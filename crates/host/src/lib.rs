@@ -228,6 +228,13 @@ pub const OS: &str = "linux";
 #[cfg(windows)]
 pub const OS: &str = "windows";
 
+/// How the native backend's service manager compares service names (for the server's
+/// `-allowed-service` list): systemd's unit names exactly, the SCM's ignoring case.
+#[cfg(target_os = "linux")]
+pub const SAME_SERVICE_NAME: fn(&str, &str) -> bool = services::same_unit_name;
+#[cfg(windows)]
+pub const SAME_SERVICE_NAME: fn(&str, &str) -> bool = services::same_scm_name;
+
 /// The real backend of this OS, every group.
 pub fn native(config: Config) -> Hosts {
     #[cfg(target_os = "linux")]

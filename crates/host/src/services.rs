@@ -9,6 +9,16 @@ pub const WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the state is polled while waiting, as upstream (200 ms).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
+/// Service names as Windows' service control manager compares them: ignoring case.
+pub fn same_scm_name(a: &str, b: &str) -> bool {
+    crate::same_ignoring_case(a, b)
+}
+
+/// Unit names as systemd compares them: exactly.
+pub fn same_unit_name(a: &str, b: &str) -> bool {
+    a == b
+}
+
 /// Limits of [`stop_order`]: a dependency graph beyond these is refused rather than walked.
 const MAX_DEPTH: usize = 64;
 const MAX_DEPENDENTS: usize = 1024;

@@ -255,7 +255,7 @@ impl<R: Runner> SystemHost for Systemd<R> {
         let first = u.dependents();
         let order = stop_order(
             &id,
-            |a, b| a == b,
+            crate::services::same_unit_name,
             |n| {
                 let deps = if n == id {
                     first.clone()

@@ -16,7 +16,8 @@
 
 use crate::formats::smbios;
 use crate::services::{
-    dependents_running, poll_until, refuse_unstoppable, stop_order, Clock, RealClock, POLL_INTERVAL, WAIT_TIMEOUT,
+    dependents_running, poll_until, refuse_unstoppable, same_scm_name, stop_order, Clock, RealClock, POLL_INTERVAL,
+    WAIT_TIMEOUT,
 };
 use crate::types::{ServiceInfo, ServiceStatus, StartType};
 use crate::{Error, Result, SystemHost};
@@ -282,8 +283,8 @@ impl<S: Scm> SystemHost for System<S> {
         if status_of(self.status(&svc, name)?.current_state) == ServiceStatus::Stopped {
             return Ok(());
         }
-        let order = stop_order(name, same_name, |n| {
-            if same_name(n, name) {
+        let order = stop_order(name, same_scm_name, |n| {
+            if same_scm_name(n, name) {
                 self.active_dependents(&svc, name)
             } else {
                 match self.open(&scm, n, SERVICE_ENUMERATE_DEPENDENTS) {
@@ -307,11 +308,6 @@ impl<S: Scm> SystemHost for System<S> {
         }
         self.stop_one(&svc, name)
     }
-}
-
-/// SCM names are case-insensitive.
-fn same_name(a: &str, b: &str) -> bool {
-    crate::same_ignoring_case(a, b)
 }
 
 fn status_of(state: u32) -> ServiceStatus {
@@ -531,7 +527,7 @@ mod tests {
                 return Err(os_error(ERROR_INVALID_NAME));
             }
             let services = self.services.lock().unwrap();
-            let canonical = services.keys().find(|k| same_name(k, name)).cloned();
+            let canonical = services.keys().find(|k| same_scm_name(k, name)).cloned();
             let canonical = canonical.ok_or_else(|| os_error(ERROR_SERVICE_DOES_NOT_EXIST))?;
             self.handles.fetch_add(1, Ordering::SeqCst);
             Ok(FakeHandle { service: Some((canonical, access)), handles: self.handles.clone() })
@@ -645,8 +641,8 @@ mod tests {
                 assert_eq!(t as u32, raw, "wire value equals the SCM value");
             }
         }
-        assert!(same_name("Spooler", "SPOOLER") && same_name("ÄÖ", "äö"));
-        assert!(!same_name("straße", "STRASSE") && !same_name("a", "b") && !same_name("a", "ab"));
+        assert!(same_scm_name("Spooler", "SPOOLER") && same_scm_name("ÄÖ", "äö"));
+        assert!(!same_scm_name("straße", "STRASSE") && !same_scm_name("a", "b") && !same_scm_name("a", "ab"));
         assert_eq!(RSMB, 0x5253_4d42);
     }
 

@@ -11,14 +11,8 @@ pub fn service_allowed(name: &str, allowed: &[String]) -> bool {
     allowed.iter().any(|a| same_service(a, name))
 }
 
-#[cfg(windows)]
 fn same_service(a: &str, b: &str) -> bool {
-    csi_proxy_host::same_ignoring_case(a, b)
-}
-
-#[cfg(not(windows))]
-fn same_service(a: &str, b: &str) -> bool {
-    a == b
+    csi_proxy_host::SAME_SERVICE_NAME(a, b)
 }
 
 /// The name of a service that may be started or stopped under `-allowed-service`.
