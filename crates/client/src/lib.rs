@@ -23,6 +23,7 @@
 //!
 //! `examples/disks.rs` is the same as a program.
 
+use csi_proxy_sync::LockExt;
 use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -194,7 +195,7 @@ where
     let open = Arc::new(open);
     Endpoint::from_static(URI)
         .connect_with_connector(tower::service_fn(move |_| {
-            let ready = first.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let ready = first.lock_ignoring_poison().take();
             let next = ready.is_none().then(|| open());
             async move {
                 let io = match (ready, next) {
