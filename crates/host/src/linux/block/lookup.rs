@@ -191,9 +191,13 @@ impl Block {
         found
     }
 
-    /// The volume `volume_id`, resolved again while its disk is locked: the lookup before the
-    /// lock only tells which disk to lock. A volume the kernel does not show yet (a table
-    /// re-read by someone else just ended) is waited for, at most [`super::device::NODE_WAIT`].
+    /// The volume `volume_id`, resolved while its disk is locked. The disk locked first is the
+    /// one the volume was last seen on (where the caller's own lookup, `disk_number_of_volume`
+    /// for the server's lock, has just found it), so the volume is read once, under the lock;
+    /// only a volume not seen yet is looked up before. A volume found elsewhere under the lock
+    /// (a disk replaced meanwhile) is looked up and locked anew, [`MOVED_TRIES`] locks in all. A
+    /// volume the kernel does not show yet (a table re-read by someone else just ended) is
+    /// waited for, at most [`super::device::NODE_WAIT`].
     pub(crate) fn hold_volume(&self, volume_id: &str, mode: Lock) -> Result<HeldVolume> {
         self.hold_volume_by(volume_id, mode, DiskNumber::Refused)
     }
@@ -201,27 +205,52 @@ impl Block {
     /// [`Self::hold_volume`] through [`Block::volume_by`]: a disk number, where `by_disk` allows
     /// it, holds that disk's data volume as chosen before the lock.
     pub(crate) fn hold_volume_by(&self, volume_id: &str, mode: Lock, by_disk: DiskNumber) -> Result<HeldVolume> {
-        let first = self.volume_by(volume_id, by_disk)?;
-        let guid = parse_volume_id(&first.id)?;
-        let mut disk = first.disk;
-        // The volume can move between the lookup and the lock (a disk replaced): follow it a
-        // few times, then give up retryably.
-        for _ in 0..MOVED_TRIES {
-            let lock = self.lock_disk(&self.disk(disk)?, mode)?;
-            let deadline = Instant::now() + super::device::NODE_WAIT;
-            loop {
-                match self.volume_on(&lock.disk, &guid)? {
-                    Some(v) if v.name.is_empty() && Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(20))
-                    }
-                    Some(volume) => return Ok(HeldVolume { volume, lock }),
-                    None => break,
-                }
+        let by_number = by_disk == DiskNumber::DataVolume && data_volume::disk_number_in(volume_id).is_some();
+        let hinted = if by_number { None } else { Some(parse_volume_id(volume_id)?) };
+        let (guid, mut disk) = match hinted.and_then(|guid| Some((guid, last_seen(&guid)?))) {
+            Some(hint) => hint,
+            None => {
+                let first = self.volume_by(volume_id, by_disk)?;
+                (parse_volume_id(&first.id)?, first.disk)
             }
-            drop(lock);
+        };
+        for _ in 0..MOVED_TRIES {
+            let held = match self.disk(disk) {
+                Ok(d) => self.held_on(&d, &guid, mode)?,
+                // The disk the volume was last seen on is gone: looked up below like a move.
+                Err(Error::NotFound(_)) => None,
+                Err(e) => return Err(e),
+            };
+            if let Some(held) = held {
+                return Ok(held);
+            }
             disk = self.volume_by(volume_id, by_disk)?.disk;
         }
         Err(Error::volume_moved(volume_id))
+    }
+
+    /// The volume with partition GUID `guid` on `disk`, read with the disk locked; `None` (and
+    /// the lock let go) when the disk's table does not have it.
+    fn held_on(&self, disk: &Disk, guid: &Guid, mode: Lock) -> Result<Option<HeldVolume>> {
+        let lock = self.lock_disk(disk, mode)?;
+        let deadline = Instant::now() + super::device::NODE_WAIT;
+        loop {
+            match self.volume_on(&lock.disk, guid)? {
+                Some(v) if v.name.is_empty() && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Some(volume) => return Ok(Some(HeldVolume { volume, lock })),
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
+/// The one disk `guid` was last seen on, if it was seen on one.
+fn last_seen(guid: &Guid) -> Option<u32> {
+    match LAST_SEEN.lock_ignoring_poison().get(guid)? {
+        Seen::On(disk) => Some(*disk),
+        Seen::Several => None,
     }
 }
 

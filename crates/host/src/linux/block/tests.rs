@@ -199,6 +199,19 @@ fn a_volume_that_moves_while_its_disk_is_locked_is_followed_then_given_up() {
     assert_eq!(log.iter().filter(|l| l.starts_with("lock ")).count(), 2 + crate::error::MOVED_TRIES, "{log:?}");
 }
 
+/// A volume call holds its volume with one read of its disk's table, under the disk's lock,
+/// once a lookup (the server's, for its own lock) has found the volume: no lookup before the lock.
+#[test]
+fn a_held_volume_is_read_once_under_its_disks_lock() {
+    let (fake, b, disk, v) = partitioned();
+    assert_eq!(b.disk_number_of_volume(&v.id).unwrap(), disk.number);
+    fake.take_log();
+    let held = b.hold_volume(&v.id, Lock::Exclusive).unwrap();
+    assert_eq!(held.volume, v);
+    assert_eq!(fake.take_log(), ["open vda l", "lock vda exclusive", "open vda r"]);
+    drop(held);
+}
+
 /// A shared lock lets other shared holders in and keeps an exclusive one out (the fake's flock
 /// is what the logic relies on; the wait itself is bounded by LOCK_WAIT, 20 s, not waited here).
 #[test]
