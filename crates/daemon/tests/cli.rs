@@ -628,7 +628,11 @@ fn audit_log_records_who_called_what_and_no_secret() {
     assert_eq!(mkdirs, CALLS);
     assert!(records.iter().all(|r| r["event"] != "end" || r["duration_seconds"].is_f64()));
     let smb = records.iter().find(|r| r["method"] == "NewSmbGlobalMapping" && r["event"] == "start").unwrap();
-    assert!(smb["request"].as_str().unwrap().contains("<redacted>"), "{smb}");
+    assert_eq!(smb["request"]["password"], "<redacted>", "the request as a JSON object: {smb}");
+    assert_eq!(smb["request"]["username"], "alice", "{smb}");
+    let iscsi = records.iter().find(|r| r["method"] == "ConnectTarget" && r["event"] == "start").unwrap();
+    assert_eq!(iscsi["request"]["chapSecret"], "<redacted>", "{iscsi}");
+    assert_eq!(iscsi["request"]["chapUsername"], "<redacted>", "{iscsi}");
 }
 
 /// The audit record names what the kernel guarantees, under a name that says so: a child process
