@@ -489,54 +489,17 @@ fn bool_flag(name: &str, value: Option<&str>) -> Result<bool, String> {
     }
 }
 
-/// A timeout as Go writes a duration (`time.ParseDuration`, as the daemon's flags take it):
-/// one or more `<number><unit>` terms, each number with an optional fraction, units `ns`, `us`
-/// (`µs`), `ms`, `s`, `m`, `h`: `500ms`, `90s`, `1m30s`, `1.5h`. No sign (a timeout is positive)
-/// and not zero.
+/// A timeout as Go writes a duration (as the daemon's flags take it; see
+/// [`csi_proxy_client::go_duration`]), and more than zero.
 fn duration(text: &str) -> Result<Duration, String> {
-    let bad = |why: &str| format!("invalid duration {:?}: {why}; expected e.g. 500ms, 90s, 1m30s or 1h", bounded(text));
-    if text.is_empty() {
-        return Err(bad("empty"));
+    let bad = |why: &dyn std::fmt::Display| {
+        format!("invalid duration {:?}: {why}; expected e.g. 500ms, 90s, 1m30s or 1h", bounded(text))
+    };
+    match csi_proxy_client::go_duration::parse(text) {
+        Err(why) => Err(bad(&why)),
+        Ok(Duration::ZERO) => Err(bad(&"a timeout must be more than zero")),
+        Ok(d) => Ok(d),
     }
-    let mut rest = text;
-    let mut nanos: u128 = 0;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let (number, after) = rest.split_at(digits);
-        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-        if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
-            return Err(bad("a number is missing or malformed"));
-        }
-        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
-        let (unit, next) = after.split_at(unit_len);
-        let per: u128 = match unit {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            "" => return Err(bad("a unit is missing")),
-            _ => return Err(bad("unknown unit")),
-        };
-        let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| bad("too large"))? };
-        nanos = whole.checked_mul(per).and_then(|n| nanos.checked_add(n)).ok_or_else(|| bad("too large"))?;
-        // The fraction, digit by digit; what falls below a nanosecond is dropped, as Go does.
-        let mut scale = per;
-        for d in fraction.bytes() {
-            scale /= 10;
-            nanos += u128::from(d - b'0') * scale;
-        }
-        rest = next;
-    }
-    // Go's durations end at 2^63-1 ns (about 292 years).
-    if nanos > i64::MAX as u128 {
-        return Err(bad("too large"));
-    }
-    if nanos == 0 {
-        return Err(bad("a timeout must be more than zero"));
-    }
-    Ok(Duration::from_nanos(nanos as u64))
 }
 
 #[cfg(test)]
@@ -610,7 +573,7 @@ mod tests {
             (".s", "malformed"),
             ("1.2.3s", "malformed"),
             ("1 h", "unknown unit"),
-            ("0", "unit is missing"),
+            ("0", "more than zero"),
             ("0s", "more than zero"),
             ("2562048h", "too large"),
             ("99999999999999999999999999999999999999999h", "too large"),

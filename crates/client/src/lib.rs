@@ -23,6 +23,8 @@
 //!
 //! `examples/disks.rs` is the same as a program.
 
+pub mod go_duration;
+
 use csi_proxy_sync::LockExt;
 use std::future::Future;
 use std::io;

@@ -574,8 +574,8 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
             uint = parse_uint(&value).ok_or_else(|| invalid("a non-negative integer"))?;
         }
         Kind::Duration => {
-            duration = parse_duration(&value)
-                .ok_or_else(|| invalid("a duration such as 250ms, 30s, 5m, 1h or 1m30s (units ns, us, ms, s, m, h)"))?;
+            duration = csi_proxy_client::go_duration::parse(&value)
+                .map_err(|_| invalid("a duration such as 250ms, 30s, 5m, 1h or 1m30s (units ns, us, ms, s, m, h)"))?;
         }
         Kind::Severity => {
             if !is_severity(&value) {
@@ -652,52 +652,6 @@ fn is_severity(s: &str) -> bool {
     let named = ["INFO", "WARNING", "ERROR", "FATAL"].iter().any(|n| n.eq_ignore_ascii_case(s));
     let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
     named || (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && s.parse::<i32>().is_ok())
-}
-
-/// Go's duration syntax without a sign: one or more `<number><unit>` terms such as `1h30m`,
-/// `1.5s`, `250ms`; a bare `0` is also allowed. Units: ns, us (or µs), ms, s, m, h.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return None;
-    }
-    let mut rest = s;
-    let mut total_nanos: u128 = 0;
-    while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let (number, after) = rest.split_at(num_len);
-        let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-        if int_part.is_empty() && frac_part.is_empty() {
-            return None;
-        }
-        if frac_part.contains('.') {
-            return None;
-        }
-        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
-        let (unit, next) = after.split_at(unit_len);
-        let unit_nanos: u128 = match unit {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60 * 1_000_000_000,
-            "h" => 3_600 * 1_000_000_000,
-            _ => return None,
-        };
-        let whole: u128 = if int_part.is_empty() { 0 } else { int_part.parse().ok()? };
-        total_nanos = total_nanos.checked_add(whole.checked_mul(unit_nanos)?)?;
-        // Fraction: scale digit by digit, dropping what falls below a nanosecond.
-        let mut scale = unit_nanos;
-        for d in frac_part.bytes() {
-            scale /= 10;
-            total_nanos += u128::from(d - b'0') * scale;
-        }
-        rest = next;
-    }
-    let secs = u64::try_from(total_nanos / 1_000_000_000).ok()?;
-    Some(Duration::new(secs, (total_nanos % 1_000_000_000) as u32))
 }
 
 /// The usage text: every flag, sorted by name, with its value kind, default and description.
@@ -1002,7 +956,7 @@ mod tests {
 
     #[test]
     fn durations() {
-        let d = |s: &str| parse_duration(s);
+        let d = |s: &str| csi_proxy_client::go_duration::parse(s).ok();
         assert_eq!(d("30s"), Some(Duration::from_secs(30)));
         assert_eq!(d("5m"), Some(Duration::from_secs(300)));
         assert_eq!(d("250ms"), Some(Duration::from_millis(250)));
