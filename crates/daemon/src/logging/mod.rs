@@ -5,6 +5,8 @@
 //! (`-logging-format`): [`klog`] (`text`, the default) and [`json`], both built on the typed
 //! field values of [`values`]. The audit file's private opening: [`private_file`].
 
+#[cfg(windows)]
+pub mod audit_acl;
 pub mod clock;
 pub mod file;
 pub mod json;

@@ -8,37 +8,34 @@ use anyhow::Context as _;
 /// How the audit file is opened: never through a link, and only a regular file that nobody but
 /// the daemon's user can change (as the socket directory is checked, by
 /// `csi_proxy_transport::unix::check_private`). On Windows: without following a reparse point
-/// (one at the path is refused), and without delete sharing, so that nobody renames or removes it
-/// while it is open. The error says which it is.
+/// (one at the path is refused), without delete sharing, so that nobody renames or removes it
+/// while it is open, and with a DACL for SYSTEM and Administrators only (see `audit_acl`). The
+/// error says which it is.
 pub fn open_audit_file(path: &Path) -> anyhow::Result<File> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).with_context(|| {
             format!("cannot create directory {} for audit file {}", parent.display(), path.display())
         })?;
     }
-    let mut options = std::fs::OpenOptions::new();
-    options.create(true).append(true);
     #[cfg(unix)]
-    {
+    let opened = {
         use std::os::unix::fs::OpenOptionsExt;
         // O_NONBLOCK: a FIFO planted at the path fails the open (and is refused below) instead of
         // hanging the start; it changes nothing for a regular file.
-        options
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
             .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32);
-    }
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(path)
+    };
+    // Created with a DACL of its own (SYSTEM and Administrators), not following a reparse point.
     #[cfg(windows)]
-    {
-        use std::os::windows::fs::OpenOptionsExt;
-        use windows_sys::Win32::Storage::FileSystem::{
-            FILE_FLAG_OPEN_REPARSE_POINT, FILE_SHARE_READ, FILE_SHARE_WRITE,
-        };
-        options.custom_flags(FILE_FLAG_OPEN_REPARSE_POINT).share_mode(FILE_SHARE_READ | FILE_SHARE_WRITE);
-    }
+    let opened = super::audit_acl::open(path);
     let refused = |why: &str| {
         anyhow::anyhow!("audit file {} {why}; refusing to write the audit trail there (another user could rewrite or remove records)", path.display())
     };
-    let file = match options.open(path) {
+    let file = match opened {
         Ok(f) => f,
         #[cfg(unix)]
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
