@@ -162,6 +162,13 @@ pub trait VolumeHost: Send + Sync {
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()>;
     fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats>;
     fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32>;
+    /// Whether the volume calls find their volume again once they hold a lock of their own on
+    /// the disk [`Self::disk_number_of_volume`] last answered for it, and follow it when it has
+    /// moved (the Linux backend's disk `flock`, linux/block/lookup.rs). The server then looks a
+    /// volume's disk up once, for its own lock, and not again once it holds it.
+    fn finds_volumes_under_own_lock(&self) -> bool {
+        false
+    }
     fn volume_at_path(&self, target_path: &str) -> Result<String>;
     fn closest_volume_to_path(&self, target_path: &str) -> Result<String>;
     /// WriteVolumeCache: flushes the volume's cached writes to the disk.

@@ -302,7 +302,8 @@ impl Context {
                         })
                     }
                 };
-                (&pools.locked, Some(self.locks().lock_volume(&volume, disk_of).await?))
+                let host_follows = self.hosts().volume.finds_volumes_under_own_lock();
+                (&pools.locked, Some(self.locks().lock_volume(&volume, host_follows, disk_of).await?))
             }
         };
         if op.quick() && guard.is_none() {

@@ -63,8 +63,10 @@ impl Locks {
     /// The lock for work on a volume: its disk's (`disk_of` looks it up), so that volume calls
     /// also wait for a PartitionDisk or SetDiskState of the same disk. The volume is looked up
     /// again once the lock is held: a volume that moved meanwhile (a disk detached and another
-    /// attached) is looked up and locked anew, [`MOVED_TRIES`] times at most.
-    pub async fn lock_volume<F, Fut>(&self, volume_id: &str, disk_of: F) -> Result<Guard>
+    /// attached) is looked up and locked anew, [`MOVED_TRIES`] times at most. Not where the host
+    /// does that itself under a lock of its own (`host_follows`,
+    /// `VolumeHost::finds_volumes_under_own_lock`): then the disk is looked up once, here.
+    pub async fn lock_volume<F, Fut>(&self, volume_id: &str, host_follows: bool, disk_of: F) -> Result<Guard>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<u32>>,
@@ -82,6 +84,9 @@ impl Locks {
             }
         };
         let mut key = key_of().await?;
+        if host_follows {
+            return Ok(self.lock(key).await);
+        }
         for _ in 0..MOVED_TRIES {
             let guard = self.lock(key.clone()).await;
             let now = key_of().await?;
@@ -114,18 +119,36 @@ mod tests {
             let locks = Locks::default();
             let n = AtomicUsize::new(0);
             let moving = || async { Ok(if n.fetch_add(1, Ordering::SeqCst) == 0 { 1 } else { 2 }) };
-            let g = locks.lock_volume("v", moving).await.unwrap();
+            let g = locks.lock_volume("v", false, moving).await.unwrap();
             assert_eq!(locks.held(), vec![Key::Disk(2)]);
             drop(g);
             let gone = || async { Err(Error::not_found("volume gone")) };
-            assert!(matches!(locks.lock_volume("gone", gone).await, Err(Error::NotFound(_))));
+            assert!(matches!(locks.lock_volume("gone", false, gone).await, Err(Error::NotFound(_))));
             let diskless = || async { Err(Error::FailedPrecondition("no extents".into())) };
-            let g = locks.lock_volume("w", diskless).await.unwrap();
+            let g = locks.lock_volume("w", false, diskless).await.unwrap();
             assert_eq!(locks.held(), vec![Key::Volume("w".into())]);
             drop(g);
             let always_moving = || async { Ok(n.fetch_add(1, Ordering::SeqCst) as u32) };
-            assert!(matches!(locks.lock_volume("v", always_moving).await, Err(Error::Aborted(_))));
+            assert!(matches!(locks.lock_volume("v", false, always_moving).await, Err(Error::Aborted(_))));
             assert!(locks.held().is_empty());
+        });
+    }
+
+    /// A host that finds the volume again under its own lock (Linux) gets one lookup per call:
+    /// the disk found is locked, and the volume is not looked up again here.
+    #[test]
+    fn a_host_that_follows_volumes_itself_is_asked_once() {
+        rt().block_on(async {
+            let locks = Locks::default();
+            let asked = AtomicUsize::new(0);
+            let moving = || async { Ok(asked.fetch_add(1, Ordering::SeqCst) as u32 + 5) };
+            let g = locks.lock_volume("v", true, moving).await.unwrap();
+            assert_eq!((asked.load(Ordering::SeqCst), locks.held()), (1, vec![Key::Disk(5)]));
+            drop(g);
+            let diskless = || async { Err(Error::FailedPrecondition("no extents".into())) };
+            let g = locks.lock_volume("w", true, diskless).await.unwrap();
+            assert_eq!(locks.held(), vec![Key::Volume("w".into())]);
+            drop(g);
         });
     }
 }

@@ -123,4 +123,8 @@ impl VolumeHost for Block {
     fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32> {
         Ok(self.volume(volume_id)?.disk)
     }
+    // `hold_volume` locks the disk the lookup above found first and reads the volume there.
+    fn finds_volumes_under_own_lock(&self) -> bool {
+        true
+    }
 }
