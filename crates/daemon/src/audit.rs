@@ -325,6 +325,22 @@ mod tests {
         assert_eq!(calls(&std::fs::read_to_string(&path).unwrap()), [1, 3]);
     }
 
+    /// The -audit-log-max* flags become the file's limit and retention with kube-apiserver's
+    /// meanings: megabytes, a count (0: all), days (0: no limit).
+    #[test]
+    fn the_rotation_flags_become_the_files_limits() {
+        let mut opts = crate::flags::Options::default();
+        assert_eq!(rotation(&opts), (100 * 1024 * 1024, Retention { keep: Some(5), max_age: None }));
+        opts.audit_log_max_size_mb = 3;
+        opts.audit_log_max_backup = 0;
+        opts.audit_log_max_age_days = 7;
+        let (bytes, retention) = rotation(&opts);
+        assert_eq!(bytes, 3 * 1024 * 1024);
+        assert_eq!(retention, Retention { keep: None, max_age: Some(Duration::from_secs(7 * 86_400)) });
+        opts.audit_log_max_size_mb = 0;
+        assert_eq!(rotation(&opts).0, 0, "0: never rotated by size");
+    }
+
     #[test]
     fn a_record_is_one_json_line() {
         let caller = Caller { pid: Some(9), uid: Some(0), gid: Some(0), user: None, exe: Some("/x\n\"y".into()) };

@@ -635,6 +635,59 @@ fn audit_log_records_who_called_what_and_no_secret() {
     assert_eq!(iscsi["request"]["chapUsername"], "<redacted>", "{iscsi}");
 }
 
+/// `-audit-log-maxsize` and `-audit-log-maxbackup` on the real daemon: past a megabyte of records
+/// the audit file rotates into `<file>.1`, and with one backup kept no `<file>.2` appears however
+/// often it rotates; every file holds whole records. (It rotated by `-log_file_max_size`, 1800
+/// MB, keeping five.)
+#[test]
+fn the_audit_file_rotates_by_its_own_flags() {
+    let dir = tempdir("audit-rotate");
+    let root = tempdir("audit-rotate-root");
+    std::fs::create_dir_all(&root).unwrap();
+    let audit = root.with_extension("audit.log");
+    let args = [
+        "-kubelet-path",
+        root.to_str().unwrap(),
+        "-audit-log",
+        audit.to_str().unwrap(),
+        "-audit-log-maxsize=1",
+        "-audit-log-maxbackup=1",
+    ];
+    let d = start(&dir, &args);
+    // A long path (four 200-byte names) makes each start record about 1 KB.
+    let path = (0..4).fold(root.clone(), |p, i| p.join(format!("{i}{}", "x".repeat(199))));
+    let path = path.to_str().unwrap().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        use csi_proxy_wire::v1::{filesystem_client::FilesystemClient, MkdirRequest};
+        let ch = unix_channel(dir.join("csi-proxy-filesystem-v1.sock")).await;
+        let mut c = FilesystemClient::new(ch);
+        for _ in 0..2_400 {
+            c.mkdir(MkdirRequest { path: path.clone() }).await.unwrap();
+        }
+    });
+    drop(d);
+    let name = |n: usize| PathBuf::from(format!("{}.{n}", audit.display()));
+    let files = [audit.clone(), name(1)];
+    let mut records = 0;
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(text.len() <= 1024 * 1024, "{}: {} bytes", f.display(), text.len());
+        for line in text.lines() {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            assert_eq!(r["method"], "Mkdir");
+            records += 1;
+        }
+    }
+    assert!(std::fs::metadata(name(1)).unwrap().len() > 1000 * 1024, "rotated only when full");
+    assert!(!name(2).exists(), "-audit-log-maxbackup=1 keeps one rotated file");
+    assert!(records < 2 * 2_400, "older records were rotated away: {records}");
+    for f in files {
+        let _ = std::fs::remove_file(f);
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// The audit record names what the kernel guarantees, under a name that says so: a child process
 /// connects the socket and exits, this process then sends the call on that connection, and the
 /// records' `peer_at_connect` is the child (SO_PEERCRED is fixed at connect), not the sender.
