@@ -114,7 +114,9 @@ mod tests {
     use super::options::LOG_DIR_FILE_NAME;
     use super::testutil::{read, temp_dir};
     use super::*;
+    #[cfg(unix)]
     use std::fs::File;
+    #[cfg(unix)]
     use std::sync::mpsc;
 
     /// Many threads log through the real formatter while the file rotates under them: every
