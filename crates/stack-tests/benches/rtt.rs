@@ -25,7 +25,10 @@
 //! host: 64 bytes written to, and echoed back by, a task on the server runtime over the same kind
 //! of endpoint (bound by the transport's own listener). It is what one round trip costs on this
 //! machine before csi-proxy does anything. On VMs whose idle vCPUs halt, it is dominated by
-//! cross-CPU wake-ups; `taskset -c 0` (everything on one CPU) shows the CPU cost instead.
+//! cross-CPU wake-ups; `taskset -c 0` (everything on one CPU) shows the CPU cost instead. The row
+//! after it, "raw echo, 2 writes", sends the same 64 bytes in two writes (33 + 31), as the tonic
+//! client sends a unary call's HEADERS and DATA frames: the server may then wake once per write,
+//! a cost of every call from such a client that no server can avoid.
 //!
 //! Environment:
 //! - `RTT_CALLS` (20000): measured calls per scenario, split evenly among the callers;
@@ -33,7 +36,8 @@
 //! - `RTT_CALLERS` (16): callers of the concurrent scenarios;
 //! - `RTT_SERVER_THREADS` (number of CPUs, as the daemon): server runtime worker threads;
 //! - `RTT_CLIENT_THREADS` (1): client runtime worker threads;
-//! - `RTT_ONLY` (all): `sequential`, `shared` or `connections` runs that scenario alone.
+//! - `RTT_ONLY` (all): `sequential`, `shared` or `connections` runs that scenario alone; `echo`
+//!   with `--connect <the echo endpoint the server printed second>` runs the raw echo alone.
 //! - `RTT_PATH_EXISTS` (unset): with `--connect <filesystem v1 endpoint>`, the callers make
 //!   `v1.Filesystem/PathExists` calls on this path instead, against any daemon serving that
 //!   endpoint: this is how one client measures our daemon and upstream's side by side.
@@ -290,6 +294,22 @@ struct Echo<IO>(IO, [u8; ECHO_LEN]);
 impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Caller for Echo<IO> {
     async fn call(&mut self) {
         self.0.write_all(&self.1).await.expect("echo write");
+        self.0.read_exact(&mut self.1).await.expect("echo read");
+    }
+}
+
+/// One connection to the raw echo whose request goes out in two writes, as the tonic client
+/// sends a unary call: its HEADERS frame (33 octets for GetDiskStats) in one write, its DATA
+/// frames in the next. The server may wake for each, which the one-write echo never shows.
+struct SplitEcho<IO>(IO, [u8; ECHO_LEN]);
+
+/// Where [`SplitEcho`] splits its request.
+const ECHO_SPLIT: usize = 33;
+
+impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Caller for SplitEcho<IO> {
+    async fn call(&mut self) {
+        self.0.write_all(&self.1[..ECHO_SPLIT]).await.expect("echo write");
+        self.0.write_all(&self.1[ECHO_SPLIT..]).await.expect("echo write");
         self.0.read_exact(&mut self.1).await.expect("echo read");
     }
 }
@@ -674,6 +694,17 @@ fn main() {
             move || transport::open(t.clone())
         };
 
+        // `RTT_ONLY=echo --connect <echo endpoint>`: the raw echo alone, against the endpoint the
+        // server printed second (for counting the floor's syscalls and wake-ups from outside).
+        if only.as_deref() == Some("echo") {
+            let raw = Echo(transport::open(target.clone()).await.expect("open the echo endpoint"), [7; ECHO_LEN]);
+            scenario("raw echo (floor), 1 client", vec![raw], warmup, calls, &mut server).await;
+            let split =
+                SplitEcho(transport::open(target.clone()).await.expect("open the echo endpoint"), [7; ECHO_LEN]);
+            scenario("raw echo, 2 writes, 1 client", vec![split], warmup, calls, &mut server).await;
+            return;
+        }
+
         // (a) one client, sequential calls.
         if runs("sequential") {
             let one = client(connect(open(&target)).await);
@@ -698,8 +729,10 @@ fn main() {
 
         // The floor: the same round trip without HTTP/2, gRPC or the host.
         if let Some(echo) = echo.filter(|_| only.is_none()) {
-            let raw = Echo(transport::open(echo).await.expect("open the echo endpoint"), [7; ECHO_LEN]);
+            let raw = Echo(transport::open(echo.clone()).await.expect("open the echo endpoint"), [7; ECHO_LEN]);
             scenario("raw echo (floor), 1 client", vec![raw], warmup, calls, &mut server).await;
+            let split = SplitEcho(transport::open(echo).await.expect("open the echo endpoint"), [7; ECHO_LEN]);
+            scenario("raw echo, 2 writes, 1 client", vec![split], warmup, calls, &mut server).await;
         }
     });
     println!("rtt: calls made {}", MADE.load(Ordering::Relaxed));
