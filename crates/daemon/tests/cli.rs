@@ -165,13 +165,13 @@ fn startup_log(tag: &str, extra: &[&str]) -> String {
 #[test]
 fn startup_warns_when_any_service_may_be_controlled() {
     let log = startup_log("warn", &[]);
-    let warning = log.lines().find(|l| l.contains("WARN") && l.contains("any host service can be started or stopped"));
+    let warning = log.lines().find(|l| l.starts_with('W') && l.contains("any host service can be started or stopped"));
     let warning = warning.unwrap_or_else(|| panic!("no warning in {log}"));
     assert!(warning.contains("-allowed-service"), "{warning}");
 
     let log = startup_log("nowarn", &["-allowed-service", "iscsid", "-allowed-service=multipathd"]);
     assert!(!log.contains("any host service"), "{log}");
-    assert!(log.contains(r#"allowed_services=Some(["iscsid", "multipathd"])"#), "{log}");
+    assert!(log.contains(r#"allowed_services="iscsid,multipathd""#), "{log}");
 }
 
 /// The allow-list is enforced by the real daemon before any host work: a service not on it is
@@ -314,13 +314,13 @@ fn relative_roots_are_refused_with_exit_2() {
 fn missing_root_is_warned_about() {
     let missing = tempdir("missing-root");
     let log = startup_log("missing-root-sock", &["-working-dir", missing.to_str().unwrap()]);
-    let warning = log.lines().find(|l| l.contains("WARN") && l.contains(missing.to_str().unwrap()));
+    let warning = log.lines().find(|l| l.starts_with('W') && l.contains(missing.to_str().unwrap()));
     let warning = warning.unwrap_or_else(|| panic!("no warning in {log}"));
     assert!(warning.contains("-working-dir") && warning.contains("does not exist"), "{warning}");
 
     std::fs::create_dir_all(&missing).unwrap();
     let log = startup_log("present-root-sock", &["-working-dir", missing.to_str().unwrap()]);
-    assert!(!log.lines().any(|l| l.contains("WARN") && l.contains(missing.to_str().unwrap())), "{log}");
+    assert!(!log.lines().any(|l| l.starts_with('W') && l.contains(missing.to_str().unwrap())), "{log}");
     let _ = std::fs::remove_dir_all(&missing);
 }
 
