@@ -8,12 +8,13 @@
 //! node's path (mountinfo shows it), and the new mount's device is checked before it is
 //! attached.
 
+use super::sys::{DiskFd, Open};
 use super::tools;
 use super::{Block, Volume};
 use crate::{Error, Result};
-use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
-use std::os::fd::{AsFd, AsRawFd};
+use std::ffi::OsString;
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 /// How long a missing partition node is waited for: where udev runs, it re-reads a partition
@@ -35,7 +36,7 @@ impl Block {
         let deadline = Instant::now() + NODE_WAIT;
         loop {
             let want = self.devnum_of(v)?;
-            let file = match std::fs::File::open(&v.node) {
+            let file = match self.sys.open(&v.node, Open::Read).map_err(std::io::Error::from) {
                 Ok(f) => f,
                 // ENOENT: udev has not made the node yet. ENXIO or ENODEV: the node is there but
                 // the kernel has no device behind its numbers, as while a table re-read removes
@@ -58,9 +59,7 @@ impl Block {
                 }
                 Err(e) => return Err(Error::io(format!("opening {}", label(v)), e)),
             };
-            let st = rustix::fs::fstat(&file).map_err(|e| Error::io(format!("checking {}", label(v)), e.into()))?;
-            let block = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice;
-            let got = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+            let (block, got) = file.device().map_err(|e| Error::io(format!("checking {}", label(v)), e.into()))?;
             if block && got == want {
                 return Ok(Device { file, num: want });
             }
@@ -81,6 +80,11 @@ impl Block {
         }
     }
 
+    /// [`Sys::run`](super::sys::Sys::run), then [`tools::checked`].
+    pub(super) fn run_checked(&self, argv: &[OsString], fds: &[&tools::FdPath]) -> Result<Output> {
+        tools::checked(argv, self.sys.run(argv, fds)?)
+    }
+
     /// (major, minor) of the volume's partition device, from sysfs.
     pub(super) fn devnum_of(&self, v: &Volume) -> Result<DevNum> {
         require_device(v)?;
@@ -95,35 +99,30 @@ impl Block {
 
 /// The volume's partition device, opened and checked by [`Block::open_device`].
 pub(super) struct Device {
-    pub(super) file: std::fs::File,
+    pub(super) file: Box<dyn DiskFd>,
     /// Its device number, as sysfs and the node agree.
     pub(super) num: DevNum,
 }
 
 /// The checked device as a tool argument.
 pub(super) fn fd_path(v: &Volume, device: &Device) -> Result<tools::FdPath> {
-    tools::FdPath::new(device.file.as_fd())
-        .map_err(|e| Error::io(format!("duplicating a descriptor of {}", label(v)), e))
+    device.file.tool_path().map_err(|e| Error::io(format!("duplicating a descriptor of {}", label(v)), e))
 }
 
 /// FailedPrecondition when something holds the device exclusively: a mount (in this mount
 /// namespace or any other — mountinfo shows only ours), a RAID or device-mapper user. Opens
 /// the checked device again, exclusively, and lets go at once.
 pub(super) fn check_unused(v: &Volume, device: &Device, refusing: &str) -> Result<()> {
-    let again = format!("/proc/self/fd/{}", device.file.as_raw_fd());
     // A FUSE filesystem (ntfs-3g) lets go of its device a moment after its unmount returns:
     // busy is the answer only if it lasts.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    let mut opened = rustix::fs::open(again.as_str(), OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC, Mode::empty());
+    let mut opened = device.file.open_exclusive_again();
     while matches!(opened, Err(Errno::BUSY)) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
-        opened = rustix::fs::open(again.as_str(), OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC, Mode::empty());
+        opened = device.file.open_exclusive_again();
     }
     match opened {
-        Ok(fd) => {
-            drop(fd);
-            Ok(())
-        }
+        Ok(()) => Ok(()),
         Err(Errno::BUSY) => Err(Error::precondition(format!(
             "{} is in use elsewhere (mounted, possibly in another mount namespace, or held by another device); \
              {refusing}",

@@ -15,12 +15,12 @@
 
 use super::device::{about, check_unused, fd_path, label, Device};
 use super::lookup::HeldVolume;
+use super::sys::Reader;
 use super::tools;
 use super::{Block, Volume};
 use crate::formats::probe;
 use crate::types::FsType;
 use crate::{Error, Result};
-use std::os::fd::AsFd;
 
 impl Block {
     /// What the volume's partition device holds: our probe's blkid-style type name,
@@ -34,20 +34,18 @@ impl Block {
     /// cache (what the page cache holds of them is dropped, so that a write through the whole
     /// disk, a different cache, can't hide behind stale pages; dirty pages are kept).
     pub(super) fn probe_device(&self, v: &Volume, device: &Device) -> Result<Option<&'static str>> {
-        let f = &device.file;
-        let size = rustix::fs::seek(f, rustix::fs::SeekFrom::End(0))
-            .map_err(|e| Error::io(format!("reading {}", label(v)), e.into()))?;
+        let f = &*device.file;
+        let mut reader = reader(v, device)?;
+        let size = reader.len();
         let tail = probe::tail_start(size);
         for (start, len) in [(0, probe::PROBE_LEN as u64), (tail, size - tail)] {
-            let _ = rustix::fs::fadvise(f, start, std::num::NonZeroU64::new(len), rustix::fs::Advice::DontNeed);
+            f.drop_cache(start, len);
         }
-        if let Some(kind) =
-            probe::probe(&mut &device.file).map_err(|e| Error::io(format!("reading {}", label(v)), e))?
-        {
+        if let Some(kind) = probe::probe(&mut reader).map_err(|e| Error::io(format!("reading {}", label(v)), e))? {
             return Ok(Some(kind));
         }
         // Blank to us: libblkid has the last word (*Two probes*, module documentation).
-        match super::blkid::signature(device.file.as_fd()) {
+        match f.signature() {
             Ok(None) => Ok(None),
             Ok(Some(found)) => {
                 tracing::info!(volume = %v.id, device = %v.node.display(), found, "libblkid finds a signature our probe does not know");
@@ -59,13 +57,8 @@ impl Block {
 
     /// The first [`probe::PROBE_LEN`] bytes of the checked device (fewer if it is smaller).
     pub(super) fn read_head(&self, v: &Volume, device: &Device) -> Result<Vec<u8>> {
-        let _ = rustix::fs::fadvise(
-            &device.file,
-            0,
-            std::num::NonZeroU64::new(probe::PROBE_LEN as u64),
-            rustix::fs::Advice::DontNeed,
-        );
-        probe::read_at(&mut &device.file, 0, probe::PROBE_LEN)
+        device.file.drop_cache(0, probe::PROBE_LEN as u64);
+        probe::read_at(&mut reader(v, device)?, 0, probe::PROBE_LEN)
             .map_err(|e| Error::io(format!("reading {}", label(v)), e))
     }
 
@@ -76,10 +69,9 @@ impl Block {
         // range (start and end of the device) only when the start shows nothing.
         const QUICK: usize = 68 * 1024;
         let device = self.open_device(v)?;
-        let _ =
-            rustix::fs::fadvise(&device.file, 0, std::num::NonZeroU64::new(QUICK as u64), rustix::fs::Advice::DontNeed);
-        let head =
-            probe::read_at(&mut &device.file, 0, QUICK).map_err(|e| Error::io(format!("reading {}", label(v)), e))?;
+        device.file.drop_cache(0, QUICK as u64);
+        let head = probe::read_at(&mut reader(v, &device)?, 0, QUICK)
+            .map_err(|e| Error::io(format!("reading {}", label(v)), e))?;
         if probe::identify(&head).is_some() {
             return Ok(true);
         }
@@ -103,7 +95,7 @@ impl Block {
         let dev_arg = fd_path(v, &device)?;
         let argv = tools::mkfs_argv(self.fs_type, &dev_arg.path());
         tracing::info!(volume = %v.id, node = %v.node.display(), argv = %tools::show(&argv), "formatting");
-        tools::run_with(&argv, &[&dev_arg]).map_err(|e| about(v, e))?;
+        self.run_checked(&argv, &[&dev_arg]).map_err(|e| about(v, e))?;
         drop(dev_arg);
         let made = self.probe_device(v, &device)?;
         let expected = match self.fs_type {
@@ -120,4 +112,9 @@ impl Block {
         }
         Ok(())
     }
+}
+
+/// The checked device read as a stream, for the probes.
+pub(super) fn reader<'a>(v: &Volume, device: &'a Device) -> Result<Reader<'a>> {
+    Reader::new(&*device.file).map_err(|e| Error::io(format!("reading {}", label(v)), e.into()))
 }

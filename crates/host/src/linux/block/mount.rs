@@ -257,7 +257,7 @@ impl Block {
             return rustix::fs::syncfs(&readable).map_err(|e| Error::io(format!("flushing {}", label(v)), e.into()));
         }
         let device = self.open_device(v)?;
-        device.file.sync_all().map_err(|e| Error::io(format!("flushing {}", label(v)), e))
+        device.file.sync().map_err(|e| Error::io(format!("flushing {}", label(v)), e))
     }
 
     /// The block device a mount is on, if it is on one.
@@ -333,7 +333,7 @@ impl Block {
         let dir_arg =
             tools::FdPath::new(dir.as_fd()).map_err(|e| Error::io(format!("duplicating {target_path}"), e))?;
         let argv = tools::ntfs3g_argv(&dev_arg.path(), &dir_arg.path());
-        let out = tools::output_with(&argv, &[&dev_arg, &dir_arg])?;
+        let out = self.sys.run(&argv, &[&dev_arg, &dir_arg])?;
         if !out.status.success() {
             return Err(Error::internal(format!("{}: {}", label(v), tools::failure(&argv, &out))));
         }

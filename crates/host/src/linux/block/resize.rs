@@ -1,8 +1,10 @@
 //! ResizeVolume: the partition grown, then the filesystem in it (the rules: `volumes.rs`).
 
 use super::device::{about, check_unused, fd_path, label, Device};
+use super::format::reader;
 use super::lookup::HeldVolume;
 use super::mount::read_mounts;
+use super::sys::Sys;
 use super::tools::{self, Grow};
 use super::{Block, Volume};
 use crate::formats::probe;
@@ -91,12 +93,12 @@ impl Block {
         match (plan, &mounted) {
             (Grow::Ext, Some((m, _))) => {
                 tracing::info!(volume = %v.id, mount_point = %m.mount_point.display(), "growing the filesystem online");
-                grow_ext(&v, &dev_arg, Some(&m.mount_point))
+                grow_ext(&*self.sys, &v, &dev_arg, Some(&m.mount_point))
             }
             (Grow::Ext, None) => {
                 offline_ready(&v, &device, plan)?;
                 tracing::info!(volume = %v.id, node = %v.node.display(), "growing the filesystem offline");
-                grow_ext(&v, &dev_arg, None)
+                grow_ext(&*self.sys, &v, &dev_arg, None)
             }
             (Grow::Ntfs, _) => {
                 // ntfsresize leaves the volume marked dirty (a chkdsk request for Windows), which
@@ -104,15 +106,15 @@ impl Block {
                 // sure the volume was clean before, so nothing is hidden by that.
                 offline_ready(&v, &device, plan)?;
                 tracing::info!(volume = %v.id, node = %v.node.display(), "growing the filesystem offline");
-                tools::run_with(&plan.argv(&dev_arg.path()), &[&dev_arg]).map_err(|e| about(&v, e))?;
-                tools::run_with(&tools::ntfsfix_argv(&dev_arg.path()), &[&dev_arg]).map_err(|e| about(&v, e))?;
+                self.run_checked(&plan.argv(&dev_arg.path()), &[&dev_arg]).map_err(|e| about(&v, e))?;
+                self.run_checked(&tools::ntfsfix_argv(&dev_arg.path()), &[&dev_arg]).map_err(|e| about(&v, e))?;
                 Ok(())
             }
             (g, Some((m, fd))) => {
                 let mp_arg = tools::FdPath::new(fd.as_fd())
                     .map_err(|e| Error::io(format!("duplicating a descriptor of {}", m.mount_point.display()), e))?;
                 tracing::info!(volume = %v.id, mount_point = %m.mount_point.display(), "growing the filesystem online");
-                tools::run_with(&g.argv(&mp_arg.path()), &[&mp_arg]).map(drop).map_err(|e| about(&v, e))
+                self.run_checked(&g.argv(&mp_arg.path()), &[&mp_arg]).map(drop).map_err(|e| about(&v, e))
             }
             (g, None) => Err(Error::internal(format!("{g:?} growth of {} planned while unmounted", label(&v)))),
         }
@@ -128,7 +130,8 @@ fn offline_ready(v: &Volume, device: &Device, plan: Grow) -> Result<()> {
     if plan != Grow::Ntfs {
         return Ok(());
     }
-    let dirty = probe::ntfs_dirty(&mut &device.file).map_err(|e| Error::io(format!("reading {}", label(v)), e))?;
+    let dirty =
+        probe::ntfs_dirty(&mut reader(v, device)?).map_err(|e| Error::io(format!("reading {}", label(v)), e))?;
     match dirty {
         Some(false) => Ok(()),
         Some(true) => Err(Error::precondition(format!(
@@ -169,10 +172,10 @@ fn grow_plan(v: &Volume, kind: &str, mounted: bool) -> Result<Grow> {
 
 /// resize2fs on the checked device, with the e2fsck it may ask for first when unmounted; the
 /// missing capability for an online resize is a FailedPrecondition.
-fn grow_ext(v: &Volume, dev: &tools::FdPath, mounted: Option<&Path>) -> Result<()> {
+fn grow_ext(sys: &dyn Sys, v: &Volume, dev: &tools::FdPath, mounted: Option<&Path>) -> Result<()> {
     let argv = Grow::Ext.argv(&dev.path());
     for attempt in 0..2 {
-        let out = tools::output_with(&argv, &[dev])?;
+        let out = sys.run(&argv, &[dev])?;
         if out.status.success() {
             return Ok(());
         }
@@ -182,7 +185,7 @@ fn grow_ext(v: &Volume, dev: &tools::FdPath, mounted: Option<&Path>) -> Result<(
         }
         if attempt == 0 && mounted.is_none() && text.contains("Please run 'e2fsck -f") {
             let fsck = tools::e2fsck_argv(&dev.path());
-            let out = tools::output_with(&fsck, &[dev])?;
+            let out = sys.run(&fsck, &[dev])?;
             // 0: clean, 1: errors corrected; anything else needs a human.
             if !matches!(out.status.code(), Some(0 | 1)) {
                 return Err(Error::precondition(format!("{}: {}", label(v), tools::failure(&fsck, &out))));

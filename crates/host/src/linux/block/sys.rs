@@ -1,18 +1,25 @@
-//! The system calls the whole-disk logic makes (`disklock`, `table`, `kernel`, and through them
-//! `lookup` and `partitions`), behind [`Sys`] and [`DiskFd`]: open(2) of a disk's node, fstat,
-//! the block ioctls (BLKSSZGET, BLKGETSIZE64, BLKPG, BLKFLSBUF, LOOP_SET_CAPACITY), flock,
-//! pread/pwrite and fsync. [`RealSys`] makes them; the tests' `fake::FakeSys` keeps disks in
-//! memory, makes a BLKPG change the partitions it shows in a sysfs tree of its own, and logs
-//! every call that changes something, so the logic is tested without root.
+//! The system calls the block logic makes on device nodes, behind [`Sys`] and [`DiskFd`]: open(2)
+//! of a disk's or a partition's node, fstat, the block ioctls (BLKSSZGET, BLKGETSIZE64, BLKPG,
+//! BLKFLSBUF, LOOP_SET_CAPACITY), flock, pread/pwrite, fsync, fadvise, an exclusive re-open,
+//! libblkid's probe, and the external tools run on a device ([`Sys::run`]). [`RealSys`] makes
+//! them; the tests' `fake::FakeSys` keeps disks in memory, makes a BLKPG change the partitions
+//! it shows in a sysfs tree of its own, runs scripted tools, and logs every call that changes
+//! something, so the logic is tested without root. The mount table's calls (`mount.rs`: statx,
+//! fsopen/fsmount, umount, syncfs, statvfs) are not behind it yet.
 //!
 //! sysfs is read with `std::fs` below `Block::sysfs` (tests point it at a directory of their
 //! own), and so is the existence of `/dev` nodes below `Block::dev`: both are files, which a
 //! test can make without root.
 
-use super::{blkpg, loopdev};
+use super::tools::{self, FdPath};
+use super::{blkid, blkpg, loopdev};
 use rustix::fs::{FlockOperation, Mode, OFlags};
+use rustix::io::Errno;
+use std::ffi::OsString;
 use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
+use std::process::Output;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -31,10 +38,12 @@ pub(crate) enum Open {
     Exclusive,
 }
 
-/// Opening whole-disk device nodes.
+/// Opening device nodes, running tools on them.
 pub(crate) trait Sys: Send + Sync {
     /// open(2) of `path` as `how` says.
     fn open(&self, path: &Path, how: Open) -> rustix::io::Result<Box<dyn DiskFd>>;
+    /// Runs `argv` to completion with `fds` open in the child ([`tools::output_with`]).
+    fn run(&self, argv: &[OsString], fds: &[&FdPath]) -> crate::Result<Output>;
 }
 
 /// An open descriptor of a whole disk; closing it (drop) releases its flock.
@@ -63,6 +72,16 @@ pub(crate) trait DiskFd: Send + Sync {
     fn flush_buffers(&self) -> rustix::io::Result<()>;
     /// LOOP_SET_CAPACITY: a loop device re-reads its backing file's size.
     fn set_capacity(&self) -> rustix::io::Result<()>;
+    /// fadvise DONTNEED: what the page cache holds of the range is dropped (dirty pages kept);
+    /// failures are of no consequence (the next read is only slower or staler).
+    fn drop_cache(&self, offset: u64, len: u64);
+    /// Opens the same device again with `O_EXCL` and closes it at once: EBUSY while anyone
+    /// holds it exclusively (mounted in any mount namespace, a RAID or device-mapper member).
+    fn open_exclusive_again(&self) -> rustix::io::Result<()>;
+    /// What libblkid finds on the device (`blkid::signature`).
+    fn signature(&self) -> Result<Option<String>, String>;
+    /// The descriptor as a tool argument (`/proc/self/fd/N` of a duplicate).
+    fn tool_path(&self) -> std::io::Result<FdPath>;
 }
 
 /// The real system calls.
@@ -78,6 +97,9 @@ impl Sys for RealSys {
         } | OFlags::CLOEXEC;
         let fd = rustix::fs::open(path, flags, Mode::empty())?;
         Ok(Box::new(RealFd(File::from(fd))))
+    }
+    fn run(&self, argv: &[OsString], fds: &[&FdPath]) -> crate::Result<Output> {
+        tools::output_with(argv, fds)
     }
 }
 
@@ -122,6 +144,59 @@ impl DiskFd for RealFd {
     }
     fn set_capacity(&self) -> rustix::io::Result<()> {
         loopdev::set_capacity(&self.0)
+    }
+    fn drop_cache(&self, offset: u64, len: u64) {
+        let _ = rustix::fs::fadvise(&self.0, offset, std::num::NonZeroU64::new(len), rustix::fs::Advice::DontNeed);
+    }
+    fn open_exclusive_again(&self) -> rustix::io::Result<()> {
+        let again = format!("/proc/self/fd/{}", self.0.as_raw_fd());
+        rustix::fs::open(again.as_str(), OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC, Mode::empty()).map(drop)
+    }
+    fn signature(&self) -> Result<Option<String>, String> {
+        blkid::signature(self.0.as_fd())
+    }
+    fn tool_path(&self) -> std::io::Result<FdPath> {
+        FdPath::new(self.0.as_fd())
+    }
+}
+
+/// A descriptor read as a stream (what the probes read), by offset.
+pub(crate) struct Reader<'a> {
+    fd: &'a dyn DiskFd,
+    pos: u64,
+    size: u64,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader of the whole device (its size from BLKGETSIZE64).
+    pub(crate) fn new(fd: &'a dyn DiskFd) -> rustix::io::Result<Reader<'a>> {
+        Ok(Reader { fd, pos: 0, size: fd.size_bytes()? })
+    }
+
+    /// The device's size in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        self.size
+    }
+}
+
+impl std::io::Read for Reader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.size.saturating_sub(self.pos) as usize);
+        self.fd.read_at(self.pos, &mut buf[..n])?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for Reader<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let pos = match to {
+            std::io::SeekFrom::Start(p) => Some(p),
+            std::io::SeekFrom::End(d) => self.size.checked_add_signed(d),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = pos.ok_or_else(|| std::io::Error::from(Errno::INVAL))?;
+        Ok(self.pos)
     }
 }
 

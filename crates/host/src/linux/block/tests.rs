@@ -251,3 +251,91 @@ fn growing_after_the_disk_grew() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The volume group's probe and mkfs over the fake's partition nodes: IsVolumeFormatted and
+/// FormatVolume's refusals, the tool's argv, and the check of what it made (the same behaviours
+/// on loop disks: linux_volumes.rs).
+mod format {
+    use super::*;
+    use crate::types::FsType;
+
+    /// A partitioned disk whose backend formats xfs, and a fake mkfs.xfs that writes xfs's
+    /// signature on the device it is given.
+    fn xfs_volume() -> (FakeSys, Block, Volume) {
+        let (fake, _b, _disk, v) = partitioned();
+        fake.on_tool(|f, argv| match argv {
+            [tool, q, node] if tool == "mkfs.xfs" && q == "-q" && node == "vda1" => {
+                f.poke_partition("vda", 1, 0, b"XFSB");
+                (0, String::new())
+            }
+            other => (1, format!("unexpected {other:?}")),
+        });
+        (fake.clone(), fake.block_making(FsType::Xfs), v)
+    }
+
+    fn runs(log: &[String]) -> Vec<&String> {
+        log.iter().filter(|l| l.starts_with("run ")).collect()
+    }
+
+    #[test]
+    fn formatted_is_any_signature_ours_or_libblkids() {
+        let (fake, b, v) = xfs_volume();
+        assert!(!b.is_volume_formatted(&v.id).unwrap(), "blank");
+        fake.set_blkid("vda1", "zfs_member");
+        assert!(b.is_volume_formatted(&v.id).unwrap(), "what only libblkid knows counts");
+        let (fake, b, v) = xfs_volume();
+        fake.poke_partition("vda", 1, 1024 + 0x38, &[0x53, 0xef]);
+        assert!(b.is_volume_formatted(&v.id).unwrap(), "ext's magic");
+        assert!(runs(&fake.take_log()).is_empty());
+    }
+
+    #[test]
+    fn a_blank_volume_is_formatted_once_and_never_over_data() {
+        let (fake, b, v) = xfs_volume();
+        fake.take_log();
+        b.format_volume(&v.id).unwrap();
+        let log = fake.take_log();
+        assert_eq!(runs(&log), ["run mkfs.xfs -q vda1"], "{log:?}");
+        assert!(log.iter().position(|l| l == "lock vda exclusive") < log.iter().position(|l| l.starts_with("run ")));
+        assert!(b.is_volume_formatted(&v.id).unwrap());
+        match b.format_volume(&v.id) {
+            Err(Error::FailedPrecondition(msg)) => assert!(msg.contains(&v.id) && msg.contains("xfs"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+        // Nor over what only libblkid sees.
+        let (fake, b, v) = xfs_volume();
+        fake.set_blkid("vda1", "zfs_member");
+        assert!(matches!(b.format_volume(&v.id), Err(Error::FailedPrecondition(_))));
+        assert!(runs(&fake.take_log()).is_empty());
+    }
+
+    #[test]
+    fn a_volume_in_use_elsewhere_is_not_formatted() {
+        let (fake, b, v) = xfs_volume();
+        fake.set_busy("vda1", true);
+        match b.format_volume(&v.id) {
+            Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("in use elsewhere"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(runs(&fake.take_log()).is_empty());
+    }
+
+    #[test]
+    fn a_tool_that_fails_or_makes_nothing_is_an_error_naming_the_volume() {
+        let (fake, b, v) = xfs_volume();
+        fake.on_tool(|_, _| (1, "mkfs.xfs: cannot open: Device or resource busy".into()));
+        match b.format_volume(&v.id) {
+            Err(Error::Internal(msg)) => {
+                assert!(msg.contains(&v.id) && msg.contains("exit status 1") && msg.contains("resource busy"), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+        fake.on_tool(|_, _| (0, String::new()));
+        match b.format_volume(&v.id) {
+            Err(Error::Internal(msg)) => {
+                assert!(msg.contains("succeeded but") && msg.contains("no filesystem"), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -172,15 +172,19 @@ pub(crate) fn output_with(argv: &[OsString], fds: &[&FdPath]) -> Result<Output> 
     output(argv, cmd)
 }
 
-/// [`output_with`]; its output when it exits with 0, else an Internal error saying what the
-/// tool printed.
-pub(crate) fn run_with(argv: &[OsString], fds: &[&FdPath]) -> Result<Output> {
-    let out = output_with(argv, fds)?;
+/// `out` when the tool exited with 0, else an Internal error saying what it printed.
+pub(crate) fn checked(argv: &[OsString], out: Output) -> Result<Output> {
     if out.status.success() {
         Ok(out)
     } else {
         Err(Error::internal(failure(argv, &out)))
     }
+}
+
+/// [`output_with`], then [`checked`].
+#[cfg(test)]
+pub(crate) fn run_with(argv: &[OsString], fds: &[&FdPath]) -> Result<Output> {
+    checked(argv, output_with(argv, fds)?)
 }
 
 /// "`argv` failed (exit N): what it printed".

@@ -10,24 +10,34 @@
 //! - `add <disk> <pno> <start> <len>`, `resize <disk> <pno> <start> <len>`, `delete <disk> <pno>`
 //!   (bytes)
 //! - `flush_buffers <disk>`, `set_capacity <disk>`
+//! - `run <argv>`, a device given to the tool named by its node (`run mkfs.xfs -q vda1`)
 //!
-//! A test can make a disk busy (an exclusive open fails with EBUSY, as when it is mounted) and
-//! run something at the next flock (another host changing the disks meanwhile).
+//! Partition nodes open as windows onto their disk's bytes. A test can make a disk or a
+//! partition busy (an exclusive open fails with EBUSY, as when it is mounted), say what libblkid
+//! finds on a node, script what a tool does, and run something at the next flock (another host
+//! changing the disks meanwhile).
 
-use super::{DiskFd, Open, Sys};
+use super::{DiskFd, FdPath, Open, Sys};
 use crate::linux::block::{disk_number, Block, Disk};
 use crate::paths::Roots;
 use crate::sync::LockExt;
 use crate::types::FsType;
 use rustix::io::{Errno, Result};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ffi::OsString;
 use std::fs;
+use std::os::fd::AsFd;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What runs at a flock, before the lock is decided.
 type Hook = Box<dyn FnOnce(&FakeSys) + Send>;
+/// What a tool does: given the fake and its argv (devices by node name), its exit status and
+/// what it prints on stderr.
+type Tool = Box<dyn Fn(&FakeSys, &[String]) -> (i32, String) + Send + Sync>;
 
 /// The fake; clones share one set of disks.
 #[derive(Clone)]
@@ -38,13 +48,22 @@ struct Inner {
     root: PathBuf,
     state: Mutex<State>,
     hooks: Mutex<VecDeque<Hook>>,
+    tool: Mutex<Option<Tool>>,
     next_fd: AtomicU64,
+    /// What a fake descriptor hands a tool (a duplicate of it), so that a path is real.
+    null: fs::File,
 }
 
 #[derive(Default)]
 struct State {
     disks: BTreeMap<String, FakeDisk>,
     log: Vec<String>,
+    /// Nodes an exclusive open finds busy.
+    busy: BTreeSet<String>,
+    /// What libblkid finds, by node.
+    blkid: BTreeMap<String, String>,
+    /// `/proc/self/fd/N` handed to tools -> the node it stands for.
+    tool_paths: BTreeMap<String, String>,
 }
 
 struct FakeDisk {
@@ -52,8 +71,6 @@ struct FakeDisk {
     minor: u32,
     lbs: u32,
     data: Vec<u8>,
-    /// An exclusive open fails with EBUSY.
-    busy: bool,
     /// Descriptors holding its flock, and whether shared.
     locks: Vec<(u64, bool)>,
     /// The kernel's partitions: number -> (start, length) in bytes.
@@ -75,12 +92,24 @@ impl FakeSys {
         for dir in ["sys/class/block", "sys/dev/block", "dev"] {
             fs::create_dir_all(root.join(dir)).unwrap();
         }
-        FakeSys(Arc::new(Inner { root, state: Mutex::default(), hooks: Mutex::default(), next_fd: AtomicU64::new(1) }))
+        FakeSys(Arc::new(Inner {
+            root,
+            state: Mutex::default(),
+            hooks: Mutex::default(),
+            tool: Mutex::default(),
+            next_fd: AtomicU64::new(1),
+            null: fs::File::open("/dev/null").unwrap(),
+        }))
     }
 
     /// A backend over this fake (sysfs and `/dev` below its directory).
     pub(crate) fn block(&self) -> Block {
-        let mut b = Block::with_roots(&self.sys_dir(), &self.dev_dir(), Roots::default(), FsType::Ext4);
+        self.block_making(FsType::Ext4)
+    }
+
+    /// [`Self::block`] whose FormatVolume makes `fs_type`.
+    pub(crate) fn block_making(&self, fs_type: FsType) -> Block {
+        let mut b = Block::with_roots(&self.sys_dir(), &self.dev_dir(), Roots::default(), fs_type);
         b.sys = Arc::new(self.clone());
         b
     }
@@ -106,15 +135,8 @@ impl FakeSys {
         )
         .unwrap();
         fs::write(self.dev_dir().join(name), "").unwrap();
-        let disk = FakeDisk {
-            major,
-            minor,
-            lbs: 512,
-            data: Vec::new(),
-            busy: false,
-            locks: Vec::new(),
-            partitions: BTreeMap::new(),
-        };
+        let disk =
+            FakeDisk { major, minor, lbs: 512, data: Vec::new(), locks: Vec::new(), partitions: BTreeMap::new() };
         self.0.state.lock_ignoring_poison().disks.insert(name.to_string(), disk);
         self.set_size(name, size);
         Disk { number: disk_number(major, minor), name: name.to_string(), major, minor }
@@ -127,9 +149,31 @@ impl FakeSys {
         fs::write(size_file, format!("{}\n", size / 512)).unwrap();
     }
 
-    /// An exclusive open of the disk fails with EBUSY (mounted, held by device-mapper) while set.
-    pub(crate) fn set_busy(&self, name: &str, busy: bool) {
-        self.with(name, |d| d.busy = busy);
+    /// An exclusive open of the node (a disk's or a partition's) fails with EBUSY (mounted,
+    /// held by device-mapper) while set.
+    pub(crate) fn set_busy(&self, node: &str, busy: bool) {
+        let mut state = self.0.state.lock_ignoring_poison();
+        if busy {
+            state.busy.insert(node.to_string());
+        } else {
+            state.busy.remove(node);
+        }
+    }
+
+    /// What libblkid finds on the node.
+    pub(crate) fn set_blkid(&self, node: &str, found: &str) {
+        self.0.state.lock_ignoring_poison().blkid.insert(node.to_string(), found.to_string());
+    }
+
+    /// What the tools do from now on (by default: nothing, and exit 0).
+    pub(crate) fn on_tool(&self, tool: impl Fn(&FakeSys, &[String]) -> (i32, String) + Send + Sync + 'static) {
+        *self.0.tool.lock_ignoring_poison() = Some(Box::new(tool));
+    }
+
+    /// Writes `bytes` at `offset` of partition `pno` of `disk` (not logged).
+    pub(crate) fn poke_partition(&self, disk: &str, pno: u32, offset: u64, bytes: &[u8]) {
+        let start = self.kernel(disk)[&pno].0;
+        self.poke(disk, start + offset, bytes);
     }
 
     /// sysfs `ro`.
@@ -249,20 +293,65 @@ impl Sys for FakeSys {
         };
         self.log(format!("open {name} {mode}"));
         let state = self.0.state.lock_ignoring_poison();
-        let disk = state.disks.get(&name).ok_or(Errno::NOENT)?;
-        if how == Open::Exclusive && disk.busy {
+        let (disk, part) = match state.disks.get(&name) {
+            Some(_) => (name.clone(), None),
+            None => state
+                .disks
+                .iter()
+                .find_map(|(disk, d)| {
+                    let (pno, &(start, len)) =
+                        d.partitions.iter().find(|(pno, _)| Self::part_name(disk, **pno) == name)?;
+                    Some((disk.clone(), Some((*pno, start, len))))
+                })
+                .ok_or(Errno::NOENT)?,
+        };
+        if how == Open::Exclusive && state.busy.contains(&name) {
             return Err(Errno::BUSY);
         }
         let id = self.0.next_fd.fetch_add(1, Ordering::Relaxed);
-        Ok(Box::new(FakeFd { sys: self.clone(), name, id }))
+        Ok(Box::new(FakeFd { sys: self.clone(), name: disk, node: name, part, id }))
+    }
+    fn run(&self, argv: &[OsString], _fds: &[&FdPath]) -> crate::Result<Output> {
+        let argv: Vec<String> = {
+            let state = self.0.state.lock_ignoring_poison();
+            argv.iter()
+                .map(|a| {
+                    let a = a.to_string_lossy().into_owned();
+                    state.tool_paths.get(&a).cloned().unwrap_or(a)
+                })
+                .collect()
+        };
+        self.log(format!("run {}", argv.join(" ")));
+        let (code, stderr) = match &*self.0.tool.lock_ignoring_poison() {
+            Some(tool) => tool(self, &argv),
+            None => (0, String::new()),
+        };
+        Ok(Output { status: ExitStatus::from_raw(code << 8), stdout: Vec::new(), stderr: stderr.into_bytes() })
     }
 }
 
-/// An open disk of the fake; drop releases its flock.
+/// An open disk or partition of the fake; drop releases its flock.
 struct FakeFd {
     sys: FakeSys,
+    /// The disk.
     name: String,
+    /// The node opened (the disk's, or a partition's).
+    node: String,
+    /// A partition: its number, start and length on the disk.
+    part: Option<(u32, u64, u64)>,
     id: u64,
+}
+
+impl FakeFd {
+    /// Where `len` bytes at `offset` of this node lie on the disk, if they are inside it.
+    fn range(&self, offset: u64, len: usize, disk_len: usize) -> Option<std::ops::Range<usize>> {
+        let (base, limit) = match self.part {
+            Some((_, start, plen)) => (start, plen),
+            None => (0, disk_len as u64),
+        };
+        let end = offset.checked_add(len as u64)?;
+        (end <= limit).then(|| (base + offset) as usize..(base + end) as usize)
+    }
 }
 
 impl Drop for FakeFd {
@@ -274,33 +363,36 @@ impl Drop for FakeFd {
 
 impl DiskFd for FakeFd {
     fn device(&self) -> Result<(bool, (u32, u32))> {
-        Ok((true, self.sys.with(&self.name, |d| (d.major, d.minor))))
+        let pno = self.part.map_or(0, |p| p.0);
+        Ok((true, self.sys.with(&self.name, |d| (d.major, d.minor + pno))))
     }
     fn logical_block_size(&self) -> Result<u32> {
         Ok(self.sys.with(&self.name, |d| d.lbs))
     }
     fn size_bytes(&self) -> Result<u64> {
-        Ok(self.sys.with(&self.name, |d| d.data.len() as u64))
+        Ok(self.part.map_or_else(|| self.sys.with(&self.name, |d| d.data.len() as u64), |p| p.2))
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
         self.sys.with(&self.name, |d| {
-            let range = offset as usize..offset as usize + buf.len();
-            let bytes = d.data.get(range).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+            let range = self.range(offset, buf.len(), d.data.len());
+            let bytes = range
+                .and_then(|r| d.data.get(r))
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
             buf.copy_from_slice(bytes);
             Ok(())
         })
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.sys.log(format!("write {} {offset} {}", self.name, buf.len()));
+        self.sys.log(format!("write {} {offset} {}", self.node, buf.len()));
         self.sys.with(&self.name, |d| {
-            let range = offset as usize..offset as usize + buf.len();
-            let bytes = d.data.get_mut(range).ok_or_else(|| std::io::Error::from(Errno::NOSPC))?;
+            let range = self.range(offset, buf.len(), d.data.len());
+            let bytes = range.and_then(|r| d.data.get_mut(r)).ok_or_else(|| std::io::Error::from(Errno::NOSPC))?;
             bytes.copy_from_slice(buf);
             Ok(())
         })
     }
     fn sync(&self) -> std::io::Result<()> {
-        self.sys.log(format!("sync {}", self.name));
+        self.sys.log(format!("sync {}", self.node));
         Ok(())
     }
     fn try_lock(&self, shared: bool) -> Result<()> {
@@ -354,5 +446,21 @@ impl DiskFd for FakeFd {
     fn set_capacity(&self) -> Result<()> {
         self.sys.log(format!("set_capacity {}", self.name));
         Ok(())
+    }
+    fn drop_cache(&self, _offset: u64, _len: u64) {}
+    fn open_exclusive_again(&self) -> Result<()> {
+        if self.sys.0.state.lock_ignoring_poison().busy.contains(&self.node) {
+            return Err(Errno::BUSY);
+        }
+        Ok(())
+    }
+    fn signature(&self) -> std::result::Result<Option<String>, String> {
+        Ok(self.sys.0.state.lock_ignoring_poison().blkid.get(&self.node).cloned())
+    }
+    fn tool_path(&self) -> std::io::Result<FdPath> {
+        let path = FdPath::new(self.sys.0.null.as_fd())?;
+        let shown = path.path().to_string_lossy().into_owned();
+        self.sys.0.state.lock_ignoring_poison().tool_paths.insert(shown, self.node.clone());
+        Ok(path)
     }
 }
