@@ -110,7 +110,7 @@ impl Daemon {
         assert!(status.is_some(), "{event}: still running 40 s later; log:\n{log}");
         // Wine's default handler exits with 0 too: the drain is what tells them apart.
         assert!(log.contains("shutting down"), "{event}: exited ({status:?}) without draining; log:\n{log}");
-        assert!(log.contains(&format!("stop requested event=\"{event}\"")), "{event}: log:\n{log}");
+        assert!(log.contains(&format!("\"stop requested\" event=\"{event}\"")), "{event}: log:\n{log}");
         assert_eq!(status.and_then(|s| s.code()), Some(0), "{event}: exit status {status:?}, log:\n{log}");
     }
 }
