@@ -253,18 +253,14 @@ impl<R: Runner> SystemHost for Systemd<R> {
             id => id.to_string(),
         };
         let first = u.dependents();
-        let order = stop_order(
-            &id,
-            crate::services::same_unit_name,
-            |n| {
-                let deps = if n == id {
-                    first.clone()
-                } else {
-                    self.units(&[n.to_string()])?.pop().unwrap_or_default().dependents()
-                };
-                self.active(&deps)
-            },
-        )?;
+        let order = stop_order(&id, crate::services::same_unit_name, |n| {
+            let deps = if n == id {
+                first.clone()
+            } else {
+                self.units(&[n.to_string()])?.pop().unwrap_or_default().dependents()
+            };
+            self.active(&deps)
+        })?;
         if !order.is_empty() && !force {
             return Err(dependents_running(name, &order));
         }
