@@ -281,8 +281,14 @@ const FD_RESERVE: u64 = 256;
 fn fit_connections_to_fd_limit(options: &mut ServeOptions) {
     match csi_proxy_transport::limits::raise_nofile_limit() {
         Ok(limit) => {
-            let shown = |l: Option<u64>| l.map_or("unlimited".to_string(), |n| n.to_string());
-            tracing::info!(soft = %shown(limit.soft), hard = %shown(limit.hard), "open-file limit");
+            match (limit.soft, limit.hard) {
+                (Some(soft), Some(hard)) => tracing::info!(soft, hard, "open-file limit"),
+                // Numbers where there are any; an unlimited one as the word.
+                (soft, hard) => {
+                    let shown = |l: Option<u64>| l.map_or("unlimited".to_string(), |n| n.to_string());
+                    tracing::info!(soft = %shown(soft), hard = %shown(hard), "open-file limit")
+                }
+            }
             if let Some(soft) = limit.soft {
                 let room = usize::try_from(soft.saturating_sub(FD_RESERVE).max(1)).unwrap_or(usize::MAX);
                 if options.max_connections > room {
