@@ -52,8 +52,9 @@ pub fn to_json(msg: &DynamicMessage) -> serde_json::Value {
     msg.serialize_with_options(serde_json::value::Serializer, &options).expect("a decoded message serializes to JSON")
 }
 
-/// `json` with the value of every secret field (passwords, CHAP secrets: any name containing
-/// `password` or `secret`) shown as `<redacted>`, for showing a request on the screen.
+/// `json` (with the .proto's field names, as [`to_json`] writes them) with the value of every
+/// secret field shown as `<redacted>`, for showing a request on the screen: the fields are the
+/// wire crate's one list ([`csi_proxy_client::wire::SECRET_FIELDS`]), as in the daemon's logs.
 pub fn redacted(json: serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
     match json {
@@ -61,8 +62,7 @@ pub fn redacted(json: serde_json::Value) -> serde_json::Value {
             fields
                 .into_iter()
                 .map(|(name, value)| {
-                    let lower = name.to_ascii_lowercase();
-                    if lower.contains("password") || lower.contains("secret") {
+                    if csi_proxy_client::wire::is_secret_field(&name) {
                         (name, Value::String("<redacted>".into()))
                     } else {
                         (name, redacted(value))
@@ -152,7 +152,8 @@ mod tests {
         }
     }
 
-    /// Every string field of every request, set to a marker; the secret ones must not show.
+    /// Every string field of every request, set to a marker; the secret ones (every name with
+    /// `password` or `secret` in it, and the CHAP user name) must not show.
     #[test]
     fn the_shown_request_withholds_every_secret_of_every_api() {
         let pool = pool();
@@ -164,7 +165,8 @@ mod tests {
                 for f in m.input().fields() {
                     if f.kind() == prost_reflect::Kind::String && !f.is_list() && !f.is_map() {
                         let name = f.name().to_ascii_lowercase();
-                        let marker = if name.contains("password") || name.contains("secret") {
+                        let secret = name.contains("password") || name.contains("secret") || name == "chap_username";
+                        let marker = if secret {
                             secrets += 1;
                             "TOP-SECRET-VALUE"
                         } else {
@@ -180,9 +182,9 @@ mod tests {
                 assert_eq!(shown.contains("plain-value"), plain, "{}/{}: {shown}", api.service_name(), m.name());
             }
         }
-        // SMB passwords (4 versions), ConnectTarget's CHAP secret (2 versions), SetMutualChapSecret
-        // (v1alpha2).
-        assert_eq!(secrets, 7, "the secret fields of the wire contract");
+        // SMB passwords (4 versions), ConnectTarget's CHAP secret and user name (2 versions each),
+        // SetMutualChapSecret (v1alpha2).
+        assert_eq!(secrets, 9, "the secret fields of the wire contract");
     }
 
     #[test]
