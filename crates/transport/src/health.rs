@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 use tonic_health::ServingStatus;
-use tower::{Service, ServiceExt};
+use tower::Service;
 
 use crate::reflection::{self, Reflection};
 use crate::BoxError;
@@ -85,21 +85,26 @@ where
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // Both services are always ready; each call gets a clone (as the connection does).
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Ready once every service a call may go to is (tonic's servers always are), so that
+        // `call` can start the call on the one it routes to without cloning it.
+        std::task::ready!(self.api.poll_ready(cx))?;
+        std::task::ready!(Service::<http::Request<CallBody>>::poll_ready(&mut self.health, cx))?;
+        std::task::ready!(self.reflection.0.poll_ready(cx))?;
+        std::task::ready!(self.reflection.1.poll_ready(cx))?;
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: http::Request<CallBody>) -> Self::Future {
         let path = req.uri().path();
         if path.starts_with(PATH_PREFIX) {
-            Box::pin(self.health.clone().oneshot(req))
+            Box::pin(self.health.call(req))
         } else if path.starts_with(reflection::PATH_PREFIXES[0]) {
-            Box::pin(self.reflection.0.clone().oneshot(req))
+            Box::pin(self.reflection.0.call(req))
         } else if path.starts_with(reflection::PATH_PREFIXES[1]) {
-            Box::pin(self.reflection.1.clone().oneshot(req))
+            Box::pin(self.reflection.1.call(req))
         } else {
-            let call = self.api.clone().oneshot(req);
+            let call = self.api.call(req);
             Box::pin(async move { Ok(call.await?.map(tonic::body::Body::new)) })
         }
     }

@@ -214,7 +214,10 @@ fn http2_builder() -> hyper::server::conn::http2::Builder<TokioExecutor> {
     // Message sizes are enforced by the gRPC codec. Streams per connection and the windows
     // bound the memory a connection holds (see above); the frame and header-list limits are the
     // ones the `:authority` adapter assumes (`H2Limits::SERVER`).
+    // No Date header: gRPC answers do not carry one (grpc-go's, upstream's, do not), and hyper's
+    // costs a header to fill in and encode on every answer.
     builder
+        .auto_date_header(false)
         .max_concurrent_streams(MAX_STREAMS)
         .initial_connection_window_size(1 << 20)
         .initial_stream_window_size(1 << 20)
@@ -259,6 +262,9 @@ async fn serve_connection<IO, S, B>(
     let calls = in_flight.clone();
     let (endpoint, shared) = (ctx.endpoint.clone(), ctx.shared.clone());
     let wait_limit = effective(options.progress_timeout);
+    // The connection's own copy; hyper creates every call on the connection's task, so the lock
+    // is never contended.
+    let service = std::sync::Mutex::new(service);
     let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
         let guard = calls.enter();
         let permit = shared.calls.clone().try_acquire_owned();
@@ -268,7 +274,7 @@ async fn serve_connection<IO, S, B>(
         let (mut parts, body) = req.into_parts();
         parts.extensions.insert(caller.clone());
         let (body, wait) = CallBody::new(body);
-        let call = service.clone().oneshot(http::Request::from_parts(parts, body));
+        let call = start_call(&service, http::Request::from_parts(parts, body));
         let (endpoint, shared) = (endpoint.clone(), shared.clone());
         async move {
             let mut answer = match permit {
@@ -285,7 +291,7 @@ async fn serve_connection<IO, S, B>(
                 },
             };
             if let Ok(r) = &mut answer {
-                r.headers_mut().insert(VERSION_HEADER, version_value());
+                r.headers_mut().insert(VERSION_HEADER_NAME, version_value());
             }
             drop(guard);
             answer
@@ -353,11 +359,48 @@ async fn serve_connection<IO, S, B>(
     }
 }
 
+/// Starts a call on the connection's service: at once when the service is ready (the APIs'
+/// services always are), which saves cloning it (with health and reflection beside it) per call;
+/// otherwise on a clone that waits for readiness, as `oneshot` does.
+fn start_call<S, R>(service: &std::sync::Mutex<S>, req: R) -> Start<S::Future, tower::util::Oneshot<S, R>>
+where
+    S: Service<R> + Clone,
+{
+    let mut service = service.lock().unwrap_or_else(|e| e.into_inner());
+    match service.poll_ready(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(Ok(())) => Start::Now { call: service.call(req) },
+        _ => Start::Later { call: service.clone().oneshot(req) },
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A call started at once, or waiting for its service's readiness (see [`start_call`]).
+    #[project = StartProj]
+    enum Start<F, O> {
+        Now { #[pin] call: F },
+        Later { #[pin] call: O },
+    }
+}
+
+impl<F: Future, O: Future<Output = F::Output>> Future for Start<F, O> {
+    type Output = F::Output;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        match self.project() {
+            StartProj::Now { call } => call.poll(cx),
+            StartProj::Later { call } => call.poll(cx),
+        }
+    }
+}
+
 /// The response header every answer on every endpoint carries (health, reflection and the APIs'
 /// calls, failed ones too): the daemon's version, as `csi-proxy -version` prints it after the
 /// program's name. `csi-proxyctl version` reads it from a health check. One static value, cloned
 /// per answer.
 pub const VERSION_HEADER: &str = "csi-proxy-version";
+
+/// [`VERSION_HEADER`] as a header name, made once (from a `&str` it is parsed per answer).
+const VERSION_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(VERSION_HEADER);
 
 static VERSION: std::sync::OnceLock<http::HeaderValue> = std::sync::OnceLock::new();
 
@@ -589,6 +632,59 @@ mod tests {
         send
     }
 
+    /// A service that is ready only every other time it is asked, and counts the calls made on
+    /// it while it was not.
+    #[derive(Clone, Default)]
+    struct Reluctant {
+        asked: Arc<std::sync::atomic::AtomicUsize>,
+        ready: bool,
+        unready_calls: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Service<http::Request<CallBody>> for Reluctant {
+        type Response = http::Response<String>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<http::Response<String>, Infallible>>;
+
+        fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+            use std::sync::atomic::Ordering::SeqCst;
+            if self.asked.fetch_add(1, SeqCst).is_multiple_of(2) {
+                cx.waker().wake_by_ref();
+                return std::task::Poll::Pending;
+            }
+            self.ready = true;
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _req: http::Request<CallBody>) -> Self::Future {
+            if !std::mem::take(&mut self.ready) {
+                self.unready_calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            std::future::ready(Ok(http::Response::new("y".to_string())))
+        }
+    }
+
+    /// The connection starts a call at once only on a service that says it is ready; one that
+    /// is not gets the call once it is (tower's contract), and every call is answered.
+    #[tokio::test]
+    async fn a_service_not_ready_gets_its_calls_once_ready() {
+        let (io, server) = tokio::io::duplex(1 << 16);
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let reluctant = Reluctant::default();
+        let (asked, unready_calls) = (reluctant.asked.clone(), reluctant.unready_calls.clone());
+        let opts = options(Duration::from_secs(300));
+        let task = tokio::spawn(serve_connection(server, reluctant, opts, stop_rx, permits(), Default::default()));
+        let mut send = client(io).await;
+        for i in 0..6 {
+            call(&mut send).await.unwrap_or_else(|retry| panic!("call {i} failed (retryable: {retry})"));
+        }
+        use std::sync::atomic::Ordering::SeqCst;
+        assert_eq!(unready_calls.load(SeqCst), 0, "a call was made on a service not ready");
+        assert!(asked.load(SeqCst) >= 12, "each call asked for readiness");
+        drop(send);
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+
     /// Like grpc-go with one long-lived client: a call made just as the idle timeout expires
     /// succeeds, on the same connection or (after a GOAWAY refused it) on a new one.
     #[tokio::test(start_paused = true)]
@@ -785,6 +881,22 @@ mod tests {
         let req = http::Request::post(api_path).body(tonic::body::Body::empty()).unwrap();
         let answer = channel.oneshot(req).await.unwrap();
         assert_eq!(answer.headers().get(VERSION_HEADER).map(|v| v.to_str().unwrap()), Some(want));
+        let _ = stop_tx.send(true);
+        server.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Answers carry no Date header: gRPC servers (grpc-go, so upstream) send none, and hyper's
+    /// would cost a header per answer.
+    #[tokio::test]
+    async fn answers_carry_no_date_header() {
+        let (dir, apis, stop_tx, server) = serve_two_apis("date").await;
+        let channel = socket_channel(apis[0].socket_path(&dir)).await;
+        let api_path = format!("/{}/Anything", apis[0].service_name());
+        let req = http::Request::post(api_path).body(tonic::body::Body::empty()).unwrap();
+        let answer = channel.oneshot(req).await.unwrap();
+        assert!(answer.headers().contains_key(VERSION_HEADER), "{:?}", answer.headers());
+        assert_eq!(answer.headers().get(http::header::DATE), None, "{:?}", answer.headers());
         let _ = stop_tx.send(true);
         server.await.unwrap().unwrap();
         let _ = std::fs::remove_dir_all(&dir);

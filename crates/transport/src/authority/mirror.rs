@@ -51,6 +51,17 @@ struct Literal {
     candidate: bool,
 }
 
+impl Literal {
+    /// Whether its Huffman code is decoded: a name (to recognise `:authority`), a value that
+    /// enters the table (its decoded length sizes the entry) or an `:authority` candidate. Any
+    /// other value (`:path`, which clients send on every call without indexing) is only skipped:
+    /// should its code be invalid, h2 ends the connection on that header block, so what the
+    /// mirror makes of the bytes after it is never seen.
+    fn decoded(&self) -> bool {
+        self.in_name || self.indexing || self.candidate
+    }
+}
+
 const AUTHORITY: &[u8] = b":authority";
 
 /// What the mirror keeps of a dynamic table entry: whether its name is `:authority`, and the
@@ -149,7 +160,7 @@ impl HpackMirror {
                         sink.emit(chunk);
                     }
                     let room = if lit.in_name { AUTHORITY.len() + 1 } else { 0 };
-                    if lit.huffman {
+                    if lit.huffman && lit.decoded() {
                         lit.huff.feed(chunk, &mut lit.name_start, room);
                     } else if lit.in_name {
                         let take = room.saturating_sub(lit.name_start.len()).min(chunk.len());
@@ -210,8 +221,14 @@ impl HpackMirror {
 
     fn string_done(&mut self, sink: &mut Sink, rewrites: &mut u64) -> Result<(), &'static str> {
         let lit = &mut self.lit;
-        let decoded_len =
-            if lit.huffman { lit.huff.finish().map_err(|_| "invalid Huffman string")? } else { lit.encoded_len };
+        // Left at 0 for a value that is not decoded: nothing below reads its length.
+        let decoded_len = if !lit.huffman {
+            lit.encoded_len
+        } else if lit.decoded() {
+            lit.huff.finish().map_err(|_| "invalid Huffman string")?
+        } else {
+            0
+        };
         if lit.in_name {
             if decoded_len == 0 {
                 // h2 never gets past an empty name (it reports NeedMore until the block ends).
