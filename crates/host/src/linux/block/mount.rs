@@ -7,6 +7,7 @@
 
 use super::device::{fd_path, label, parse_devnum, DevNum, Device};
 use super::lookup::HeldVolume;
+use super::sys::{MountError, Sys};
 use super::tools;
 use super::{disk_number, Block, Volume};
 use crate::error::DOES_NOT_EXIST;
@@ -15,7 +16,7 @@ use crate::formats::probe;
 use crate::linux::io_err;
 use crate::types::VolumeStats;
 use crate::{Error, Result};
-use rustix::fs::{AtFlags, Mode, OFlags, StatxAttributes, StatxFlags};
+use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -34,8 +35,8 @@ impl Block {
             }
             other => other?,
         };
-        let mounts = read_mounts()?;
-        let Some(m) = mount_rooted_at(&dir, &canonical, &mounts)? else {
+        let mounts = self.read_mounts()?;
+        let Some(m) = mount_rooted_at(&*self.sys, &dir, &canonical, &mounts)? else {
             return Err(Error::not_found(format!(
                 "{target_path} is not a mounted folder: the volume mounted at {canonical} cannot be read \
                  {DOES_NOT_EXIST} (nothing is mounted there)"
@@ -68,8 +69,8 @@ impl Block {
             }
             other => other?,
         };
-        let mounts = read_mounts()?;
-        let mut at = mount_holding(&dir, &canonical, &mounts)?;
+        let mounts = self.read_mounts()?;
+        let mut at = mount_holding(&*self.sys, &dir, &canonical, &mounts)?;
         for _ in 0..MAX_MOUNT_DEPTH {
             let Some(m) = at else { break };
             if let Some(v) = self.mount_device(m, &mounts).map(|d| self.volume_of_device(d)).transpose()?.flatten() {
@@ -91,8 +92,8 @@ impl Block {
         self.refuse_root(v, target_path, &canonical)?;
         let device = self.open_device(v)?;
         let dev = device.num;
-        let mounts = read_mounts()?;
-        if let Some(m) = mount_rooted_at(&dir, &canonical, &mounts)? {
+        let mounts = self.read_mounts()?;
+        if let Some(m) = mount_rooted_at(&*self.sys, &dir, &canonical, &mounts)? {
             if self.mount_device(m, &mounts) == Some(dev) {
                 return Ok(());
             }
@@ -131,12 +132,12 @@ impl Block {
         // meanwhile; the new mount's device is checked again before it is attached. btrfs shows
         // an anonymous device there, so its mount is not checked again.
         let mounted = match fstype {
-            "ntfs" => match kernel_mount("ntfs3", &v.node, &dir, Some(dev)) {
+            "ntfs" => match self.sys.mount("ntfs3", &v.node, &dir, Some(dev)) {
                 Err(MountError::Os(Errno::NODEV, _)) => return self.ntfs3g_mount(v, &device, &dir, target_path),
                 other => other,
             },
-            "btrfs" => kernel_mount("btrfs", &v.node, &dir, None),
-            t => kernel_mount(t, &v.node, &dir, Some(dev)),
+            "btrfs" => self.sys.mount("btrfs", &v.node, &dir, None),
+            t => self.sys.mount(t, &v.node, &dir, Some(dev)),
         };
         drop(device);
         mounted.map_err(|e| match e {
@@ -193,8 +194,8 @@ impl Block {
             Err(Error::NotFound(_)) => return Ok(()),
             other => other?,
         };
-        let mounts = read_mounts()?;
-        let Some(m) = mount_rooted_at(&dir, &canonical, &mounts)? else { return Ok(()) };
+        let mounts = self.read_mounts()?;
+        let Some(m) = mount_rooted_at(&*self.sys, &dir, &canonical, &mounts)? else { return Ok(()) };
         if self.mount_device(m, &mounts) != Some(dev) {
             return Err(Error::precondition(format!(
                 "{target_path} has {} mounted, not {}; left alone",
@@ -203,7 +204,7 @@ impl Block {
             )));
         }
         let readable = reopen(&dir).map_err(|e| io_err(target_path, "opening", e))?;
-        rustix::fs::syncfs(&readable).map_err(|e| io_err(target_path, "flushing", e))?;
+        self.sys.syncfs(&readable).map_err(|e| io_err(target_path, "flushing", e))?;
         drop(readable);
         // umount(2) takes a path, and a descriptor of the mount itself would keep it busy. So
         // name it as <its parent's descriptor>/<name>: the parent reached from the mount itself
@@ -215,14 +216,14 @@ impl Block {
         let parent = rustix::fs::openat(&dir, "..", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| io_err(target_path, "opening the parent of", e))?;
         drop(dir);
-        if let Some(id) = mount_id(parent.as_fd(), &name).map_err(|e| io_err(target_path, "checking", e))? {
+        if let Some(id) = mount_id(&*self.sys, parent.as_fd(), &name).map_err(|e| io_err(target_path, "checking", e))? {
             if id != m.id {
                 return Err(Error::precondition(format!("{target_path} changed while it was being unmounted")));
             }
         }
         let path = PathBuf::from(format!("/proc/self/fd/{}", parent.as_raw_fd())).join(&name);
         tracing::info!(volume = %v.id, target = %canonical, "unmounting");
-        crate::linux::unmount_waiting(&path).map_err(|e| match e {
+        self.sys.unmount(&path).map_err(|e| match e {
             Errno::BUSY => Error::precondition(format!(
                 "cannot unmount {} from {target_path}: it is busy (files open in it, or mounts below it)",
                 label(v)
@@ -234,27 +235,28 @@ impl Block {
     /// GetVolumeStats on a resolved volume.
     pub fn stats(&self, v: &Volume) -> Result<VolumeStats> {
         let dev = self.devnum_of(v)?;
-        let mounts = read_mounts()?;
+        let mounts = self.read_mounts()?;
         let Some((_, fd)) = self.open_mount_of(dev, &mounts) else {
             return Err(Error::precondition(format!(
                 "{} is not mounted; its size and use are known only while it is mounted",
                 label(v)
             )));
         };
-        let s = rustix::fs::fstatvfs(&fd).map_err(|e| Error::io(format!("statvfs of {}", label(v)), e.into()))?;
-        let total = s.f_blocks.saturating_mul(s.f_frsize);
-        let used = s.f_blocks.saturating_sub(s.f_bfree).saturating_mul(s.f_frsize);
+        let (blocks, free, frsize) =
+            self.sys.statvfs(&fd).map_err(|e| Error::io(format!("statvfs of {}", label(v)), e.into()))?;
+        let total = blocks.saturating_mul(frsize);
+        let used = blocks.saturating_sub(free).saturating_mul(frsize);
         Ok(VolumeStats { total_bytes: total, used_bytes: used })
     }
 
     /// WriteVolumeCache on a resolved volume.
     pub(crate) fn flush(&self, v: &HeldVolume) -> Result<()> {
         let dev = self.devnum_of(v)?;
-        let mounts = read_mounts()?;
+        let mounts = self.read_mounts()?;
         if let Some((m, fd)) = self.open_mount_of(dev, &mounts) {
             let readable =
                 reopen(&fd).map_err(|e| Error::io(format!("opening {}", m.mount_point.display()), e.into()))?;
-            return rustix::fs::syncfs(&readable).map_err(|e| Error::io(format!("flushing {}", label(v)), e.into()));
+            return self.sys.syncfs(&readable).map_err(|e| Error::io(format!("flushing {}", label(v)), e.into()));
         }
         let device = self.open_device(v)?;
         device.file.sync().map_err(|e| Error::io(format!("flushing {}", label(v)), e))
@@ -275,23 +277,16 @@ impl Block {
         if mountinfo::holding(mounts, source).is_some_and(mountinfo::is_fuse) {
             return None;
         }
-        let st = rustix::fs::statat(rustix::fs::CWD, source, AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT).ok()?;
-        (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice)
-            .then(|| (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)))
+        self.sys.block_device_at(source)
     }
 
     /// A mount of `dev` that can be reached through its mount point, and a descriptor of it;
     /// the most recent first.
     pub(super) fn open_mount_of<'m>(&self, dev: DevNum, mounts: &'m [Mount]) -> Option<(&'m Mount, OwnedFd)> {
         mounts.iter().rev().filter(|m| self.mount_device(m, mounts) == Some(dev)).find_map(|m| {
-            let fd = rustix::fs::open(
-                &m.mount_point,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .ok()?;
+            let fd = self.sys.open_mount_point(&m.mount_point).ok()?;
             // The path may now lead elsewhere (mounted over): only the mount itself will do.
-            match mount_id(fd.as_fd(), "") {
+            match mount_id(&*self.sys, fd.as_fd(), "") {
                 Ok(Some(id)) if id != m.id => None,
                 Ok(_) => Some((m, fd)),
                 Err(_) => None,
@@ -356,67 +351,14 @@ fn mount_type(kind: &str) -> Option<&'static str> {
     })
 }
 
-/// Why [`kernel_mount`] failed.
-enum MountError {
-    /// The errno, and what the filesystem said about it.
-    Os(Errno, String),
-    /// The filesystem mounted is on this device, not the one expected (nothing was attached).
-    Device(DevNum),
-}
-
-/// Mounts `source` (a device node) with the kernel driver `fstype` on the directory descriptor
-/// `dir`: `fsopen`, `fsconfig`, `fsmount`, `move_mount` — nothing is resolved by path but the
-/// source. With `expect`, the new mount's device must be that one before it is attached.
-/// Kernels before 5.2 get mount(2) on `/proc/self/fd/N` (and no such check).
-fn kernel_mount(fstype: &str, source: &Path, dir: &OwnedFd, expect: Option<DevNum>) -> Result<(), MountError> {
-    use rustix::mount::*;
-    let fs = match fsopen(fstype, FsOpenFlags::FSOPEN_CLOEXEC) {
-        Ok(fs) => fs,
-        Err(Errno::NOSYS) => {
-            let target = format!("/proc/self/fd/{}", dir.as_raw_fd());
-            return mount(source, target.as_str(), fstype, MountFlags::empty(), None)
-                .map_err(|e| MountError::Os(e, String::new()));
-        }
-        Err(e) => return Err(MountError::Os(e, String::new())),
-    };
-    let said = |e: Errno| MountError::Os(e, fs_messages(&fs));
-    fsconfig_set_string(&fs, "source", source).map_err(said)?;
-    fsconfig_create(&fs).map_err(said)?;
-    let mnt = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty()).map_err(said)?;
-    if let Some(want) = expect {
-        let st = rustix::fs::fstat(&mnt).map_err(|e| MountError::Os(e, String::new()))?;
-        let got = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
-        if got != want {
-            // Closing the descriptor of a mount never attached unmounts it.
-            return Err(MountError::Device(got));
-        }
-    }
-    move_mount(&mnt, "", dir, "", MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH)
-        .map_err(|e| MountError::Os(e, String::new()))
-}
-
-/// The messages a filesystem context holds (why a mount failed), as " (a; b)".
-fn fs_messages(fs: &OwnedFd) -> String {
-    let mut said = Vec::new();
-    let mut buf = [0u8; 512];
-    while let Ok(n) = rustix::io::read(fs, &mut buf) {
-        if n == 0 || said.len() >= 8 {
-            break;
-        }
-        // "e ext4: message", "w ...", "i ..."
-        let text = String::from_utf8_lossy(&buf[..n]);
-        said.push(text.get(2..).unwrap_or(&text).trim().to_string());
-    }
-    if said.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", said.join("; "))
-    }
-}
-
 /// The mount whose root is the directory `dir` (canonically `canonical`), if it is one.
-fn mount_rooted_at<'m>(dir: &OwnedFd, canonical: &str, mounts: &'m [Mount]) -> Result<Option<&'m Mount>> {
-    let stx = statx_mount(dir.as_fd(), "").map_err(|e| io_err(canonical, "checking", e))?;
+fn mount_rooted_at<'m>(
+    sys: &dyn Sys,
+    dir: &OwnedFd,
+    canonical: &str,
+    mounts: &'m [Mount],
+) -> Result<Option<&'m Mount>> {
+    let stx = sys.mount_at(dir.as_fd(), Path::new("")).map_err(|e| io_err(canonical, "checking", e))?;
     match stx {
         Some((id, Some(root))) => Ok(if root { mountinfo::by_id(mounts, id) } else { None }),
         // Kernels before 5.8: by path, the last mount there being the visible one.
@@ -425,33 +367,16 @@ fn mount_rooted_at<'m>(dir: &OwnedFd, canonical: &str, mounts: &'m [Mount]) -> R
 }
 
 /// The mount that holds the directory `dir`.
-fn mount_holding<'m>(dir: &OwnedFd, canonical: &str, mounts: &'m [Mount]) -> Result<Option<&'m Mount>> {
-    match mount_id(dir.as_fd(), "").map_err(|e| io_err(canonical, "checking", e))? {
+fn mount_holding<'m>(sys: &dyn Sys, dir: &OwnedFd, canonical: &str, mounts: &'m [Mount]) -> Result<Option<&'m Mount>> {
+    match mount_id(sys, dir.as_fd(), "").map_err(|e| io_err(canonical, "checking", e))? {
         Some(id) => Ok(mountinfo::by_id(mounts, id)),
         None => Ok(mountinfo::holding(mounts, Path::new(canonical))),
     }
 }
 
 /// The mount ID of `name` in `dir` (`""`: `dir` itself), where the kernel reports it.
-fn mount_id(dir: BorrowedFd<'_>, name: impl AsRef<Path>) -> rustix::io::Result<Option<u64>> {
-    Ok(statx_mount(dir, name)?.map(|(id, _)| id))
-}
-
-/// Mount ID and whether it is a mount root (where the kernel reports each), not following a
-/// final link.
-fn statx_mount(dir: BorrowedFd<'_>, name: impl AsRef<Path>) -> rustix::io::Result<Option<(u64, Option<bool>)>> {
-    let name = name.as_ref();
-    let flags = if name.as_os_str().is_empty() { AtFlags::EMPTY_PATH } else { AtFlags::SYMLINK_NOFOLLOW }
-        | AtFlags::NO_AUTOMOUNT;
-    let stx = rustix::fs::statx(dir, name, flags, StatxFlags::MNT_ID | StatxFlags::BASIC_STATS)?;
-    if !StatxFlags::from_bits_retain(stx.stx_mask).contains(StatxFlags::MNT_ID) {
-        return Ok(None);
-    }
-    let root = stx
-        .stx_attributes_mask
-        .contains(StatxAttributes::MOUNT_ROOT)
-        .then(|| stx.stx_attributes.contains(StatxAttributes::MOUNT_ROOT));
-    Ok(Some((stx.stx_mnt_id, root)))
+fn mount_id(sys: &dyn Sys, dir: BorrowedFd<'_>, name: impl AsRef<Path>) -> rustix::io::Result<Option<u64>> {
+    Ok(sys.mount_at(dir, name.as_ref())?.map(|(id, _)| id))
 }
 
 /// A readable descriptor of the directory behind an `O_PATH` one (syncfs and listing need one).
@@ -469,8 +394,10 @@ fn is_empty_dir(dir: &OwnedFd) -> rustix::io::Result<bool> {
     Ok(true)
 }
 
-pub(super) fn read_mounts() -> Result<Vec<Mount>> {
-    mountinfo::read().map_err(|e| Error::internal(format!("reading /proc/self/mountinfo: {e}")))
+impl Block {
+    pub(super) fn read_mounts(&self) -> Result<Vec<Mount>> {
+        self.sys.mounts().map_err(|e| Error::internal(format!("reading /proc/self/mountinfo: {e}")))
+    }
 }
 
 fn describe_mount(m: &Mount) -> String {

@@ -3,7 +3,6 @@
 use super::device::{about, check_unused, fd_path, label, Device};
 use super::format::reader;
 use super::lookup::HeldVolume;
-use super::mount::read_mounts;
 use super::sys::Sys;
 use super::tools::{self, Grow};
 use super::{Block, Volume};
@@ -40,7 +39,7 @@ impl Block {
         };
         let device = self.open_device(v)?;
         let kind = self.probe_device(v, &device)?;
-        let mounts = read_mounts()?;
+        let mounts = self.read_mounts()?;
         // The mount, and an `O_PATH` descriptor of it whose mount ID was checked: what
         // xfs_growfs and btrfs are given.
         let mounted = self.open_mount_of(device.num, &mounts);

@@ -4,8 +4,9 @@
 //! libblkid's probe, and the external tools run on a device ([`Sys::run`]). [`RealSys`] makes
 //! them; the tests' `fake::FakeSys` keeps disks in memory, makes a BLKPG change the partitions
 //! it shows in a sysfs tree of its own, runs scripted tools, and logs every call that changes
-//! something, so the logic is tested without root. The mount table's calls (`mount.rs`: statx,
-//! fsopen/fsmount, umount, syncfs, statvfs) are not behind it yet.
+//! something, so the logic is tested without root. The mount table's calls are here too:
+//! mountinfo, statx's mount ID, fsopen/fsmount/move_mount (or mount(2)), umount, syncfs,
+//! statvfs, the `O_PATH` open of a mount point and the stat of a mount's source node.
 //!
 //! sysfs is read with `std::fs` below `Block::sysfs` (tests point it at a directory of their
 //! own), and so is the existence of `/dev` nodes below `Block::dev`: both are files, which a
@@ -13,11 +14,12 @@
 
 use super::tools::{self, FdPath};
 use super::{blkid, blkpg, loopdev};
-use rustix::fs::{FlockOperation, Mode, OFlags};
+use crate::formats::mountinfo::{self, Mount};
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, StatxAttributes, StatxFlags};
 use rustix::io::Errno;
 use std::ffi::OsString;
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::process::Output;
 
@@ -44,6 +46,28 @@ pub(crate) trait Sys: Send + Sync {
     fn open(&self, path: &Path, how: Open) -> rustix::io::Result<Box<dyn DiskFd>>;
     /// Runs `argv` to completion with `fds` open in the child ([`tools::output_with`]).
     fn run(&self, argv: &[OsString], fds: &[&FdPath]) -> crate::Result<Output>;
+    /// `/proc/self/mountinfo`.
+    fn mounts(&self) -> std::io::Result<Vec<Mount>>;
+    /// statx of `name` in `dir` (`""`: `dir` itself), a final link not followed: the mount ID
+    /// and whether it is a mount root, where the kernel reports each.
+    fn mount_at(&self, dir: BorrowedFd<'_>, name: &Path) -> rustix::io::Result<Option<(u64, Option<bool>)>>;
+    /// Mounts `source` (a device node) with the kernel driver `fstype` on the directory
+    /// descriptor `dir`: `fsopen`, `fsconfig`, `fsmount`, `move_mount`, nothing resolved by path
+    /// but the source. With `expect`, the new mount's device must be that one before it is
+    /// attached. Kernels before 5.2 get mount(2) on `/proc/self/fd/N` (and no such check).
+    fn mount(&self, fstype: &str, source: &Path, dir: &OwnedFd, expect: Option<(u32, u32)>) -> Result<(), MountError>;
+    /// umount of `path` ([`crate::linux::unmount_waiting`]: its final name not followed, a busy
+    /// mount retried for a moment, nothing mounted there any more is success).
+    fn unmount(&self, path: &Path) -> rustix::io::Result<()>;
+    /// syncfs of the filesystem of the (readable) descriptor.
+    fn syncfs(&self, fd: &OwnedFd) -> rustix::io::Result<()>;
+    /// statvfs of the filesystem of the descriptor: blocks, free blocks, fragment size.
+    fn statvfs(&self, fd: &OwnedFd) -> rustix::io::Result<(u64, u64, u64)>;
+    /// An `O_PATH` descriptor of the directory at `path`, a final link not followed.
+    fn open_mount_point(&self, path: &Path) -> rustix::io::Result<OwnedFd>;
+    /// The device number of the block device node at `path` (a final link not followed), if it
+    /// is one.
+    fn block_device_at(&self, path: &Path) -> Option<(u32, u32)>;
 }
 
 /// An open descriptor of a whole disk; closing it (drop) releases its flock.
@@ -100,6 +124,33 @@ impl Sys for RealSys {
     }
     fn run(&self, argv: &[OsString], fds: &[&FdPath]) -> crate::Result<Output> {
         tools::output_with(argv, fds)
+    }
+    fn mounts(&self) -> std::io::Result<Vec<Mount>> {
+        mountinfo::read()
+    }
+    fn mount_at(&self, dir: BorrowedFd<'_>, name: &Path) -> rustix::io::Result<Option<(u64, Option<bool>)>> {
+        statx_mount(dir, name)
+    }
+    fn mount(&self, fstype: &str, source: &Path, dir: &OwnedFd, expect: Option<(u32, u32)>) -> Result<(), MountError> {
+        kernel_mount(fstype, source, dir, expect)
+    }
+    fn unmount(&self, path: &Path) -> rustix::io::Result<()> {
+        crate::linux::unmount_waiting(path)
+    }
+    fn syncfs(&self, fd: &OwnedFd) -> rustix::io::Result<()> {
+        rustix::fs::syncfs(fd)
+    }
+    fn statvfs(&self, fd: &OwnedFd) -> rustix::io::Result<(u64, u64, u64)> {
+        let s = rustix::fs::fstatvfs(fd)?;
+        Ok((s.f_blocks, s.f_bfree, s.f_frsize))
+    }
+    fn open_mount_point(&self, path: &Path) -> rustix::io::Result<OwnedFd> {
+        rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+    }
+    fn block_device_at(&self, path: &Path) -> Option<(u32, u32)> {
+        let st = rustix::fs::statat(rustix::fs::CWD, path, AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT).ok()?;
+        (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice)
+            .then(|| (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)))
     }
 }
 
@@ -158,6 +209,80 @@ impl DiskFd for RealFd {
     fn tool_path(&self) -> std::io::Result<FdPath> {
         FdPath::new(self.0.as_fd())
     }
+}
+
+/// Why a mount ([`Sys::mount`]) failed.
+pub(crate) enum MountError {
+    /// The errno, and what the filesystem said about it.
+    Os(Errno, String),
+    /// The filesystem mounted is on this device, not the one expected (nothing was attached).
+    Device((u32, u32)),
+}
+
+/// Mounts `source` (a device node) with the kernel driver `fstype` on the directory descriptor
+/// `dir`: `fsopen`, `fsconfig`, `fsmount`, `move_mount` — nothing is resolved by path but the
+/// source. With `expect`, the new mount's device must be that one before it is attached.
+/// Kernels before 5.2 get mount(2) on `/proc/self/fd/N` (and no such check).
+fn kernel_mount(fstype: &str, source: &Path, dir: &OwnedFd, expect: Option<(u32, u32)>) -> Result<(), MountError> {
+    use rustix::mount::*;
+    let fs = match fsopen(fstype, FsOpenFlags::FSOPEN_CLOEXEC) {
+        Ok(fs) => fs,
+        Err(Errno::NOSYS) => {
+            let target = format!("/proc/self/fd/{}", dir.as_raw_fd());
+            return mount(source, target.as_str(), fstype, MountFlags::empty(), None)
+                .map_err(|e| MountError::Os(e, String::new()));
+        }
+        Err(e) => return Err(MountError::Os(e, String::new())),
+    };
+    let said = |e: Errno| MountError::Os(e, fs_messages(&fs));
+    fsconfig_set_string(&fs, "source", source).map_err(said)?;
+    fsconfig_create(&fs).map_err(said)?;
+    let mnt = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty()).map_err(said)?;
+    if let Some(want) = expect {
+        let st = rustix::fs::fstat(&mnt).map_err(|e| MountError::Os(e, String::new()))?;
+        let got = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+        if got != want {
+            // Closing the descriptor of a mount never attached unmounts it.
+            return Err(MountError::Device(got));
+        }
+    }
+    move_mount(&mnt, "", dir, "", MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH)
+        .map_err(|e| MountError::Os(e, String::new()))
+}
+
+/// The messages a filesystem context holds (why a mount failed), as " (a; b)".
+fn fs_messages(fs: &OwnedFd) -> String {
+    let mut said = Vec::new();
+    let mut buf = [0u8; 512];
+    while let Ok(n) = rustix::io::read(fs, &mut buf) {
+        if n == 0 || said.len() >= 8 {
+            break;
+        }
+        // "e ext4: message", "w ...", "i ..."
+        let text = String::from_utf8_lossy(&buf[..n]);
+        said.push(text.get(2..).unwrap_or(&text).trim().to_string());
+    }
+    if said.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", said.join("; "))
+    }
+}
+
+/// Mount ID and whether it is a mount root (where the kernel reports each), not following a
+/// final link.
+fn statx_mount(dir: BorrowedFd<'_>, name: &Path) -> rustix::io::Result<Option<(u64, Option<bool>)>> {
+    let flags = if name.as_os_str().is_empty() { AtFlags::EMPTY_PATH } else { AtFlags::SYMLINK_NOFOLLOW }
+        | AtFlags::NO_AUTOMOUNT;
+    let stx = rustix::fs::statx(dir, name, flags, StatxFlags::MNT_ID | StatxFlags::BASIC_STATS)?;
+    if !StatxFlags::from_bits_retain(stx.stx_mask).contains(StatxFlags::MNT_ID) {
+        return Ok(None);
+    }
+    let root = stx
+        .stx_attributes_mask
+        .contains(StatxAttributes::MOUNT_ROOT)
+        .then(|| stx.stx_attributes.contains(StatxAttributes::MOUNT_ROOT));
+    Ok(Some((stx.stx_mnt_id, root)))
 }
 
 /// A descriptor read as a stream (what the probes read), by offset.

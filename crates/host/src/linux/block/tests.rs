@@ -339,3 +339,114 @@ mod format {
         }
     }
 }
+
+/// The mount table's calls over the fake (mountinfo, statx mount IDs, fsmount, umount, syncfs,
+/// statvfs): MountVolume, UnmountVolume, GetVolumeStats, WriteVolumeCache and the target-path
+/// lookups, in real directories below the fake's containment root (the same behaviours on loop
+/// disks: linux_volumes.rs).
+mod mounts {
+    use super::*;
+
+    /// An xfs volume (its signature poked in) and a new empty directory `name` below the root.
+    fn xfs_volume_and_dir(name: &str) -> (FakeSys, Block, Volume, String) {
+        let (fake, b, _disk, v) = partitioned();
+        fake.poke_partition("vda", 1, 0, b"XFSB");
+        let dir = fake.kubelet().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        (fake, b, v, dir.to_str().unwrap().to_string())
+    }
+
+    fn of(log: &[String], prefix: &str) -> Vec<String> {
+        log.iter().filter(|l| l.starts_with(prefix)).cloned().collect()
+    }
+
+    #[test]
+    fn mount_lookups_stats_flush_unmount() {
+        let (fake, b, v, target) = xfs_volume_and_dir("stage");
+        fake.take_log();
+        b.mount_volume(&v.id, &target).unwrap();
+        let log = fake.take_log();
+        assert_eq!(of(&log, "mount "), ["mount xfs vda1 kubelet/stage"], "{log:?}");
+        assert_eq!(fake.mounted(), [("vda1".into(), "xfs".into(), "kubelet/stage".into())]);
+        b.mount_volume(&v.id, &target).unwrap();
+        assert!(of(&fake.take_log(), "mount ").is_empty(), "already mounted there: nothing to do");
+
+        assert_eq!(b.volume_at_path(&target).unwrap(), v.id);
+        std::fs::create_dir_all(format!("{target}/a/b")).unwrap();
+        assert_eq!(b.closest_volume_to_path(&format!("{target}/a/b")).unwrap(), v.id);
+        match b.volume_at_path(&format!("{target}/a")) {
+            Err(Error::NotFound(msg)) => assert!(msg.contains(crate::error::DOES_NOT_EXIST), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+        let stats = b.volume_stats(&v.id).unwrap();
+        assert_eq!((stats.total_bytes, stats.used_bytes), (1000 * 4096, 750 * 4096));
+        b.flush_volume(&v.id).unwrap();
+        assert_eq!(of(&fake.take_log(), "syncfs "), ["syncfs kubelet/stage"]);
+
+        std::fs::remove_dir_all(format!("{target}/a")).unwrap();
+        b.unmount_volume(&v.id, &target).unwrap();
+        let log = fake.take_log();
+        let steps: Vec<_> = log.iter().filter(|l| l.starts_with("syncfs ") || l.starts_with("umount ")).collect();
+        assert_eq!(steps, ["syncfs kubelet/stage", "umount kubelet/stage"], "flushed, then unmounted");
+        assert!(fake.mounted().is_empty());
+        b.unmount_volume(&v.id, &target).unwrap();
+        assert!(of(&fake.take_log(), "umount ").is_empty(), "nothing mounted: success, nothing done");
+        match b.volume_stats(&v.id) {
+            Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("not mounted"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_mount_nothing() {
+        let (fake, b, v, target) = xfs_volume_and_dir("one");
+        b.mount_volume(&v.id, &target).unwrap();
+        let other = fake.kubelet().join("two");
+        std::fs::create_dir_all(other.join("file-inside")).unwrap();
+        let other = other.to_str().unwrap();
+        match b.mount_volume(&v.id, other) {
+            Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("already mounted at"), "{msg}"),
+            e => panic!("{e:?}"),
+        }
+        b.unmount_volume(&v.id, &target).unwrap();
+        match b.mount_volume(&v.id, other) {
+            Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("not empty"), "{msg}"),
+            e => panic!("{e:?}"),
+        }
+        match b.mount_volume(&v.id, fake.kubelet().to_str().unwrap()) {
+            Err(Error::PermissionDenied(msg)) => assert!(msg.contains("working directories"), "{msg}"),
+            e => panic!("{e:?}"),
+        }
+        fake.poke_partition("vda", 1, 0, b"\0\0\0\0");
+        match b.mount_volume(&v.id, &target) {
+            Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("format it first"), "{msg}"),
+            e => panic!("{e:?}"),
+        }
+        assert!(fake.mounted().is_empty());
+        assert_eq!(of(&fake.take_log(), "mount ").len(), 1, "only the first mount reached the kernel");
+    }
+
+    /// Another filesystem mounted at the target is left alone by UnmountVolume, and a busy one
+    /// is a FailedPrecondition.
+    #[test]
+    fn unmount_touches_only_its_own_volume() {
+        let (fake, b, v, target) = xfs_volume_and_dir("stage");
+        let disk = fake.add_disk("vdb", 16, 64 * MIB);
+        b.partition(&disk).unwrap();
+        fake.poke_partition("vdb", 1, 0, b"XFSB");
+        let w = b.volumes_of(&disk).unwrap().remove(0);
+        b.mount_volume(&w.id, &target).unwrap();
+        match b.unmount_volume(&v.id, &target) {
+            Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("left alone"), "{msg}"),
+            e => panic!("{e:?}"),
+        }
+        fake.set_busy("kubelet/stage", true);
+        match b.unmount_volume(&w.id, &target) {
+            Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("busy"), "{msg}"),
+            e => panic!("{e:?}"),
+        }
+        fake.set_busy("kubelet/stage", false);
+        b.unmount_volume(&w.id, &target).unwrap();
+        assert!(fake.mounted().is_empty());
+    }
+}

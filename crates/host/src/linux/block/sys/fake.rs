@@ -17,7 +17,9 @@
 //! finds on a node, script what a tool does, and run something at the next flock (another host
 //! changing the disks meanwhile).
 
+use super::MountError;
 use super::{DiskFd, FdPath, Open, Sys};
+use crate::formats::mountinfo::Mount;
 use crate::linux::block::{disk_number, Block, Disk};
 use crate::paths::Roots;
 use crate::sync::LockExt;
@@ -26,7 +28,7 @@ use rustix::io::{Errno, Result};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::OsString;
 use std::fs;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Output};
@@ -64,6 +66,9 @@ struct State {
     blkid: BTreeMap<String, String>,
     /// `/proc/self/fd/N` handed to tools -> the node it stands for.
     tool_paths: BTreeMap<String, String>,
+    /// What was mounted through the fake, in mount order (the real root mount, ID 1, is shown
+    /// before them).
+    mounts: Vec<Mount>,
 }
 
 struct FakeDisk {
@@ -109,7 +114,10 @@ impl FakeSys {
 
     /// [`Self::block`] whose FormatVolume makes `fs_type`.
     pub(crate) fn block_making(&self, fs_type: FsType) -> Block {
-        let mut b = Block::with_roots(&self.sys_dir(), &self.dev_dir(), Roots::default(), fs_type);
+        let root = self.0.root.join("kubelet");
+        fs::create_dir_all(&root).unwrap();
+        let roots = Roots::new(vec![root.to_str().unwrap().to_string()]);
+        let mut b = Block::with_roots(&self.sys_dir(), &self.dev_dir(), roots, fs_type);
         b.sys = Arc::new(self.clone());
         b
     }
@@ -168,6 +176,47 @@ impl FakeSys {
     /// What the tools do from now on (by default: nothing, and exit 0).
     pub(crate) fn on_tool(&self, tool: impl Fn(&FakeSys, &[String]) -> (i32, String) + Send + Sync + 'static) {
         *self.0.tool.lock_ignoring_poison() = Some(Box::new(tool));
+    }
+
+    /// The containment root of [`Self::block`]'s filesystem checks, `<fake>/kubelet`.
+    pub(crate) fn kubelet(&self) -> PathBuf {
+        self.0.root.join("kubelet")
+    }
+
+    /// What the fake has mounted, as (node, fstype, mount point relative to the fake's directory).
+    pub(crate) fn mounted(&self) -> Vec<(String, String, String)> {
+        let state = self.0.state.lock_ignoring_poison();
+        state.mounts.iter().map(|m| (self.shown(&m.source), m.fstype.clone(), self.shown(&m.mount_point))).collect()
+    }
+
+    /// A path as the log shows it: relative to the fake's directory or its `dev/`.
+    fn shown(&self, path: &Path) -> String {
+        let dev = self.dev_dir();
+        path.strip_prefix(&dev).or_else(|_| path.strip_prefix(&self.0.root)).unwrap_or(path).display().to_string()
+    }
+
+    /// The device number of the partition (or disk) node at `path`, if the fake has it.
+    fn device_of_node(&self, path: &Path) -> Option<(u32, u32)> {
+        let name = path.strip_prefix(self.dev_dir()).ok()?.to_str()?;
+        let state = self.0.state.lock_ignoring_poison();
+        state.disks.iter().find_map(|(disk, d)| {
+            if disk == name {
+                return Some((d.major, d.minor));
+            }
+            d.partitions.keys().find(|pno| Self::part_name(disk, **pno) == name).map(|pno| (d.major, d.minor + pno))
+        })
+    }
+
+    /// The mount visible at `path` (its root there) or holding it: (mount ID, is its root).
+    fn mount_of_path(&self, path: &Path) -> (u64, bool) {
+        let state = self.0.state.lock_ignoring_poison();
+        if let Some(m) = state.mounts.iter().rev().find(|m| m.mount_point == path) {
+            return (m.id, true);
+        }
+        match state.mounts.iter().rev().find(|m| path.starts_with(&m.mount_point)) {
+            Some(m) => (m.id, false),
+            None => (1, path == Path::new("/")),
+        }
     }
 
     /// Writes `bytes` at `offset` of partition `pno` of `disk` (not logged).
@@ -268,12 +317,16 @@ impl FakeSys {
         let name = Self::part_name(disk, pno);
         fs::write(self.part_dir(disk, pno).join("dev"), format!("{major}:{minor}\n")).unwrap();
         std::os::unix::fs::symlink(format!("{disk}/{name}"), self.sys_dir().join("class/block").join(&name)).unwrap();
+        let link = self.sys_dir().join(format!("dev/block/{major}:{minor}"));
+        std::os::unix::fs::symlink(format!("../../class/block/{disk}/{name}"), link).unwrap();
         fs::write(self.dev_dir().join(&name), "").unwrap();
         Ok(())
     }
 
     fn blkpg_delete(&self, disk: &str, pno: u32) -> Result<()> {
+        let (major, minor) = self.with(disk, |d| (d.major, d.minor + pno));
         self.with(disk, |d| d.partitions.remove(&pno)).ok_or(Errno::NXIO)?;
+        fs::remove_file(self.sys_dir().join(format!("dev/block/{major}:{minor}"))).unwrap();
         let name = Self::part_name(disk, pno);
         fs::remove_dir_all(self.part_dir(disk, pno)).unwrap();
         fs::remove_file(self.sys_dir().join("class/block").join(&name)).unwrap();
@@ -328,6 +381,94 @@ impl Sys for FakeSys {
         };
         Ok(Output { status: ExitStatus::from_raw(code << 8), stdout: Vec::new(), stderr: stderr.into_bytes() })
     }
+    fn mounts(&self) -> std::io::Result<Vec<Mount>> {
+        let root = Mount {
+            id: 1,
+            parent: 1,
+            major: 0,
+            minor: 1,
+            root: "/".into(),
+            mount_point: "/".into(),
+            fstype: "rootfs".into(),
+            source: "none".into(),
+        };
+        Ok(std::iter::once(root).chain(self.0.state.lock_ignoring_poison().mounts.iter().cloned()).collect())
+    }
+    fn mount_at(&self, dir: BorrowedFd<'_>, name: &Path) -> Result<Option<(u64, Option<bool>)>> {
+        let (id, root) = self.mount_of_path(&path_of(dir, name)?);
+        Ok(Some((id, Some(root))))
+    }
+    fn mount(
+        &self,
+        fstype: &str,
+        source: &Path,
+        dir: &OwnedFd,
+        expect: Option<(u32, u32)>,
+    ) -> std::result::Result<(), MountError> {
+        let at = path_of(dir.as_fd(), Path::new("")).map_err(|e| MountError::Os(e, String::new()))?;
+        self.log(format!("mount {fstype} {} {}", self.shown(source), self.shown(&at)));
+        let got = self.device_of_node(source).ok_or(MountError::Os(Errno::NOENT, String::new()))?;
+        if expect.is_some_and(|want| want != got) {
+            return Err(MountError::Device(got));
+        }
+        let (parent, _) = self.mount_of_path(&at);
+        // btrfs shows an anonymous device, as the kernel's does.
+        let (major, minor) = if fstype == "btrfs" { (0, 99) } else { got };
+        let id = 1000 + self.0.next_fd.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.0.state.lock_ignoring_poison();
+        let m = Mount {
+            id,
+            parent,
+            major,
+            minor,
+            root: "/".into(),
+            mount_point: at,
+            fstype: fstype.into(),
+            source: source.into(),
+        };
+        state.mounts.push(m);
+        Ok(())
+    }
+    fn unmount(&self, path: &Path) -> Result<()> {
+        let at = resolve_fd_path(path)?;
+        self.log(format!("umount {}", self.shown(&at)));
+        let mut state = self.0.state.lock_ignoring_poison();
+        if state.busy.contains(&self.shown(&at)) {
+            return Err(Errno::BUSY);
+        }
+        if let Some(i) = state.mounts.iter().rposition(|m| m.mount_point == at) {
+            state.mounts.remove(i);
+        }
+        Ok(())
+    }
+    fn syncfs(&self, fd: &OwnedFd) -> Result<()> {
+        self.log(format!("syncfs {}", self.shown(&path_of(fd.as_fd(), Path::new(""))?)));
+        Ok(())
+    }
+    fn statvfs(&self, _fd: &OwnedFd) -> Result<(u64, u64, u64)> {
+        Ok((1000, 250, 4096))
+    }
+    fn open_mount_point(&self, path: &Path) -> Result<OwnedFd> {
+        super::RealSys.open_mount_point(path)
+    }
+    fn block_device_at(&self, path: &Path) -> Option<(u32, u32)> {
+        self.device_of_node(path)
+    }
+}
+
+/// The path a descriptor was opened by (`/proc/self/fd/N`), with `name` below it.
+fn path_of(fd: BorrowedFd<'_>, name: &Path) -> Result<PathBuf> {
+    let dir = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|_| Errno::BADF)?;
+    Ok(if name.as_os_str().is_empty() { dir } else { dir.join(name) })
+}
+
+/// A path `/proc/self/fd/N/name` as the path of descriptor N, then `name`.
+fn resolve_fd_path(path: &Path) -> Result<PathBuf> {
+    let rest = path.strip_prefix("/proc/self/fd").map_err(|_| Errno::INVAL)?;
+    let mut parts = rest.iter();
+    let fd = parts.next().and_then(|n| n.to_str()).ok_or(Errno::INVAL)?;
+    let dir = fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|_| Errno::BADF)?;
+    Ok(parts.fold(dir, |p, n| p.join(n)))
 }
 
 /// An open disk or partition of the fake; drop releases its flock.
