@@ -59,6 +59,8 @@ Node check (changes the host: run it on a node you may test on, as root on Linux
     -kubelet-path <dir>   The daemon's -kubelet-path (default /var/lib/kubelet, on Windows
                           C:\\var\\lib\\kubelet); the scratch directory is made inside it.
     -scratch-dir <dir>    Where the disks' backing files go (default the temp directory).
+    -audit-log <file>     The daemon's -audit-log file: on Windows the audit-file-dacl check
+                          reads its DACL (SYSTEM and Administrators only). Without it: skipped.
                           The -timeout applies to each step.
     -smb-share <\\\\host\\share>
                           A test share (also //host/share) to map, write through and remove
@@ -122,8 +124,18 @@ pub enum Command {
     Service(String),
     Methods(Option<Api>),
     Version,
-    Call { api: Api, method: String, request: String },
-    Conformance { kubelet_path: std::path::PathBuf, scratch_dir: std::path::PathBuf, remote: Remote },
+    Call {
+        api: Api,
+        method: String,
+        request: String,
+    },
+    Conformance {
+        kubelet_path: std::path::PathBuf,
+        scratch_dir: std::path::PathBuf,
+        remote: Remote,
+        /// The daemon's -audit-log file, whose DACL the audit-file-dacl check reads (Windows).
+        audit_log: Option<std::path::PathBuf>,
+    },
 }
 
 /// Where a password or secret is read from: a file, or standard input (`-`). There is no flag
@@ -310,6 +322,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
     let mut socket_dir = None;
     let mut kubelet_path = None;
     let mut scratch_dir = None;
+    let mut audit_log = None;
     // The conformance run's test share and target.
     let (mut smb_share_, mut smb_user, mut smb_password) = (None, None, None);
     let (mut portal, mut target, mut chap_user, mut chap_secret) = (None, None, None, None);
@@ -364,6 +377,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
             "socket-dir" => socket_dir = Some(std::path::PathBuf::from(value("dir")?)),
             "kubelet-path" => kubelet_path = Some(std::path::PathBuf::from(value("dir")?)),
             "scratch-dir" => scratch_dir = Some(std::path::PathBuf::from(value("dir")?)),
+            "audit-log" => audit_log = Some(std::path::PathBuf::from(value("file")?)),
             "smb-share" => smb_share_ = Some(smb_share(&value("\\\\host\\share")?)?),
             "smb-user" => smb_user = Some(value("name")?),
             "smb-password-file" => smb_password = Some(SecretSource::new(value("file, or - for standard input")?)),
@@ -402,11 +416,12 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
             kubelet_path: kubelet_path.take().unwrap_or_else(|| DEFAULT_KUBELET_PATH.into()),
             scratch_dir: scratch_dir.take().unwrap_or_else(std::env::temp_dir),
             remote: remote.clone(),
+            audit_log: audit_log.take(),
         },
         other => return Err(format!("unknown command {:?}", bounded(other))),
     };
-    if kubelet_path.is_some() || scratch_dir.is_some() {
-        return Err("-kubelet-path and -scratch-dir are options of the conformance command".into());
+    if kubelet_path.is_some() || scratch_dir.is_some() || audit_log.is_some() {
+        return Err("-kubelet-path, -scratch-dir and -audit-log are options of the conformance command".into());
     }
     if remote != Remote::default() && !matches!(command, Command::Conformance { .. }) {
         return Err("-smb-* and -iscsi-* are options of the conformance command".into());
@@ -620,10 +635,13 @@ mod tests {
     fn conformance_takes_its_directories() {
         let o = run(&["conformance", "-kubelet-path=/k", "-scratch-dir", "/s", "-json"]).unwrap();
         assert_eq!(o.output, Output::Json);
-        assert_eq!(
-            o.command,
-            Command::Conformance { kubelet_path: "/k".into(), scratch_dir: "/s".into(), remote: Remote::default() }
+        let (kubelet_path, scratch_dir, remote) = ("/k".into(), "/s".into(), Remote::default());
+        assert_eq!(o.command, Command::Conformance { kubelet_path, scratch_dir, remote, audit_log: None });
+        let o = run(&["conformance", "-kubelet-path=/k", "-audit-log", "/var/log/audit.log"]).unwrap();
+        assert!(
+            matches!(o.command, Command::Conformance { audit_log: Some(a), .. } if a == std::path::Path::new("/var/log/audit.log"))
         );
+        assert!(run(&["disks", "-audit-log", "/a"]).unwrap_err().contains("conformance"));
     }
 
     fn conformance_remote(args: &[&str]) -> Result<Remote, String> {

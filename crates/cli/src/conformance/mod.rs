@@ -4,6 +4,8 @@
 //! made by this run and removed by it (see [`scratch`]). A step that fails ends its check (the
 //! rest of it is listed as skipped); the other checks still run.
 
+#[cfg(windows)]
+mod dacl;
 mod named;
 mod remote;
 mod scratch;
@@ -217,7 +219,13 @@ impl Local for FsLocal {
 
 /// The run: connects, makes the scratch directories, runs the checks until they end or a stop
 /// signal comes, removes what it made, and prints the report.
-pub async fn run(ctx: &Ctx, kubelet_path: &Path, scratch_dir: &Path, given: Given) -> Result<(), Failure> {
+pub async fn run(
+    ctx: &Ctx,
+    kubelet_path: &Path,
+    scratch_dir: &Path,
+    given: Given,
+    audit_log: Option<&Path>,
+) -> Result<(), Failure> {
     // Handlers first: a stop from here on goes through the cleanup.
     let mut stop = StopSignals::new()?;
     let mut channels = Vec::new();
@@ -245,7 +253,7 @@ pub async fn run(ctx: &Ctx, kubelet_path: &Path, scratch_dir: &Path, given: Give
     let secrets = remote.secrets();
     let mut report = Report { rows: Vec::new(), timeout: ctx.timeout, running: None, secrets };
     let stopped = tokio::select! {
-        () = checks(&mut report, &mut proxy, &mut made, &mut remote) => None,
+        () = checks(&mut report, &mut proxy, &mut made, &mut remote, audit_log) => None,
         sig = stop.recv() => Some(sig),
     };
     if let (Some(sig), Some((check, step, start))) = (stopped, report.running.take()) {
@@ -375,7 +383,7 @@ fn text(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made, remote: &mut Remote) {
+async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made, remote: &mut Remote, audit_log: Option<&Path>) {
     let root = text(&made.kubelet_dir);
     let node = if cfg!(windows) { Node::windows(&root) } else { Node::linux(&root) };
     filesystem(report, p, &node).await;
@@ -385,6 +393,7 @@ async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made, remote: &mu
         block_flow(report, p, made, &node, driver).await;
     }
     named::windows_checks(report, p, made, &node).await;
+    named::audit_file_dacl(report, audit_log).await;
     remote::smb(report, p, remote, &root, sep(&node)).await;
     remote::iscsi(report, remote).await;
 }

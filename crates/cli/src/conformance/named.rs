@@ -4,9 +4,12 @@
 //! state is skipped, naming it, when that one did not pass; all say "needs Windows: <API>" when
 //! no disk can be made). On Linux each is one row, skipped: Windows only.
 
-use super::{expect, new_disk, sep, wrong, Check, Made, Report, Res, StepErr, MIB, SIZE};
+#[cfg(windows)]
+use super::dacl::dacl_sddl;
+use super::{bounded, expect, new_disk, sep, wrong, Check, Made, Report, Res, StepErr, MIB, SIZE};
 use csi_proxy_client::{v1, Code};
 use csi_proxy_flows::{Node, Proxy};
+use std::path::Path;
 use std::time::Duration;
 
 /// What each check settles (the step shown on Linux).
@@ -245,7 +248,96 @@ async fn read_only_and_resize_checks(report: &mut Report, p: &mut Proxy, made: &
     }
 }
 
+/// Issue 32: the daemon's audit file (its `-audit-log`) has a DACL of its own, SYSTEM and
+/// Administrators with full access, protected from inheritance, and nothing else (daemon's
+/// `logging/audit_acl.rs`). Wine keeps no DACL (it maps one to unix mode bits and reads back one
+/// made from them), so only Windows can show it; the check reads the live file's.
+pub const AUDIT_FILE_DACL: &str = "audit-file-dacl";
+const AUDIT_FILE_DACL_STEP: &str = "GetNamedSecurityInfoW of the -audit-log file: SYSTEM and Administrators only";
+
+pub async fn audit_file_dacl(report: &mut Report, audit_log: Option<&Path>) {
+    let mut c = report.check(AUDIT_FILE_DACL);
+    let Some(path) = audit_log.filter(|_| cfg!(windows)) else {
+        let why = if cfg!(windows) { "no -audit-log <file> given" } else { "Windows only" };
+        c.row(AUDIT_FILE_DACL_STEP, Res::Skipped(why.into()), Duration::ZERO);
+        return;
+    };
+    c.run(AUDIT_FILE_DACL_STEP, async {
+        let sddl = dacl_sddl(path).map_err(|e| wrong(format!("reading {}'s DACL: {e}", path.display())))?;
+        match audit_dacl_problem(&sddl) {
+            None => Ok(()),
+            Some(problem) => Err(wrong(format!("{}: {problem}", path.display()))),
+        }
+    })
+    .await;
+}
+
+#[cfg(not(windows))]
+fn dacl_sddl(_: &Path) -> std::io::Result<String> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+/// What is wrong with a DACL (as SDDL) for the audit file, if anything: it must be protected
+/// (`P`; Windows may add `AI`/`AR`, the auto-inheritance bits) and allow exactly `FA`
+/// (FILE_ALL_ACCESS) to `SY` (LocalSystem) and `BA` (BUILTIN\Administrators), in either order.
+fn audit_dacl_problem(sddl: &str) -> Option<String> {
+    let Some(dacl) = sddl.strip_prefix("D:") else {
+        return Some(format!("no DACL in {:?}", bounded(sddl)));
+    };
+    let (flags, aces) = dacl.split_at(dacl.find('(').unwrap_or(dacl.len()));
+    if !flags.contains('P') {
+        return Some(format!("the DACL {:?} is not protected from inheritance (no P)", bounded(dacl)));
+    }
+    let mut aces: Vec<&str> = aces.trim_start_matches('(').trim_end_matches(')').split(")(").collect();
+    aces.sort_unstable();
+    if aces != ["A;;FA;;;BA", "A;;FA;;;SY"] {
+        return Some(format!(
+            "the DACL {:?} should allow full access to SYSTEM and Administrators only: (A;;FA;;;SY)(A;;FA;;;BA)",
+            bounded(dacl)
+        ));
+    }
+    None
+}
+
 async fn disk_online(p: &mut Proxy, n: u32) -> Result<bool, StepErr> {
     let r = p.disk.get_disk_state(v1::GetDiskStateRequest { disk_number: n }).await?;
     Ok(r.into_inner().is_online)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_audit_dacl_is_protected_and_system_and_administrators_only() {
+        for good in ["D:P(A;;FA;;;SY)(A;;FA;;;BA)", "D:PAI(A;;FA;;;BA)(A;;FA;;;SY)"] {
+            assert_eq!(audit_dacl_problem(good), None, "{good}");
+        }
+        for (bad, says) in [
+            ("", "no DACL"),
+            ("D:(A;;FA;;;SY)(A;;FA;;;BA)", "not protected"),
+            ("D:AI(A;;FA;;;SY)(A;;FA;;;BA)", "not protected"),
+            ("D:P(A;;FA;;;SY)(A;;FA;;;BA)(A;;0x1200a9;;;WD)", "(A;;0x1200a9;;;WD)"),
+            ("D:P(A;;FA;;;SY)", "SYSTEM and Administrators only"),
+            ("D:P(A;;FR;;;SY)(A;;FA;;;BA)", "(A;;FR;;;SY)"),
+            ("D:P(A;;FA;;;SY)(A;;FA;;;BA)(A;;FA;;;BA)", "SYSTEM and Administrators only"),
+            ("D:P", "SYSTEM and Administrators only"),
+        ] {
+            let problem = audit_dacl_problem(bad).expect(bad);
+            assert!(problem.contains(says), "{bad}: {problem}");
+        }
+    }
+
+    /// The Windows read of a live file (under Wine too): a file made without the audit DACL (its
+    /// folder's, or under Wine one made from its unix mode) is refused, naming what it has.
+    #[cfg(windows)]
+    #[test]
+    fn a_file_without_the_audit_dacl_is_refused() {
+        let path = std::env::temp_dir().join(format!("csi-proxyctl-dacl-{}", std::process::id()));
+        std::fs::write(&path, "").unwrap();
+        let sddl = dacl_sddl(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(sddl.starts_with("D:") && sddl.contains("(A;;"), "{sddl}");
+        assert!(audit_dacl_problem(&sddl).is_some(), "{sddl}");
+    }
 }
