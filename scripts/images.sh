@@ -49,17 +49,13 @@ need() {
   for t in "$@"; do command -v "$t" >/dev/null || die "missing $t (scripts/deps.sh images installs it)"; done
 }
 
-# A tar of DIR's contents, entries sorted, owned by root, dated STAMP.
+# tar_dir DIR STAMP OUT [ENTRY]: a tar of ENTRY in DIR (default ".", its contents named ./…),
+# entries sorted, owned by root, dated STAMP. An OCI layout so archived is the form skopeo's
+# oci-archive reads.
 tar_dir() {
-  local dir=$1 stamp=$2 out=$3
+  local dir=$1 stamp=$2 out=$3 entry=${4:-.}
   tar -C "$dir" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$stamp" --format=pax \
-    --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime -cf "$out" .
-}
-
-# layout_to_archive LAYOUT OUT: the OCI layout as one tar, the form skopeo's oci-archive reads.
-layout_to_archive() {
-  local layout=$1 out=$2 stamp=$3
-  tar_dir "$layout" "$stamp" "$out"
+    --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime -cf "$out" "$entry"
 }
 
 # new_layout DIR: an empty OCI layout with an empty image tagged $TAG.
@@ -120,7 +116,7 @@ linux() {
   configure "$tmp/oci" "$version" "$stamp" --os linux --architecture amd64 \
     --config.entrypoint /usr/local/bin/csi-proxy \
     --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-  layout_to_archive "$tmp/oci" "$out" "$stamp"
+  tar_dir "$tmp/oci" "$stamp" "$out"
   echo "== images: $out"
 }
 
@@ -140,8 +136,7 @@ windows() {
   local filetime=$(((stamp + 11644473600) * 10000000)) h
   for h in "${HIVES[@]}"; do python3 scripts/regf.py "$config/$h" "$h" "$filetime"; done
   # The layer's top entries are Files/ itself (no ./ prefix): Windows' importer reads paths as given.
-  tar -C "$tmp/layer" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$stamp" \
-    --format=pax --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime -cf "$tmp/layer.tar" Files
+  tar_dir "$tmp/layer" "$stamp" "$tmp/layer.tar" Files
   new_layout "$tmp/oci"
   add_layer "$tmp/oci" "$stamp" "$tmp/layer.tar" "csi-proxy $version: csi-proxy.exe, csi-proxyctl.exe, empty hives"
   # The DaemonSet names the exe by its full path; the entrypoint is for a plain `crictl run`. No
@@ -149,7 +144,7 @@ windows() {
   # build (a HostProcess container shares the host's), where one with a version must match.
   configure "$tmp/oci" "$version" "$stamp" --os windows --architecture amd64 \
     --config.entrypoint csi-proxy.exe
-  layout_to_archive "$tmp/oci" "$out" "$stamp"
+  tar_dir "$tmp/oci" "$stamp" "$out"
   echo "== images: $out"
 }
 
