@@ -516,8 +516,18 @@ fn a_node_naming_no_device_is_waited_for_then_refused_as_stale() {
     let _namespaces = shared();
     let a = Case::new("enxio", FsType::Ext4, 64 * MIB);
     let va = a.env.block.volume(&a.id).unwrap();
-    // The kernel's numbers (its /dev node may not be there yet where udev runs).
-    let numbers = fs::read_to_string(format!("/sys/class/block/{}/dev", va.name)).unwrap();
+    // The kernel's numbers (its /dev node may not be there yet where udev runs). Where udev runs,
+    // it re-reads the new table, and the partition's sysfs entry is gone for that moment.
+    let entry = format!("/sys/class/block/{}/dev", va.name);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let numbers = loop {
+        match fs::read_to_string(&entry) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            read => break read.unwrap(),
+        }
+    };
     let (major, minor) = numbers.trim().split_once(':').unwrap();
     let mine: (u32, u32) = (major.parse().unwrap(), minor.parse().unwrap());
     // The partition's major with a minor no device has.
