@@ -11,12 +11,9 @@
 use std::fmt::{self, Write as _};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
-use tracing_subscriber::registry::LookupSpan;
+use tracing::{Level, Metadata};
 
-use super::values::{Collected, Value};
+use super::values::{LineFormat, PairFields, Value};
 
 /// Keys of a JSON line that event and span fields may not take.
 const JSON_RESERVED: &[&str] = &["ts", "caller", "msg", "v", "level", "logger"];
@@ -24,62 +21,41 @@ const JSON_RESERVED: &[&str] = &["ts", "caller", "msg", "v", "level", "logger"];
 /// Formats events as JSON lines (see the module text).
 pub struct JsonFormat;
 
-/// Formats span fields as `,"key":value` pieces for [`JsonFormat`] to append.
-pub struct JsonFields;
+/// Span fields as `,"key":value` pieces for [`JsonFormat`] to append.
+pub type JsonFields = PairFields<JsonFormat>;
 
-impl<'w> FormatFields<'w> for JsonFields {
-    fn format_fields<R: tracing_subscriber::field::RecordFields>(
-        &self,
-        mut writer: Writer<'w>,
-        fields: R,
-    ) -> fmt::Result {
-        let mut c = Collected::default();
-        fields.record(&mut c);
-        let mut out = String::new();
-        if let Some(msg) = c.msg {
-            // A span field called `message`: keep it, under its own name.
-            push_pair(&mut out, "message", &Value::Str(msg));
-        }
-        for (k, v) in &c.fields {
-            push_pair(&mut out, k, v);
-        }
-        writer.write_str(&out)
+impl LineFormat for JsonFormat {
+    fn line(&self, meta: &Metadata<'_>, msg: Option<&str>, fields: &str) -> String {
+        json_line(SystemTime::now(), meta, msg, fields)
     }
 
-    fn add_fields(&self, current: &'w mut FormattedFields<Self>, fields: &tracing::span::Record<'_>) -> fmt::Result {
-        self.format_fields(current.as_writer(), fields)
-    }
-}
-
-impl<S> FormatEvent<S, JsonFields> for JsonFormat
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, JsonFields>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
-        let mut c = Collected::default();
-        event.record(&mut c);
-        let mut fields = String::new();
-        if let Some(scope) = ctx.event_scope() {
-            for span in scope.from_root() {
-                if let Some(f) = span.extensions().get::<FormattedFields<JsonFields>>() {
-                    fields.push_str(f);
-                }
-            }
+    /// Appends `,"name":value` (a reserved name as `field_<name>`).
+    fn push_pair(out: &mut String, name: &str, value: &Value) {
+        out.push(',');
+        if JSON_RESERVED.contains(&name) {
+            push_str_value(out, &format!("field_{name}"));
+        } else {
+            push_str_value(out, name);
         }
-        for (k, v) in &c.fields {
-            push_pair(&mut fields, k, v);
+        out.push(':');
+        match value {
+            Value::Str(s) => push_str_value(out, s),
+            Value::I64(n) => write_display(out, n),
+            Value::U64(n) => write_display(out, n),
+            Value::I128(n) => write_display(out, n),
+            Value::U128(n) => write_display(out, n),
+            Value::Bool(b) => write_display(out, b),
+            Value::F64(n) => match serde_json::Number::from_f64(*n) {
+                Some(n) => write_display(out, n),
+                // NaN and infinities have no JSON number.
+                None => push_str_value(out, &n.to_string()),
+            },
         }
-        writer.write_str(&json_line(SystemTime::now(), event.metadata(), c.msg.as_deref(), &fields))
     }
 }
 
 /// One JSON line: the fixed keys, then `fields` (already `,"key":value` pieces).
-fn json_line(now: SystemTime, meta: &tracing::Metadata<'_>, msg: Option<&str>, fields: &str) -> String {
+fn json_line(now: SystemTime, meta: &Metadata<'_>, msg: Option<&str>, fields: &str) -> String {
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let level = *meta.level();
     let millis = since.as_secs().saturating_mul(1000) + u64::from(since.subsec_millis());
@@ -106,30 +82,6 @@ fn json_line(now: SystemTime, meta: &tracing::Metadata<'_>, msg: Option<&str>, f
     line.push_str(fields);
     line.push_str("}\n");
     line
-}
-
-/// Appends `,"name":value` (a reserved name as `field_<name>`).
-fn push_pair(out: &mut String, name: &str, value: &Value) {
-    out.push(',');
-    if JSON_RESERVED.contains(&name) {
-        push_str_value(out, &format!("field_{name}"));
-    } else {
-        push_str_value(out, name);
-    }
-    out.push(':');
-    match value {
-        Value::Str(s) => push_str_value(out, s),
-        Value::I64(n) => write_display(out, n),
-        Value::U64(n) => write_display(out, n),
-        Value::I128(n) => write_display(out, n),
-        Value::U128(n) => write_display(out, n),
-        Value::Bool(b) => write_display(out, b),
-        Value::F64(n) => match serde_json::Number::from_f64(*n) {
-            Some(n) => write_display(out, n),
-            // NaN and infinities have no JSON number.
-            None => push_str_value(out, &n.to_string()),
-        },
-    }
 }
 
 fn write_display(out: &mut String, v: impl fmt::Display) {

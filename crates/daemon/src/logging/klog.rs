@@ -15,13 +15,10 @@
 use std::fmt::{self, Write as _};
 use std::time::SystemTime;
 
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
-use tracing_subscriber::registry::LookupSpan;
+use tracing::{Level, Metadata};
 
 use super::clock::Utc;
-use super::values::{Collected, Value};
+use super::values::{LineFormat, PairFields, Value};
 
 /// Formats events as klog lines.
 pub struct KlogFormat {
@@ -40,59 +37,32 @@ impl Default for KlogFormat {
     }
 }
 
-/// Formats span fields as ` key=value` pieces for [`KlogFormat`] to append.
-pub struct KlogFields;
+/// Span fields as ` key=value` pieces for [`KlogFormat`] to append.
+pub type KlogFields = PairFields<KlogFormat>;
 
-impl<'w> FormatFields<'w> for KlogFields {
-    fn format_fields<R: tracing_subscriber::field::RecordFields>(
-        &self,
-        mut writer: Writer<'w>,
-        fields: R,
-    ) -> fmt::Result {
-        let mut c = Collected::default();
-        fields.record(&mut c);
-        let mut out = String::new();
-        if let Some(msg) = c.msg {
-            push_pair(&mut out, "message", &Value::Str(msg));
-        }
-        for (k, v) in &c.fields {
-            push_pair(&mut out, k, v);
-        }
-        writer.write_str(&out)
-    }
-
-    fn add_fields(&self, current: &'w mut FormattedFields<Self>, fields: &tracing::span::Record<'_>) -> fmt::Result {
-        self.format_fields(current.as_writer(), fields)
-    }
-}
-
-impl<S> FormatEvent<S, KlogFields> for KlogFormat
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, KlogFields>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
-        let mut c = Collected::default();
-        event.record(&mut c);
-        let meta = event.metadata();
+impl LineFormat for KlogFormat {
+    fn line(&self, meta: &Metadata<'_>, msg: Option<&str>, fields: &str) -> String {
         let mut line = header(SystemTime::now(), *meta.level(), self.pid, meta.file(), meta.line());
-        push_quoted(&mut line, c.msg.as_deref().unwrap_or(""));
-        if let Some(scope) = ctx.event_scope() {
-            for span in scope.from_root() {
-                if let Some(fields) = span.extensions().get::<FormattedFields<KlogFields>>() {
-                    line.push_str(fields);
-                }
-            }
-        }
-        for (k, v) in &c.fields {
-            push_pair(&mut line, k, v);
-        }
+        push_quoted(&mut line, msg.unwrap_or(""));
+        line.push_str(fields);
         line.push('\n');
-        writer.write_str(&line)
+        line
+    }
+
+    /// Appends ` key=value`.
+    fn push_pair(out: &mut String, key: &str, value: &Value) {
+        out.push(' ');
+        out.push_str(key);
+        out.push('=');
+        match value {
+            Value::Str(s) => push_quoted(out, s),
+            Value::I64(n) => write_display(out, n),
+            Value::U64(n) => write_display(out, n),
+            Value::I128(n) => write_display(out, n),
+            Value::U128(n) => write_display(out, n),
+            Value::F64(n) => write_display(out, n),
+            Value::Bool(b) => write_display(out, b),
+        }
     }
 }
 
@@ -121,22 +91,6 @@ pub fn header(now: SystemTime, level: Level, pid: u32, file: Option<&str>, line:
         t.micros,
         line.unwrap_or(0)
     )
-}
-
-/// Appends ` key=value`.
-fn push_pair(out: &mut String, key: &str, value: &Value) {
-    out.push(' ');
-    out.push_str(key);
-    out.push('=');
-    match value {
-        Value::Str(s) => push_quoted(out, s),
-        Value::I64(n) => write_display(out, n),
-        Value::U64(n) => write_display(out, n),
-        Value::I128(n) => write_display(out, n),
-        Value::U128(n) => write_display(out, n),
-        Value::F64(n) => write_display(out, n),
-        Value::Bool(b) => write_display(out, b),
-    }
 }
 
 fn write_display(out: &mut String, v: impl fmt::Display) {
@@ -194,10 +148,10 @@ mod tests {
         push_quoted(&mut s, "a\"b\\c\nd\te\x1b\x7f\u{85}é");
         assert_eq!(s, r#""a\"b\\c\nd\te\x1b\x7f\u0085é""#);
         let mut s = String::new();
-        push_pair(&mut s, "n", &Value::U64(3));
-        push_pair(&mut s, "ok", &Value::Bool(true));
-        push_pair(&mut s, "ms", &Value::F64(0.25));
-        push_pair(&mut s, "path", &Value::Str("/x y".into()));
+        KlogFormat::push_pair(&mut s, "n", &Value::U64(3));
+        KlogFormat::push_pair(&mut s, "ok", &Value::Bool(true));
+        KlogFormat::push_pair(&mut s, "ms", &Value::F64(0.25));
+        KlogFormat::push_pair(&mut s, "path", &Value::Str("/x y".into()));
         assert_eq!(s, r#" n=3 ok=true ms=0.25 path="/x y""#);
     }
 }

@@ -85,10 +85,15 @@ where
 {
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(false);
     match format {
-        LogFormat::Text => {
-            Box::new(builder.fmt_fields(klog::KlogFields).event_format(klog::KlogFormat::new()).finish())
-        }
-        LogFormat::Json => Box::new(builder.fmt_fields(json::JsonFields).event_format(json::JsonFormat).finish()),
+        LogFormat::Text => Box::new(
+            builder
+                .fmt_fields(klog::KlogFields::default())
+                .event_format(values::Lines(klog::KlogFormat::new()))
+                .finish(),
+        ),
+        LogFormat::Json => Box::new(
+            builder.fmt_fields(json::JsonFields::default()).event_format(values::Lines(json::JsonFormat)).finish(),
+        ),
     }
 }
 
