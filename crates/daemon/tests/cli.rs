@@ -1,6 +1,8 @@
 #![cfg(unix)]
 //! The real binary: exit codes, a second daemon, metrics after real calls.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -144,22 +146,11 @@ async fn unix_channel(path: PathBuf) -> tonic::transport::Channel {
 /// Runs the daemon until its sockets exist, stops it, and returns what it logged.
 fn startup_log(tag: &str, extra: &[&str]) -> String {
     let dir = tempdir(tag);
-    let mut child = Command::new(BIN).arg("-socket-dir").arg(&dir).args(extra).stderr(Stdio::piped()).spawn().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.join("csi-proxy-system-v1alpha1.sock").exists() {
-        assert!(Instant::now() < deadline, "daemon did not create its sockets");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    let mut daemon = Command::new(BIN);
+    daemon.arg("-socket-dir").arg(&dir).args(extra);
+    let log = common::stderr_until_socket(&mut daemon, &dir.join("csi-proxy-system-v1alpha1.sock"));
     let _ = std::fs::remove_dir_all(&dir);
-    reader.join().unwrap()
+    log
 }
 
 #[test]

@@ -2,7 +2,10 @@
 //! The real daemon's `/metrics` (issue 32): open connections per endpoint, refused and evicted
 //! connections per endpoint and reason, and `process_cpu_seconds_total` in fractions of a second.
 
-use csi_proxy_transport::frame::{write_frame, EMPTY_SETTINGS, FLAG_END_HEADERS, PREFACE, TYPE_HEADERS};
+mod common;
+
+use common::half_open_headers;
+use csi_proxy_transport::frame::{EMPTY_SETTINGS, PREFACE};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -94,19 +97,12 @@ fn open(endpoint: &str) -> String {
     format!("csi_proxy_connections_open{{endpoint=\"{endpoint}\"}}")
 }
 
-/// A HEADERS frame opening stream 1 for a PathExists call without END_STREAM: the call stays in
-/// flight until its body comes (never) or the progress timeout ends it.
+/// A PathExists call opened on stream 1 without END_STREAM: the call stays in flight until its
+/// body comes (never) or the progress timeout ends it.
 fn half_open_call() -> Vec<u8> {
-    let path = b"/v1.Filesystem/PathExists";
-    let mut block = vec![0x83, 0x86, 0x04, path.len() as u8];
-    block.extend_from_slice(path);
-    block.extend_from_slice(&[0x01, 9]);
-    block.extend_from_slice(b"localhost");
-    block.extend_from_slice(&[0x0f, 0x10, 16]);
-    block.extend_from_slice(b"application/grpc");
     let mut bytes = PREFACE.to_vec();
     bytes.extend_from_slice(&EMPTY_SETTINGS);
-    write_frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &block, &mut bytes);
+    bytes.extend(half_open_headers(1));
     bytes
 }
 

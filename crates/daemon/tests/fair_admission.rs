@@ -2,7 +2,10 @@
 //! The real daemon on a unix socket: one client holding an endpoint's connections (idle ones, or
 //! calls whose body never comes) does not lock another client out (issue 28).
 
-use csi_proxy_transport::frame::{write_frame, FLAG_END_HEADERS, PREFACE, TYPE_HEADERS, TYPE_SETTINGS};
+mod common;
+
+use common::half_open_headers;
+use csi_proxy_transport::frame::{write_frame, PREFACE, TYPE_SETTINGS};
 use csi_proxy_wire::v1::{filesystem_client::FilesystemClient, PathExistsRequest};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -69,23 +72,6 @@ fn path_exists(socket: &Path, root: &Path) -> Duration {
         }
     });
     start.elapsed()
-}
-
-/// A HEADERS frame opening stream `id` for a PathExists call, without END_STREAM: the call's
-/// body never follows.
-fn half_open_headers(id: u32) -> Vec<u8> {
-    let path = b"/v1.Filesystem/PathExists";
-    // HPACK: :method POST, :scheme http, then literals without indexing (:path, :authority,
-    // content-type).
-    let mut block = vec![0x83, 0x86, 0x04, path.len() as u8];
-    block.extend_from_slice(path);
-    block.extend_from_slice(&[0x01, 9]);
-    block.extend_from_slice(b"localhost");
-    block.extend_from_slice(&[0x0f, 0x10, 16]);
-    block.extend_from_slice(b"application/grpc");
-    let mut frame = Vec::new();
-    write_frame(TYPE_HEADERS, FLAG_END_HEADERS, id, &block, &mut frame);
-    frame
 }
 
 fn raise_fd_limit() {

@@ -5,9 +5,10 @@
 //! neither has Rust `Debug` leaking into values (`Some(…)`, `1.5ms`-style durations). Audit
 //! records carry the request as a JSON object with every secret redacted.
 
+mod common;
+
 use regex::Regex;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -24,23 +25,6 @@ const KLOG_HEADER: &str = r"^([IWEF])(\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d
 const KLOG_TAIL: &str = r#"^"(?:[^"\\]|\\.)*"(?: [A-Za-z_][A-Za-z0-9_.]*=(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.e+-]*|true|false|NaN|inf|-inf))*$"#;
 /// A value ending in Debug's rendering of a `Duration` (`159.548µs`, `5s`), in either format.
 const DEBUG_DURATION: &str = r#"\d+(\.\d+)?(ns|µs|us|ms|s|m|h)""#;
-
-/// `csi-proxyctl`, built beside this package's binary (cargo builds only this package's own
-/// binaries for its tests).
-fn ctl_binary() -> PathBuf {
-    let bin = Path::new(BIN).with_file_name("csi-proxyctl");
-    let target = Path::new(BIN).parent().and_then(Path::parent).expect("target/<profile>/");
-    let profile = Path::new(BIN).parent().unwrap().file_name().unwrap().to_str().unwrap().to_string();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.args(["build", "-p", "csi-proxyctl", "--bin", "csi-proxyctl", "--target-dir"]).arg(target);
-    if profile == "release" {
-        build.arg("--release");
-    }
-    let status = build.status().expect("running cargo build -p csi-proxyctl");
-    assert!(status.success() && bin.exists(), "could not build {}", bin.display());
-    bin
-}
 
 /// A daemon killed when the test ends, however it ends.
 struct Killed(std::process::Child);
@@ -106,7 +90,7 @@ fn calls(root: &Path) -> Vec<(String, String, String)> {
 /// Runs the daemon with every call of [`calls`] made through `csi-proxyctl`, stops it with
 /// SIGTERM, and returns its log file and audit file.
 fn run_every_api(tag: &str, format: &str) -> Run {
-    let ctl = ctl_binary();
+    let ctl = csi_proxy_stack_tests::sibling::binary(BIN, "csi-proxyctl", "csi-proxyctl", true);
     let dir = std::env::temp_dir().join(format!("csi-proxy-logs-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let (root, sock) = (dir.join("kubelet"), dir.join("sock"));
@@ -268,27 +252,9 @@ fn log_file_without_logtostderr_false_is_warned_about() {
     let dir = std::env::temp_dir().join(format!("csi-proxy-logs-ignored-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let file = dir.join("never.log");
-    let mut child = Command::new(BIN)
-        .arg("-socket-dir")
-        .arg(dir.join("sock"))
-        .arg(format!("-log_file={}", file.display()))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.join("sock/csi-proxy-system-v1alpha1.sock").exists() {
-        assert!(Instant::now() < deadline, "daemon did not create its sockets");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    let err = reader.join().unwrap();
+    let mut daemon = Command::new(BIN);
+    daemon.arg("-socket-dir").arg(dir.join("sock")).arg(format!("-log_file={}", file.display()));
+    let err = common::stderr_until_socket(&mut daemon, &dir.join("sock/csi-proxy-system-v1alpha1.sock"));
     assert!(!file.exists(), "klog writes no file while -logtostderr is true");
     let warning = err
         .lines()

@@ -7,7 +7,8 @@
 //! - `disks` (Linux): loop disks over sparse files, a udev simulator, `lsblk`; `mounts` (Linux):
 //!   the mount table as the tests read it;
 //! - [`Scratch`]: a directory of a test's own under the temp directory, gone afterwards;
-//! - [`logs`]: what the server logged; [`latency`]: the per-RPC benchmarks' figures.
+//! - [`logs`]: what the server logged; [`latency`]: the per-RPC benchmarks' figures;
+//!   [`sibling`]: another package's binary, built beside the tested one.
 //! - [`flows`]: the Windows CSI drivers' call sequences (the `csi-proxy-flows` crate, which
 //!   `csi-proxyctl conformance` runs too), run by the driver-flow tests in every environment.
 //!
@@ -17,6 +18,7 @@ pub use csi_proxy_flows as flows;
 pub mod latency;
 pub mod logs;
 pub mod scratch;
+pub mod sibling;
 
 #[cfg(target_os = "linux")]
 pub mod disks;

@@ -2,30 +2,11 @@
 //! own, and the real `csi-proxyctl` against it.
 #![allow(dead_code)] // each test file uses part of it
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const CTL: &str = env!("CARGO_BIN_EXE_csi-proxyctl");
-
-/// The daemon's binary, next to ours in the target directory (`cargo test --workspace` builds
-/// it; built here when only this package's tests were built).
-fn daemon_binary() -> PathBuf {
-    let bin = Path::new(CTL).with_file_name("csi-proxy");
-    if !bin.exists() {
-        let target = Path::new(CTL).parent().and_then(Path::parent).expect("target/<profile>/");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let profile = Path::new(CTL).parent().unwrap().file_name().unwrap().to_str().unwrap().to_string();
-        let mut build = Command::new(cargo);
-        build.args(["build", "-p", "csi-proxy", "--bin", "csi-proxy", "--target-dir"]).arg(target);
-        if profile == "release" {
-            build.arg("--release");
-        }
-        let status = build.status().expect("running cargo build -p csi-proxy");
-        assert!(status.success() && bin.exists(), "could not build {}", bin.display());
-    }
-    bin
-}
 
 /// A running daemon serving every API in `dir/sock`, with `dir/kubelet` as its kubelet path;
 /// killed, and `dir` removed, on drop.
@@ -44,7 +25,7 @@ impl Daemon {
         let dir = std::env::temp_dir().join(format!("csi-proxyctl-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("kubelet")).unwrap();
-        let child = Command::new(daemon_binary())
+        let child = Command::new(csi_proxy_stack_tests::sibling::binary(CTL, "csi-proxy", "csi-proxy", false))
             .arg("-socket-dir")
             .arg(dir.join("sock"))
             .arg("-kubelet-path")
