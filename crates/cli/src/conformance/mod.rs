@@ -464,6 +464,19 @@ async fn new_disk(c: &mut Check<'_>, made: &mut Made) -> Option<u32> {
 }
 
 /// The disk group on a scratch disk, then the volume group on it.
+/// The step ListVolumesOnDisk of the freshly partitioned disk `n`: its one volume's id, or ""
+/// when the step did not pass (the check's later steps are then skipped).
+async fn the_one_volume(c: &mut Check<'_>, p: &mut Proxy, n: u32) -> String {
+    c.run("ListVolumesOnDisk", async {
+        match &p.list_volumes_on_disk(n).await?[..] {
+            [id] => Ok(id.clone()),
+            ids => Err(wrong(format!("expected the one volume of the new partition, got {}", ids.len()))),
+        }
+    })
+    .await
+    .unwrap_or_default()
+}
+
 async fn disk_and_volume(report: &mut Report, p: &mut Proxy, made: &mut Made, node: &Node) {
     let mut c = report.check("disk");
     let disk = new_disk(&mut c, made).await;
@@ -497,16 +510,7 @@ async fn disk_and_volume(report: &mut Report, p: &mut Proxy, made: &mut Made, no
         None => {}
     }
     let target = format!("{}{}volume", node.publish_root, sep(node));
-    let id = c
-        .run("ListVolumesOnDisk", async {
-            let ids = p.list_volumes_on_disk(n).await?;
-            match &ids[..] {
-                [id] => Ok(id.clone()),
-                _ => Err(wrong(format!("expected the one volume of the new partition, got {}", ids.len()))),
-            }
-        })
-        .await
-        .unwrap_or_default();
+    let id = the_one_volume(&mut c, p, n).await;
     c.run("IsVolumeFormatted (new)", async { expect(p.is_volume_formatted(&id).await?, false, "IsVolumeFormatted") })
         .await;
     c.run("FormatVolume", async { Ok(p.format_volume(&id).await?) }).await;

@@ -6,7 +6,7 @@
 
 #[cfg(windows)]
 use super::dacl::dacl_sddl;
-use super::{bounded, expect, new_disk, sep, wrong, Check, Made, Report, Res, StepErr, MIB, SIZE};
+use super::{bounded, expect, new_disk, sep, the_one_volume, wrong, Check, Made, Report, Res, StepErr, MIB, SIZE};
 use csi_proxy_client::{v1, Code};
 use csi_proxy_flows::{Node, Proxy};
 use std::path::Path;
@@ -89,15 +89,7 @@ pub async fn windows_checks(report: &mut Report, p: &mut Proxy, made: &mut Made,
 
     let mut c = report.check(FORMAT_EMPTY_LABEL);
     done.gate(&mut c, &[PARTITION_AFTER_ONLINE]);
-    let id = c
-        .run("ListVolumesOnDisk", async {
-            match &p.list_volumes_on_disk(n).await?[..] {
-                [id] => Ok(id.clone()),
-                ids => Err(wrong(format!("expected the one volume of the new partition, got {}", ids.len()))),
-            }
-        })
-        .await
-        .unwrap_or_default();
+    let id = the_one_volume(&mut c, p, n).await;
     c.run("FormatVolume (MSFT_Volume.Format, FileSystemLabel \"\")", async { Ok(p.format_volume(&id).await?) }).await;
     c.run("IsVolumeFormatted", async { expect(p.is_volume_formatted(&id).await?, true, "IsVolumeFormatted") }).await;
     done.record(&c);
@@ -220,15 +212,7 @@ async fn read_only_and_resize_checks(report: &mut Report, p: &mut Proxy, made: &
 
     let mut c = report.check(RESIZE_BY_DISK_NUMBER);
     done.gate(&mut c, &[ONLINE_CLEARS_READ_ONLY]);
-    let id = c
-        .run("ListVolumesOnDisk", async {
-            match &p.list_volumes_on_disk(n).await?[..] {
-                [id] => Ok(id.clone()),
-                ids => Err(wrong(format!("expected the one volume of the new partition, got {}", ids.len()))),
-            }
-        })
-        .await
-        .unwrap_or_default();
+    let id = the_one_volume(&mut c, p, n).await;
     c.run("FormatVolume", async { Ok(p.format_volume(&id).await?) }).await;
     c.run("grow the disk to twice its size", async { Ok(made.disks.grow(n, 2 * SIZE)?) }).await;
     c.run("Rescan", async { Ok(p.rescan().await?) }).await;
