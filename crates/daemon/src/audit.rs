@@ -30,6 +30,7 @@
 use crate::logging::private_file::open_audit_file;
 use crate::logging::{LogFile, Retention};
 use csi_proxy_server::audit::{AuditSink, Record};
+use csi_proxy_sync::LockExt;
 use serde_json::{json, Map, Value};
 use std::io;
 use std::path::Path;
@@ -68,7 +69,7 @@ pub fn rotation(opts: &crate::flags::Options) -> (u64, Retention) {
 impl AuditSink for AuditFile {
     fn write(&self, record: &Record<'_>) -> io::Result<()> {
         let line = json_line(record);
-        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut file = self.file.lock_ignoring_poison();
         file.write_record(line.as_bytes())
     }
 

@@ -5,6 +5,7 @@
 //! open calls get a short drain, then the service reports Stopped and the process exits.
 
 use crate::flags::Options;
+use csi_proxy_sync::LockExt;
 use std::ffi::OsString;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -24,7 +25,7 @@ define_windows_service!(ffi_service_main, service_main);
 
 /// Hands the process to the SCM; returns when the service has stopped.
 pub fn run(opts: Options) -> anyhow::Result<()> {
-    *OPTIONS.lock().unwrap_or_else(|p| p.into_inner()) = Some(opts);
+    *OPTIONS.lock_ignoring_poison() = Some(opts);
     service_dispatcher::start(SERVICE_NAME, ffi_service_main).map_err(|e| {
         anyhow::anyhow!(
             "-windows-service: cannot connect to the service control manager as service {SERVICE_NAME:?} \
@@ -41,15 +42,14 @@ fn service_main(_args: Vec<OsString>) {
 
 fn run_service() -> anyhow::Result<()> {
     let opts = OPTIONS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .lock_ignoring_poison()
         .take()
         .ok_or_else(|| anyhow::anyhow!("service started twice"))?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let stop_tx = Mutex::new(Some(stop_tx));
     let handler = move |control| match control {
         ServiceControl::Stop | ServiceControl::Shutdown => {
-            if let Some(tx) = stop_tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if let Some(tx) = stop_tx.lock_ignoring_poison().take() {
                 let _ = tx.send(());
             }
             ServiceControlHandlerResult::NoError

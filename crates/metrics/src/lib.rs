@@ -39,6 +39,7 @@ mod windows;
 
 pub use build_info::BUILD_INFO;
 
+use csi_proxy_sync::LockExt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -402,7 +403,7 @@ impl Waiting {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, WaitingInner> {
         // Numbers and wakers only: nothing a panic could leave half-changed.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_ignoring_poison()
     }
 
     /// Queues a new connection, closing the one waiting longest if the queue is full (counted

@@ -3,6 +3,7 @@
 //! that has used 0.46 s shows 0). Ours is a float, read as Prometheus' Go client reads it:
 //! utime + stime of `/proc/self/stat`, in clock ticks, divided by `CLK_TCK`.
 
+use csi_proxy_sync::LockExt;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Counter, Opts};
@@ -45,7 +46,7 @@ impl Collector for ProcessCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         match cpu_seconds() {
             Ok(now) => {
-                let mut seen = self.cpu_seen.lock().unwrap_or_else(|e| e.into_inner());
+                let mut seen = self.cpu_seen.lock_ignoring_poison();
                 if now > *seen {
                     self.cpu.inc_by(now - *seen);
                     *seen = now;

@@ -6,6 +6,7 @@
 //! `process_start_time_seconds`.
 #![allow(unsafe_code)]
 
+use csi_proxy_sync::LockExt;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Counter, Gauge, Opts};
@@ -127,7 +128,7 @@ impl Collector for ProcessCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         match read() {
             Ok(r) => {
-                let mut seen = self.cpu_seen.lock().unwrap_or_else(|e| e.into_inner());
+                let mut seen = self.cpu_seen.lock_ignoring_poison();
                 if r.cpu_seconds > *seen {
                     self.cpu.inc_by(r.cpu_seconds - *seen);
                     *seen = r.cpu_seconds;

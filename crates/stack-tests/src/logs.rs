@@ -1,6 +1,7 @@
 //! A process-wide tracing subscriber that keeps every event and span field as text, so a test
 //! can check what the server would have logged (secrets must never appear).
 
+use csi_proxy_sync::LockExt;
 use std::fmt::Write as _;
 use std::sync::{Mutex, OnceLock};
 use tracing::field::{Field, Visit};
@@ -20,7 +21,7 @@ fn keep(target: &str, record: impl FnOnce(&mut Line<'_>)) {
     let mut line = format!("{target}:");
     record(&mut Line(&mut line));
     line.push('\n');
-    LOG.lock().unwrap_or_else(|p| p.into_inner()).push_str(&line);
+    LOG.lock_ignoring_poison().push_str(&line);
 }
 
 struct Capture;
@@ -51,5 +52,5 @@ pub fn install() {
 
 /// Everything logged so far by any test of this binary.
 pub fn text() -> String {
-    LOG.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    LOG.lock_ignoring_poison().clone()
 }
