@@ -23,6 +23,8 @@
 //!
 //! `examples/disks.rs` is the same as a program.
 
+#[cfg(windows)]
+pub mod file_dacl;
 pub mod go_duration;
 
 use csi_proxy_sync::LockExt;

@@ -4,8 +4,6 @@
 //! made by this run and removed by it (see [`scratch`]). A step that fails ends its check (the
 //! rest of it is listed as skipped); the other checks still run.
 
-#[cfg(windows)]
-mod dacl;
 mod named;
 mod remote;
 mod scratch;

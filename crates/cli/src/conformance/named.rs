@@ -4,9 +4,9 @@
 //! state is skipped, naming it, when that one did not pass; all say "needs Windows: <API>" when
 //! no disk can be made). On Linux each is one row, skipped: Windows only.
 
-#[cfg(windows)]
-use super::dacl::dacl_sddl;
 use super::{bounded, expect, new_disk, sep, the_one_volume, wrong, Check, Made, Report, Res, StepErr, MIB, SIZE};
+#[cfg(windows)]
+use csi_proxy_client::file_dacl::dacl_sddl;
 use csi_proxy_client::{v1, Code};
 use csi_proxy_flows::{Node, Proxy};
 use std::path::Path;

@@ -10,8 +10,11 @@
 //!   `PROTECTED_DACL_SECURITY_INFORMATION` ("the DACL cannot inherit ACEs"), which needs the
 //!   handle opened with `WRITE_DAC`.
 //! - The `P` in the SDDL sets `SE_DACL_PROTECTED` on a created file; `FA` is `FILE_ALL_ACCESS`.
-//! - A descriptor from `ConvertStringSecurityDescriptorToSecurityDescriptorW`, and one from
-//!   `GetSecurityInfo`, are freed with `LocalFree`, as their documentation says.
+//! - A descriptor from `ConvertStringSecurityDescriptorToSecurityDescriptorW` is freed with
+//!   `LocalFree`, as its documentation says.
+//!
+//! The DACL is read back (tests, and csi-proxyctl conformance on a node) by
+//! `csi_proxy_client::file_dacl`.
 
 // A platform module: the file-security calls.
 #![allow(unsafe_code)]
@@ -47,8 +50,8 @@ struct LocalDescriptor(PSECURITY_DESCRIPTOR);
 impl Drop for LocalDescriptor {
     fn drop(&mut self) {
         if !self.0.is_null() {
-            // SAFETY: the pointer came from a call documented to allocate it with LocalAlloc
-            // (ConvertStringSecurityDescriptorToSecurityDescriptorW, GetSecurityInfo); freed once.
+            // SAFETY: the pointer came from ConvertStringSecurityDescriptorToSecurityDescriptorW,
+            // documented to allocate it with LocalAlloc; freed once.
             unsafe { LocalFree(self.0 as HLOCAL) };
         }
     }
@@ -137,63 +140,6 @@ fn set_dacl(file: &File, sd: &LocalDescriptor) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use windows_sys::Win32::Security::Authorization::{
-        ConvertSecurityDescriptorToStringSecurityDescriptorW, GetSecurityInfo,
-    };
-
-    /// The open file's DACL as SDDL (`D:P(A;;FA;;;SY)...`), read back with `GetSecurityInfo`.
-    fn dacl_sddl(file: &File) -> io::Result<String> {
-        let mut sd = LocalDescriptor(ptr::null_mut());
-        // SAFETY: the handle is open with READ_CONTROL; only the descriptor out-pointer is asked for,
-        // the others may be null.
-        let status = unsafe {
-            GetSecurityInfo(
-                file.as_raw_handle(),
-                SE_FILE_OBJECT,
-                DACL_SECURITY_INFORMATION,
-                ptr::null_mut(),
-                ptr::null_mut(),
-                ptr::null_mut(),
-                ptr::null_mut(),
-                &mut sd.0,
-            )
-        };
-        if status != ERROR_SUCCESS {
-            return Err(io::Error::from_raw_os_error(status as i32));
-        }
-        let mut text: *mut u16 = ptr::null_mut();
-        let mut len = 0u32;
-        // SAFETY: `sd.0` is the descriptor GetSecurityInfo returned; the out-pointers are valid.
-        let ok = unsafe {
-            ConvertSecurityDescriptorToStringSecurityDescriptorW(
-                sd.0,
-                SDDL_REVISION_1,
-                DACL_SECURITY_INFORMATION,
-                &mut text,
-                &mut len,
-            )
-        };
-        if ok == 0 || text.is_null() {
-            return Err(io::Error::last_os_error());
-        }
-        let text = LocalText(text);
-        // SAFETY: the function returned a NUL-terminated string; `len` counts its characters (with
-        // or without the NUL, which is trimmed below).
-        let chars = unsafe { std::slice::from_raw_parts(text.0, len as usize) };
-        Ok(String::from_utf16_lossy(chars).trim_end_matches('\0').to_string())
-    }
-
-    /// A string the system allocated, freed with `LocalFree`.
-    struct LocalText(*mut u16);
-
-    impl Drop for LocalText {
-        fn drop(&mut self) {
-            // SAFETY: allocated by ConvertSecurityDescriptorToStringSecurityDescriptorW, documented to
-            // be freed with LocalFree; freed once.
-            unsafe { LocalFree(self.0 as HLOCAL) };
-        }
-    }
-
     fn open_plain(path: &Path) -> File {
         use std::os::windows::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
@@ -205,8 +151,8 @@ mod tests {
 
     /// `f`'s DACL as SDDL without the auto-inheritance flags (`AI`, `AR`), which Windows may add
     /// to a DACL set through SetSecurityInfo; `P` and the ACEs are what is set.
-    fn dacl_as_set(f: &File) -> String {
-        let sddl = dacl_sddl(f).unwrap();
+    fn dacl_as_set(path: &Path) -> String {
+        let sddl = csi_proxy_client::file_dacl::dacl_sddl(path).unwrap();
         let at = sddl.find('(').unwrap_or(sddl.len());
         sddl[..at].replace("AI", "").replace("AR", "") + &sddl[at..]
     }
@@ -221,7 +167,7 @@ mod tests {
         std::fs::write(&probe, "").unwrap();
         let f = open_plain(&probe);
         set_dacl(&f, &descriptor("D:P(A;;FA;;;WD)").unwrap()).unwrap();
-        dacl_as_set(&f) == "D:P(A;;FA;;;WD)"
+        dacl_as_set(&probe) == "D:P(A;;FA;;;WD)"
     }
 
     /// A new audit file gets exactly its DACL, protected (it had its folder's inherited ACL); an
@@ -238,12 +184,12 @@ mod tests {
         let new = open(&path).unwrap();
         let existing = open(&other).unwrap();
         if dacls_are_kept(&dir) {
-            assert_eq!(dacl_as_set(&new), AUDIT_FILE_SDDL);
-            assert_eq!(dacl_as_set(&existing), AUDIT_FILE_SDDL);
+            assert_eq!(dacl_as_set(&path), AUDIT_FILE_SDDL);
+            assert_eq!(dacl_as_set(&other), AUDIT_FILE_SDDL);
         } else {
             eprintln!(
                 "this system does not keep file DACLs (Wine): read back {:?}; the exact DACL is checked on Windows (csi-proxyctl conformance: audit-file-dacl)",
-                dacl_sddl(&new).unwrap()
+                csi_proxy_client::file_dacl::dacl_sddl(&path).unwrap()
             );
         }
         drop((new, existing));

@@ -1,9 +1,10 @@
-//! The audit-file-dacl check's read of a file's DACL, as SDDL.
+//! A file's DACL as SDDL, for the daemon's test of its audit file and csi-proxyctl
+//! conformance's audit-file-dacl check on a Windows node (the one copy both binaries share).
 //!
 //! Microsoft's contract followed here:
 //! - `GetNamedSecurityInfoW` with `SE_FILE_OBJECT` and `DACL_SECURITY_INFORMATION` returns the
-//!   file's descriptor (the caller needs READ_CONTROL, which the DACL asked for gives
-//!   Administrators); "free the returned buffer by calling the LocalFree function".
+//!   file's descriptor (the caller needs READ_CONTROL on the file); "free the returned buffer by
+//!   calling the LocalFree function".
 //! - `ConvertSecurityDescriptorToStringSecurityDescriptorW` writes the DACL part as SDDL
 //!   (`D:<flags>(<ace>)...`); its string is freed with `LocalFree` too.
 
