@@ -134,8 +134,9 @@ fn open_connections_are_counted_per_endpoint() {
     assert_eq!(d.value(&open("csi-proxy-disk-v1")), 1.0);
     drop(disk);
     d.wait_for(&open("csi-proxy-disk-v1"), 0.0);
-    // The metrics listener counts itself: the scrape being answered is open.
-    assert_eq!(d.value(&open("metrics")), 1.0);
+    // The metrics listener counts itself: the scrape being answered is open. An earlier scrape's
+    // connection closes on the daemon's time, so it may still be counted for a moment.
+    d.wait_for(&open("metrics"), 1.0);
 }
 
 /// With one slot per endpoint, a connection whose call is in flight holds it: the next one from
