@@ -41,10 +41,7 @@ fn service_main(_args: Vec<OsString>) {
 }
 
 fn run_service() -> anyhow::Result<()> {
-    let opts = OPTIONS
-        .lock_ignoring_poison()
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("service started twice"))?;
+    let opts = OPTIONS.lock_ignoring_poison().take().ok_or_else(|| anyhow::anyhow!("service started twice"))?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let stop_tx = Mutex::new(Some(stop_tx));
     let handler = move |control| match control {

@@ -60,6 +60,9 @@ use std::sync::Arc;
 use types::*;
 
 /// Whole-disk operations. Disks are named by their OS disk number.
+///
+/// In every group a method that serves an RPC has the RPC's name in snake case (`get_disk_stats`
+/// for GetDiskStats), so that a search for either finds the other.
 pub trait DiskHost: Send + Sync {
     fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>>;
     fn partition_disk(&self, disk: u32) -> Result<()>;
@@ -80,10 +83,10 @@ pub trait DiskHost: Send + Sync {
         Ok(())
     }
     fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>>;
-    /// Size of the disk in bytes.
-    fn disk_size(&self, disk: u32) -> Result<u64>;
-    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()>;
-    fn disk_online(&self, disk: u32) -> Result<bool>;
+    /// GetDiskStats: the disk's size in bytes.
+    fn get_disk_stats(&self, disk: u32) -> Result<u64>;
+    fn set_disk_state(&self, disk: u32, online: bool) -> Result<()>;
+    fn get_disk_state(&self, disk: u32) -> Result<bool>;
 }
 
 /// A whole rescan without the server's disk locks (for tests and tools that have the host to
@@ -160,19 +163,19 @@ pub trait VolumeHost: Send + Sync {
     /// `size_bytes == 0` means as large as the disk allows. `volume_id` may also be a disk
     /// number, standing for that disk's data volume ([`data_volume`]).
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()>;
-    fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats>;
-    fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32>;
+    fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats>;
+    fn get_disk_number_from_volume_id(&self, volume_id: &str) -> Result<u32>;
     /// Whether the volume calls find their volume again once they hold a lock of their own on
-    /// the disk [`Self::disk_number_of_volume`] last answered for it, and follow it when it has
-    /// moved (the Linux backend's disk `flock`, linux/block/lookup.rs). The server then looks a
-    /// volume's disk up once, for its own lock, and not again once it holds it.
+    /// the disk [`Self::get_disk_number_from_volume_id`] last answered for it, and follow it when
+    /// it has moved (the Linux backend's disk `flock`, linux/block/lookup.rs). The server then
+    /// looks a volume's disk up once, for its own lock, and not again once it holds it.
     fn finds_volumes_under_own_lock(&self) -> bool {
         false
     }
-    fn volume_at_path(&self, target_path: &str) -> Result<String>;
-    fn closest_volume_to_path(&self, target_path: &str) -> Result<String>;
+    fn get_volume_id_from_target_path(&self, target_path: &str) -> Result<String>;
+    fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String>;
     /// WriteVolumeCache: flushes the volume's cached writes to the disk.
-    fn flush_volume(&self, volume_id: &str) -> Result<()>;
+    fn write_volume_cache(&self, volume_id: &str) -> Result<()>;
 }
 
 /// Directory and link operations. Paths come as the request gave them (the server refuses only
@@ -191,8 +194,8 @@ pub trait FilesystemHost: Send + Sync {
 
 /// Host-wide SMB share mappings.
 pub trait SmbHost: Send + Sync {
-    fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()>;
-    fn remove_global_mapping(&self, remote_path: &str) -> Result<()>;
+    fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()>;
+    fn remove_smb_global_mapping(&self, remote_path: &str) -> Result<()>;
 }
 
 /// iSCSI initiator.
@@ -203,18 +206,18 @@ pub trait IscsiHost: Send + Sync {
     fn list_target_portals(&self) -> Result<Vec<TargetPortal>>;
     fn connect_target(&self, request: &ConnectTarget) -> Result<()>;
     fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()>;
-    fn target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>>;
+    fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>>;
     fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()>;
 }
 
 /// Machine identity and host services.
 pub trait SystemHost: Send + Sync {
-    fn bios_serial_number(&self) -> Result<String>;
+    fn get_bios_serial_number(&self) -> Result<String>;
     fn start_service(&self, name: &str) -> Result<()>;
     /// Without `force`, running dependents make the stop fail. With it they are stopped first;
     /// each must pass `may_stop` (the server's allow-list), checked before anything is stopped.
     fn stop_service(&self, name: &str, force: bool, may_stop: &dyn Fn(&str) -> bool) -> Result<()>;
-    fn service(&self, name: &str) -> Result<ServiceInfo>;
+    fn get_service(&self, name: &str) -> Result<ServiceInfo>;
 }
 
 /// Settings of the native backend that come from the command line.

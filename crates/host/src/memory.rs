@@ -244,16 +244,16 @@ impl DiskHost for MemoryHost {
     fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
         self.with(|s| Ok(s.disks.iter().map(|(n, d)| (*n, d.ids.clone())).collect()))
     }
-    fn disk_size(&self, disk: u32) -> Result<u64> {
+    fn get_disk_stats(&self, disk: u32) -> Result<u64> {
         self.with(|s| Ok(s.disk(disk)?.size))
     }
-    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
+    fn set_disk_state(&self, disk: u32, online: bool) -> Result<()> {
         self.with(|s| {
             s.disk(disk)?.online = online;
             Ok(())
         })
     }
-    fn disk_online(&self, disk: u32) -> Result<bool> {
+    fn get_disk_state(&self, disk: u32) -> Result<bool> {
         self.with(|s| Ok(s.disk(disk)?.online))
     }
 }
@@ -318,16 +318,16 @@ impl VolumeHost for MemoryHost {
             Ok(())
         })
     }
-    fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
+    fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
         self.with(|s| {
             let v = s.volume(volume_id)?;
             Ok(VolumeStats { total_bytes: v.size, used_bytes: v.used })
         })
     }
-    fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32> {
+    fn get_disk_number_from_volume_id(&self, volume_id: &str) -> Result<u32> {
         self.with(|s| Ok(s.volume(volume_id)?.disk))
     }
-    fn volume_at_path(&self, target_path: &str) -> Result<String> {
+    fn get_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
         let target = norm(target_path);
         self.with(|s| {
             s.volumes.iter().find(|(_, v)| v.mounts.contains(&target)).map(|(id, _)| id.clone()).ok_or_else(|| {
@@ -335,7 +335,7 @@ impl VolumeHost for MemoryHost {
             })
         })
     }
-    fn closest_volume_to_path(&self, target_path: &str) -> Result<String> {
+    fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
         let mut p = norm(target_path);
         self.with(|s| loop {
             if let Some((id, _)) = s.volumes.iter().find(|(_, v)| v.mounts.contains(&p)) {
@@ -347,7 +347,7 @@ impl VolumeHost for MemoryHost {
             }
         })
     }
-    fn flush_volume(&self, volume_id: &str) -> Result<()> {
+    fn write_volume_cache(&self, volume_id: &str) -> Result<()> {
         self.with(|s| {
             s.volume(volume_id)?.flushes += 1;
             Ok(())
@@ -440,7 +440,7 @@ impl FilesystemHost for MemoryHost {
 }
 
 impl SmbHost for MemoryHost {
-    fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+    fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
         let root = share_root(&mapping.remote_path)?;
         self.with(|s| {
             if !mapping.local_path.is_empty() {
@@ -457,7 +457,7 @@ impl SmbHost for MemoryHost {
             Ok(())
         })
     }
-    fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
+    fn remove_smb_global_mapping(&self, remote_path: &str) -> Result<()> {
         self.with(|s| {
             s.smb
                 .remove(&share_root(remote_path)?)
@@ -510,7 +510,7 @@ impl IscsiHost for MemoryHost {
             Ok(())
         })
     }
-    fn target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
+    fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
         self.with(|s| {
             let t = s.target(portal, iqn)?;
             Ok(if t.connected { t.disks.clone() } else { vec![] })
@@ -525,7 +525,7 @@ impl IscsiHost for MemoryHost {
 }
 
 impl SystemHost for MemoryHost {
-    fn bios_serial_number(&self) -> Result<String> {
+    fn get_bios_serial_number(&self) -> Result<String> {
         self.with(|s| {
             if s.bios_serial.is_empty() {
                 Err(Error::not_found("the firmware reports no system serial number"))
@@ -570,7 +570,7 @@ impl SystemHost for MemoryHost {
             Ok(())
         })
     }
-    fn service(&self, name: &str) -> Result<ServiceInfo> {
+    fn get_service(&self, name: &str) -> Result<ServiceInfo> {
         self.with(|s| Ok(s.service(name)?.info.clone()))
     }
 }

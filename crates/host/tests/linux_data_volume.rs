@@ -81,5 +81,5 @@ fn a_disk_number_grows_that_disks_data_volume() {
 
     // Only ResizeVolume takes a disk number.
     assert!(matches!(block.is_volume_formatted(&by_number), Err(Error::InvalidArgument(_))));
-    assert!(matches!(block.disk_number_of_volume(&by_number), Err(Error::InvalidArgument(_))));
+    assert!(matches!(block.get_disk_number_from_volume_id(&by_number), Err(Error::InvalidArgument(_))));
 }

@@ -296,7 +296,7 @@ impl Context {
                 let disk_of = || {
                     let (ctx, volume) = (self.clone(), volume.clone());
                     async move {
-                        let lookup = move || ctx.hosts().volume.disk_number_of_volume(&volume);
+                        let lookup = move || ctx.hosts().volume.get_disk_number_from_volume_id(&volume);
                         run_on(&self.0.pools.unlocked, None, lookup).await.unwrap_or_else(|why| {
                             Err(Error::internal(format!("looking up the disk of a volume panicked ({why})")))
                         })

@@ -368,14 +368,14 @@ impl csi_proxy_host::DiskHost for HeldDisk {
     fn list_disk_ids(&self) -> csi_proxy_host::Result<std::collections::BTreeMap<u32, csi_proxy_host::types::DiskIds>> {
         self.inner.list_disk_ids()
     }
-    fn disk_size(&self, disk: u32) -> csi_proxy_host::Result<u64> {
-        self.inner.disk_size(disk)
+    fn get_disk_stats(&self, disk: u32) -> csi_proxy_host::Result<u64> {
+        self.inner.get_disk_stats(disk)
     }
-    fn set_disk_online(&self, disk: u32, online: bool) -> csi_proxy_host::Result<()> {
-        self.inner.set_disk_online(disk, online)
+    fn set_disk_state(&self, disk: u32, online: bool) -> csi_proxy_host::Result<()> {
+        self.inner.set_disk_state(disk, online)
     }
-    fn disk_online(&self, disk: u32) -> csi_proxy_host::Result<bool> {
-        self.inner.disk_online(disk)
+    fn get_disk_state(&self, disk: u32) -> csi_proxy_host::Result<bool> {
+        self.inner.get_disk_state(disk)
     }
 }
 

@@ -176,14 +176,14 @@ impl DiskHost for Host {
     fn list_disk_ids(&self) -> HostResult<BTreeMap<u32, DiskIds>> {
         self.inner.list_disk_ids()
     }
-    fn disk_size(&self, disk: u32) -> HostResult<u64> {
-        self.inner.disk_size(disk)
+    fn get_disk_stats(&self, disk: u32) -> HostResult<u64> {
+        self.inner.get_disk_stats(disk)
     }
-    fn set_disk_online(&self, disk: u32, online: bool) -> HostResult<()> {
-        self.inner.set_disk_online(disk, online)
+    fn set_disk_state(&self, disk: u32, online: bool) -> HostResult<()> {
+        self.inner.set_disk_state(disk, online)
     }
-    fn disk_online(&self, disk: u32) -> HostResult<bool> {
-        self.inner.disk_online(disk)
+    fn get_disk_state(&self, disk: u32) -> HostResult<bool> {
+        self.inner.get_disk_state(disk)
     }
 }
 
@@ -207,21 +207,21 @@ impl VolumeHost for Host {
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> HostResult<()> {
         self.inner.resize_volume(volume_id, size_bytes)
     }
-    fn volume_stats(&self, volume_id: &str) -> HostResult<VolumeStats> {
-        self.inner.volume_stats(volume_id)
+    fn get_volume_stats(&self, volume_id: &str) -> HostResult<VolumeStats> {
+        self.inner.get_volume_stats(volume_id)
     }
-    fn disk_number_of_volume(&self, _volume_id: &str) -> HostResult<u32> {
+    fn get_disk_number_from_volume_id(&self, _volume_id: &str) -> HostResult<u32> {
         self.step(Step::Lookup);
         Ok(0)
     }
-    fn volume_at_path(&self, target_path: &str) -> HostResult<String> {
-        self.inner.volume_at_path(target_path)
+    fn get_volume_id_from_target_path(&self, target_path: &str) -> HostResult<String> {
+        self.inner.get_volume_id_from_target_path(target_path)
     }
-    fn closest_volume_to_path(&self, target_path: &str) -> HostResult<String> {
-        self.inner.closest_volume_to_path(target_path)
+    fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> HostResult<String> {
+        self.inner.get_closest_volume_id_from_target_path(target_path)
     }
-    fn flush_volume(&self, volume_id: &str) -> HostResult<()> {
-        self.inner.flush_volume(volume_id)
+    fn write_volume_cache(&self, volume_id: &str) -> HostResult<()> {
+        self.inner.write_volume_cache(volume_id)
     }
 }
 

@@ -32,10 +32,12 @@ fn main() {
     // The host calls alone.
     let host = csi_proxy_host::native(host_config());
     let mut direct = |name: &'static str, f: &dyn Fn()| rows.push((name, "host call", latency::time(calls, f)));
-    direct("GetVolumeStats", &|| assert!(host.volume.volume_stats(&volume).unwrap().total_bytes > 0));
+    direct("GetVolumeStats", &|| assert!(host.volume.get_volume_stats(&volume).unwrap().total_bytes > 0));
     direct("IsVolumeFormatted", &|| assert!(host.volume.is_volume_formatted(&volume).unwrap()));
-    direct("GetClosestVolumeIDFromTargetPath", &|| drop(host.volume.closest_volume_to_path(&deep).unwrap()));
-    direct("GetDiskStats", &|| assert!(host.disk.disk_size(0).unwrap() > 0));
+    direct("GetClosestVolumeIDFromTargetPath", &|| {
+        drop(host.volume.get_closest_volume_id_from_target_path(&deep).unwrap())
+    });
+    direct("GetDiskStats", &|| assert!(host.disk.get_disk_stats(0).unwrap() > 0));
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let piped = rt.block_on(async {

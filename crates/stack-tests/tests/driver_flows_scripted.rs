@@ -702,20 +702,20 @@ impl VolumeHost for Swap {
     fn resize_volume(&self, id: &str, size: u64) -> Result<()> {
         self.volume().resize_volume(id, size)
     }
-    fn volume_stats(&self, id: &str) -> Result<VolumeStats> {
-        self.volume().volume_stats(id)
+    fn get_volume_stats(&self, id: &str) -> Result<VolumeStats> {
+        self.volume().get_volume_stats(id)
     }
-    fn disk_number_of_volume(&self, id: &str) -> Result<u32> {
-        self.volume().disk_number_of_volume(id)
+    fn get_disk_number_from_volume_id(&self, id: &str) -> Result<u32> {
+        self.volume().get_disk_number_from_volume_id(id)
     }
-    fn volume_at_path(&self, target: &str) -> Result<String> {
-        self.volume().volume_at_path(target)
+    fn get_volume_id_from_target_path(&self, target: &str) -> Result<String> {
+        self.volume().get_volume_id_from_target_path(target)
     }
-    fn closest_volume_to_path(&self, target: &str) -> Result<String> {
-        self.volume().closest_volume_to_path(target)
+    fn get_closest_volume_id_from_target_path(&self, target: &str) -> Result<String> {
+        self.volume().get_closest_volume_id_from_target_path(target)
     }
-    fn flush_volume(&self, id: &str) -> Result<()> {
-        self.volume().flush_volume(id)
+    fn write_volume_cache(&self, id: &str) -> Result<()> {
+        self.volume().write_volume_cache(id)
     }
 }
 
@@ -732,23 +732,23 @@ impl DiskHost for Swap {
     fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
         self.disk().list_disk_ids()
     }
-    fn disk_size(&self, disk: u32) -> Result<u64> {
-        self.disk().disk_size(disk)
+    fn get_disk_stats(&self, disk: u32) -> Result<u64> {
+        self.disk().get_disk_stats(disk)
     }
-    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
-        self.disk().set_disk_online(disk, online)
+    fn set_disk_state(&self, disk: u32, online: bool) -> Result<()> {
+        self.disk().set_disk_state(disk, online)
     }
-    fn disk_online(&self, disk: u32) -> Result<bool> {
-        self.disk().disk_online(disk)
+    fn get_disk_state(&self, disk: u32) -> Result<bool> {
+        self.disk().get_disk_state(disk)
     }
 }
 
 impl SmbHost for Swap {
-    fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
-        self.smb().new_global_mapping(mapping)
+    fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+        self.smb().new_smb_global_mapping(mapping)
     }
-    fn remove_global_mapping(&self, remote: &str) -> Result<()> {
-        self.smb().remove_global_mapping(remote)
+    fn remove_smb_global_mapping(&self, remote: &str) -> Result<()> {
+        self.smb().remove_smb_global_mapping(remote)
     }
 }
 

@@ -36,7 +36,7 @@ fn loop_disks_are_listed_with_their_numbers_sizes_and_no_ids() {
         let n = disk.number();
         assert_eq!(ids.get(&n), Some(&DiskIds::default()), "{} ({n}) in {ids:?}", disk.name);
         assert_eq!(locations.get(&n), Some(&DiskLocation::default()), "{}", disk.name);
-        assert_eq!(h.disk_size(n).unwrap(), size, "{}", disk.name);
+        assert_eq!(h.get_disk_stats(n).unwrap(), size, "{}", disk.name);
     }
     assert!(ids.keys().eq(locations.keys()), "both lists hold the same disks");
 }
@@ -67,7 +67,7 @@ fn the_lists_agree_with_lsblk() {
         }
         let n = number_of(&row["MAJ:MIN"]);
         let id = ids.get(&n).unwrap_or_else(|| panic!("{name} ({n}) from lsblk is not in {ids:?}"));
-        assert_eq!(h.disk_size(n).unwrap().to_string(), row["SIZE"], "{name}");
+        assert_eq!(h.get_disk_stats(n).unwrap().to_string(), row["SIZE"], "{name}");
         let loc = &locations[&n];
         let hctl = [&loc.adapter, &loc.bus, &loc.target, &loc.lun_id];
         if row["HCTL"].is_empty() {
@@ -117,7 +117,7 @@ fn real_disks_match_sysfs() {
             let parent = parent.file_name().unwrap().to_str().unwrap();
             assert_eq!(Some(locations[&n].adapter.as_str()), parent.strip_prefix("virtio"), "{name}");
         }
-        assert_eq!(h.disk_size(n).unwrap(), read("size").unwrap().parse::<u64>().unwrap() * 512, "{name}");
+        assert_eq!(h.get_disk_stats(n).unwrap(), read("size").unwrap().parse::<u64>().unwrap() * 512, "{name}");
     }
 }
 
@@ -128,7 +128,7 @@ fn only_scsi_disks_have_a_state() {
     let h = host();
     let n = d.number();
     let expected = format!("{} (disk {n}) is not a SCSI disk; only SCSI disks have an online state on Linux", d.name);
-    for result in [h.disk_online(n).map(drop), h.set_disk_online(n, true), h.set_disk_online(n, false)] {
+    for result in [h.get_disk_state(n).map(drop), h.set_disk_state(n, true), h.set_disk_state(n, false)] {
         match result {
             Err(Error::FailedPrecondition(msg)) => assert_eq!(msg, expected),
             other => panic!("expected FailedPrecondition, got {other:?}"),
@@ -140,7 +140,9 @@ fn only_scsi_disks_have_a_state() {
 fn unknown_disk_numbers_are_not_found_with_an_explanation() {
     let h = host();
     let n = (4000 << 20) | 7;
-    for err in [h.disk_size(n).unwrap_err(), h.disk_online(n).unwrap_err(), h.set_disk_online(n, true).unwrap_err()] {
+    for err in
+        [h.get_disk_stats(n).unwrap_err(), h.get_disk_state(n).unwrap_err(), h.set_disk_state(n, true).unwrap_err()]
+    {
         match err {
             Error::NotFound(msg) => {
                 assert!(msg.starts_with(&format!("disk {n} (device 4000:7) not found")), "{msg}");

@@ -136,7 +136,7 @@ fn a_blank_disk_gets_one_aligned_gpt_partition_the_kernel_knows() {
             other => panic!("{other:?}"),
         }
         assert_eq!(b.volume(&v.id).unwrap(), v);
-        assert_eq!(b.disk_number_of_volume(&v.id).unwrap(), l.number());
+        assert_eq!(b.get_disk_number_from_volume_id(&v.id).unwrap(), l.number());
         // Upper case hex finds the same volume (Windows compares IDs without case).
         let upper = format!(r"\\?\Volume{{{}}}\", guid_of(&v.id).to_uppercase());
         assert_eq!(b.volume(&upper).unwrap(), v);
@@ -482,7 +482,7 @@ fn a_cloned_disks_volume_is_refused_whatever_the_listing_order() {
             assert_eq!(b.volumes_of(&disk_of(pair[i])).unwrap().len(), 1);
         }
         for _ in 0..2 {
-            for result in [b.volume(&v.id).map(|v| v.disk), b.disk_number_of_volume(&v.id)] {
+            for result in [b.volume(&v.id).map(|v| v.disk), b.get_disk_number_from_volume_id(&v.id)] {
                 match result {
                     Err(Error::FailedPrecondition(msg)) => assert!(
                         msg.contains(&format!("disk {} ", a.number()))
@@ -497,7 +497,7 @@ fn a_cloned_disks_volume_is_refused_whatever_the_listing_order() {
         write_at(&c.dev, 0, &vec![0u8; MIB as usize]);
         write_at(&c.dev, 63 * MIB, &vec![0u8; MIB as usize]);
         assert_eq!(b.volume(&v.id).unwrap(), v, "{order:?}");
-        assert_eq!(b.disk_number_of_volume(&v.id).unwrap(), a.number());
+        assert_eq!(b.get_disk_number_from_volume_id(&v.id).unwrap(), a.number());
     }
 }
 
@@ -507,7 +507,7 @@ fn volume_ids_are_checked_and_looked_up() {
     let _shared = RESCAN.read().unwrap_or_else(|e| e.into_inner());
     let b = block();
     for bad in ["", "loop0p1", r"\\?\Volume{1234}\", r"\\?\Volume{0fc63daf-8483-4772-8e79-3d69d8477de4}"] {
-        match b.disk_number_of_volume(bad) {
+        match b.get_disk_number_from_volume_id(bad) {
             Err(Error::InvalidArgument(msg)) => {
                 assert!(msg.contains(&format!("{bad:?}")) && msg.contains(r"\\?\Volume{"), "{msg}")
             }
@@ -643,7 +643,7 @@ fn disks_are_partitioned_in_parallel() {
     });
     let mut ids: Vec<String> = disks.iter().map(|l| check_partitioned(&b, l).id).collect();
     for (l, id) in disks.iter().zip(&ids) {
-        assert_eq!(b.disk_number_of_volume(id).unwrap(), l.number());
+        assert_eq!(b.get_disk_number_from_volume_id(id).unwrap(), l.number());
     }
     ids.sort();
     ids.dedup();

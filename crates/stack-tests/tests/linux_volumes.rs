@@ -192,15 +192,15 @@ fn lifecycle_of(c: &Case, fs_type: FsType) {
 
     fs::write(Path::new(&target).join("file"), b"kept").unwrap();
     fs::create_dir_all(Path::new(&target).join("sub/deeper")).unwrap();
-    b.flush_volume(id).unwrap();
-    let before = b.volume_stats(id).unwrap();
+    b.write_volume_cache(id).unwrap();
+    let before = b.get_volume_stats(id).unwrap();
     assert!(before.total_bytes > 300 * MIB && before.total_bytes <= 512 * MIB, "{before:?}");
     assert!(before.used_bytes > 0 && before.used_bytes < before.total_bytes, "{before:?}");
 
-    assert_eq!(b.volume_at_path(&target).unwrap(), id);
-    assert_eq!(b.closest_volume_to_path(&format!("{target}/sub/deeper")).unwrap(), id);
-    assert_eq!(b.closest_volume_to_path(&format!("{target}/file")).unwrap(), id);
-    let e = b.volume_at_path(&format!("{target}/sub")).unwrap_err();
+    assert_eq!(b.get_volume_id_from_target_path(&target).unwrap(), id);
+    assert_eq!(b.get_closest_volume_id_from_target_path(&format!("{target}/sub/deeper")).unwrap(), id);
+    assert_eq!(b.get_closest_volume_id_from_target_path(&format!("{target}/file")).unwrap(), id);
+    let e = b.get_volume_id_from_target_path(&format!("{target}/sub")).unwrap_err();
     assert!(
         matches!(e, Error::NotFound(_))
             && e.to_string().contains("not a mounted folder")
@@ -227,7 +227,7 @@ fn lifecycle_of(c: &Case, fs_type: FsType) {
             b.mount_volume(id, &target).unwrap();
         }
     }
-    let after = b.volume_stats(id).unwrap();
+    let after = b.get_volume_stats(id).unwrap();
     assert!(c.size() > size + 200 * MIB, "partition {size} -> {}", c.size());
     assert!(after.total_bytes > before.total_bytes + 200 * MIB, "{before:?} -> {after:?}");
 
@@ -239,21 +239,21 @@ fn lifecycle_of(c: &Case, fs_type: FsType) {
     b.resize_volume(id, size - 50 * MIB).unwrap();
     assert_eq!(c.size(), size);
     precondition(b.resize_volume(id, size - 200 * MIB).unwrap_err(), &[id, "shrinking"]);
-    assert_eq!(b.volume_stats(id).unwrap().total_bytes, after.total_bytes);
+    assert_eq!(b.get_volume_stats(id).unwrap().total_bytes, after.total_bytes);
 
     b.unmount_volume(id, &target).unwrap();
     assert_eq!(mounted_at(&target), Vec::<String>::new());
     b.unmount_volume(id, &target).unwrap();
-    precondition(b.volume_stats(id).unwrap_err(), &[id, "not mounted"]);
-    b.flush_volume(id).unwrap();
-    let e = b.volume_at_path(&target).unwrap_err();
+    precondition(b.get_volume_stats(id).unwrap_err(), &[id, "not mounted"]);
+    b.write_volume_cache(id).unwrap();
+    let e = b.get_volume_id_from_target_path(&target).unwrap_err();
     assert!(matches!(e, Error::NotFound(_)) && e.to_string().contains("not a mounted folder"), "{e:?}");
     // Unmounted, resize at the target size is a success too.
     b.resize_volume(id, 0).unwrap();
 
     b.mount_volume(id, &target).unwrap();
     assert_eq!(fs::read(Path::new(&target).join("file")).unwrap(), b"kept");
-    assert_eq!(b.volume_stats(id).unwrap().total_bytes, after.total_bytes);
+    assert_eq!(b.get_volume_stats(id).unwrap().total_bytes, after.total_bytes);
     b.unmount_volume(id, &target).unwrap();
     assert_eq!(mounted_at(&target), Vec::<String>::new());
 }
@@ -290,7 +290,7 @@ fn lifecycle_while_udev_rereads_tables() {
             b.resize_volume(id, 0).unwrap();
             assert!(b.is_volume_formatted(id).unwrap());
             b.mount_volume(id, &target).unwrap();
-            assert!(b.volume_stats(id).unwrap().total_bytes > (700 + 60 * i) * MIB, "round {i}");
+            assert!(b.get_volume_stats(id).unwrap().total_bytes > (700 + 60 * i) * MIB, "round {i}");
             b.unmount_volume(id, &target).unwrap();
         }
         let tally = c.udev.take().unwrap().finish();
@@ -340,9 +340,9 @@ fn refusals_change_nothing() {
         let e = b.mount_volume(id, &bad).unwrap_err();
         assert!(matches!(e, Error::PermissionDenied(_) | Error::InvalidArgument(_)), "{bad}: {e:?}");
         assert_eq!(mounts_below(&env.base), before, "{bad}: nothing mounted");
-        let e = b.volume_at_path(&bad).unwrap_err();
+        let e = b.get_volume_id_from_target_path(&bad).unwrap_err();
         assert!(matches!(e, Error::PermissionDenied(_) | Error::InvalidArgument(_)), "{bad}: {e:?}");
-        let e = b.closest_volume_to_path(&bad).unwrap_err();
+        let e = b.get_closest_volume_id_from_target_path(&bad).unwrap_err();
         assert!(matches!(e, Error::PermissionDenied(_) | Error::InvalidArgument(_)), "{bad}: {e:?}");
     }
     let e = b.mount_volume(id, &env.path("pods/missing")).unwrap_err();
@@ -370,7 +370,7 @@ fn refusals_change_nothing() {
     precondition(b.mount_volume(id, &other).unwrap_err(), &["tmpfs", "already mounted there"]);
     precondition(b.unmount_volume(id, &other).unwrap_err(), &["tmpfs", "left alone"]);
     assert_eq!(mounted_at(&other), ["tmpfs"]);
-    let e = b.volume_at_path(&other).unwrap_err();
+    let e = b.get_volume_id_from_target_path(&other).unwrap_err();
     assert!(matches!(e, Error::NotFound(_)) && e.to_string().contains("tmpfs"), "{e:?}");
 
     // Mounted at one place: another is refused, naming the first; a link to it is the same place.
@@ -381,7 +381,7 @@ fn refusals_change_nothing() {
     std::os::unix::fs::symlink(&target, env.path("pods/link-to-a")).unwrap();
     b.mount_volume(id, &env.path("pods/link-to-a")).unwrap();
     assert_eq!(mounted_at(&target).len(), 1);
-    assert_eq!(b.volume_at_path(&env.path("pods/link-to-a")).unwrap(), id);
+    assert_eq!(b.get_volume_id_from_target_path(&env.path("pods/link-to-a")).unwrap(), id);
 
     // Busy: a file open in it keeps it mounted, with a clear error.
     let open = fs::File::create(Path::new(&target).join("open")).unwrap();
@@ -393,7 +393,7 @@ fn refusals_change_nothing() {
     let unknown = r"\\?\Volume{00000000-0000-4000-8000-000000000001}\";
     assert!(matches!(b.mount_volume(unknown, &second).unwrap_err(), Error::NotFound(_)));
     assert!(matches!(b.unmount_volume(unknown, &target).unwrap_err(), Error::NotFound(_)));
-    assert!(matches!(b.volume_stats("not-a-volume-id").unwrap_err(), Error::InvalidArgument(_)));
+    assert!(matches!(b.get_volume_stats("not-a-volume-id").unwrap_err(), Error::InvalidArgument(_)));
     assert!(matches!(b.format_volume("not-a-volume-id").unwrap_err(), Error::InvalidArgument(_)));
     assert_eq!(mounted_at(&target).len(), 1);
 
@@ -421,7 +421,7 @@ fn eight_volumes_at_once() {
         }
     });
     for (c, t) in cases.iter().zip(&targets) {
-        assert_eq!(c.env.block.volume_at_path(t).unwrap(), c.id);
+        assert_eq!(c.env.block.get_volume_id_from_target_path(t).unwrap(), c.id);
         assert_eq!(fs::read_to_string(Path::new(t).join("who")).unwrap(), c.id);
     }
     let (a, b) = (&cases[0], &cases[1]);
@@ -481,7 +481,7 @@ fn stale_device_nodes_are_refused() {
             Box::new(|| stale.is_volume_formatted(id).map(drop)),
             Box::new(|| stale.mount_volume(id, t)),
             Box::new(|| stale.resize_volume(id, 0)),
-            Box::new(|| stale.flush_volume(id)),
+            Box::new(|| stale.write_volume_cache(id)),
         ];
         let running: Vec<_> = calls.into_iter().map(|call| scope.spawn(call)).collect();
         running.into_iter().map(|h| h.join().unwrap().unwrap_err()).collect()
@@ -501,7 +501,7 @@ fn stale_device_nodes_are_refused() {
     assert!(!other.env.block.is_volume_formatted(&other.id).unwrap(), "the other partition is untouched");
     stale.mount_volume(id, t).unwrap();
     assert_eq!(mounted_at(t), ["ext4"]);
-    assert_eq!(a.env.block.volume_at_path(t).unwrap(), id);
+    assert_eq!(a.env.block.get_volume_id_from_target_path(t).unwrap(), id);
     stale.unmount_volume(id, t).unwrap();
     assert!(mounted_at(t).is_empty());
 }
@@ -622,7 +622,7 @@ fn offline_growth_refuses_a_volume_mounted_elsewhere() {
     }
     let target = c.env.dir("pods/seen");
     b.mount_volume(id, &target).unwrap();
-    assert!(b.volume_stats(id).unwrap().total_bytes > 200 * MIB);
+    assert!(b.get_volume_stats(id).unwrap().total_bytes > 200 * MIB);
     b.unmount_volume(id, &target).unwrap();
 }
 
@@ -648,7 +648,7 @@ fn dirty_ntfs_is_not_grown() {
     assert!(c.size() > size + 100 * MIB);
     let target = c.env.dir("pods/nt");
     b.mount_volume(id, &target).unwrap();
-    assert!(b.volume_stats(id).unwrap().total_bytes > 300 * MIB);
+    assert!(b.get_volume_stats(id).unwrap().total_bytes > 300 * MIB);
     b.unmount_volume(id, &target).unwrap();
     // Clean after the growth: ntfsresize's own dirty mark was cleared (its --info refuses a
     // dirty volume).

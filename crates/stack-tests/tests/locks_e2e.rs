@@ -49,7 +49,7 @@ impl Slow {
         out
     }
     fn disk_of(&self, id: &str) -> u32 {
-        self.mem.disk_number_of_volume(id).unwrap()
+        self.mem.get_disk_number_from_volume_id(id).unwrap()
     }
     fn most(&self, key: u32) -> u32 {
         self.load.lock().unwrap().get(&key).map_or(0, |e| e.1)
@@ -82,14 +82,14 @@ impl DiskHost for Slow {
     fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
         self.mem.list_disk_ids()
     }
-    fn disk_size(&self, disk: u32) -> Result<u64> {
-        self.mem.disk_size(disk)
+    fn get_disk_stats(&self, disk: u32) -> Result<u64> {
+        self.mem.get_disk_stats(disk)
     }
-    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
-        self.busy(disk, || self.mem.set_disk_online(disk, online))
+    fn set_disk_state(&self, disk: u32, online: bool) -> Result<()> {
+        self.busy(disk, || self.mem.set_disk_state(disk, online))
     }
-    fn disk_online(&self, disk: u32) -> Result<bool> {
-        self.mem.disk_online(disk)
+    fn get_disk_state(&self, disk: u32) -> Result<bool> {
+        self.mem.get_disk_state(disk)
     }
 }
 
@@ -112,20 +112,20 @@ impl VolumeHost for Slow {
     fn resize_volume(&self, id: &str, size: u64) -> Result<()> {
         self.busy(self.disk_of(id), || self.mem.resize_volume(id, size))
     }
-    fn volume_stats(&self, id: &str) -> Result<VolumeStats> {
-        self.mem.volume_stats(id)
+    fn get_volume_stats(&self, id: &str) -> Result<VolumeStats> {
+        self.mem.get_volume_stats(id)
     }
-    fn disk_number_of_volume(&self, id: &str) -> Result<u32> {
-        self.mem.disk_number_of_volume(id)
+    fn get_disk_number_from_volume_id(&self, id: &str) -> Result<u32> {
+        self.mem.get_disk_number_from_volume_id(id)
     }
-    fn volume_at_path(&self, target: &str) -> Result<String> {
-        self.mem.volume_at_path(target)
+    fn get_volume_id_from_target_path(&self, target: &str) -> Result<String> {
+        self.mem.get_volume_id_from_target_path(target)
     }
-    fn closest_volume_to_path(&self, target: &str) -> Result<String> {
-        self.mem.closest_volume_to_path(target)
+    fn get_closest_volume_id_from_target_path(&self, target: &str) -> Result<String> {
+        self.mem.get_closest_volume_id_from_target_path(target)
     }
-    fn flush_volume(&self, id: &str) -> Result<()> {
-        self.busy(self.disk_of(id), || self.mem.flush_volume(id))
+    fn write_volume_cache(&self, id: &str) -> Result<()> {
+        self.busy(self.disk_of(id), || self.mem.write_volume_cache(id))
     }
 }
 

@@ -17,7 +17,7 @@ use tonic::Code;
 struct Buggy;
 
 impl SystemHost for Buggy {
-    fn bios_serial_number(&self) -> csi_proxy_host::Result<String> {
+    fn get_bios_serial_number(&self) -> csi_proxy_host::Result<String> {
         let v: Vec<u8> = Vec::new();
         // An out-of-bounds index, the kind of bug that killed upstream's whole process.
         Ok(format!("{}", v[v.len() + 3]))
@@ -28,7 +28,7 @@ impl SystemHost for Buggy {
     fn stop_service(&self, _: &str, _: bool, _: &dyn Fn(&str) -> bool) -> csi_proxy_host::Result<()> {
         Ok(())
     }
-    fn service(&self, name: &str) -> csi_proxy_host::Result<ServiceInfo> {
+    fn get_service(&self, name: &str) -> csi_proxy_host::Result<ServiceInfo> {
         Err(csi_proxy_host::Error::not_found(format!("service {name:?} not found")))
     }
 }

@@ -14,6 +14,7 @@ use csi_proxy_host::linux::block::Block;
 use csi_proxy_host::types::DiskLocation;
 use csi_proxy_host::DiskHost;
 use csi_proxy_stack_tests::disks;
+use csi_proxy_sync::LockExt;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -96,7 +97,7 @@ fn locations_are_host_channel_target_lun() {
 #[test]
 fn ids_are_the_t10_designator_and_the_unit_serial() {
     let Some(disks) = scsi_debug_disks() else { return };
-    let _io = DEVICE_IO.lock().unwrap_or_else(|e| e.into_inner());
+    let _io = DEVICE_IO.lock_ignoring_poison();
     let ids = host().list_disk_ids().unwrap();
     for d in &disks {
         let id = &ids[&d.number];
@@ -134,40 +135,40 @@ fn sizes_match_lsblk() {
     let Some(disks) = scsi_debug_disks() else { return };
     let h = host();
     for d in &disks {
-        assert_eq!(h.disk_size(d.number).unwrap().to_string(), d.lsblk["SIZE"], "{}", d.name);
+        assert_eq!(h.get_disk_stats(d.number).unwrap().to_string(), d.lsblk["SIZE"], "{}", d.name);
     }
 }
 
 #[test]
 fn disk_state_is_the_scsi_device_state() {
     let Some(disks) = scsi_debug_disks() else { return };
-    let _io = DEVICE_IO.lock().unwrap_or_else(|e| e.into_inner());
+    let _io = DEVICE_IO.lock_ignoring_poison();
     let h = host();
     let d = &disks[0];
     let state = || std::fs::read_to_string(format!("/sys/class/block/{}/device/state", d.name)).unwrap();
     let lsblk_state = || lsblk().into_iter().find(|r| r["NAME"] == d.name).unwrap()["STATE"].clone();
     assert_eq!(state(), "running\n");
-    assert!(h.disk_online(d.number).unwrap());
-    h.set_disk_online(d.number, true).unwrap();
+    assert!(h.get_disk_state(d.number).unwrap());
+    h.set_disk_state(d.number, true).unwrap();
     assert_eq!(state(), "running\n");
 
-    h.set_disk_online(d.number, false).unwrap();
+    h.set_disk_state(d.number, false).unwrap();
     assert_eq!(state(), "offline\n");
     assert_eq!(lsblk_state(), "offline");
-    assert!(!h.disk_online(d.number).unwrap());
+    assert!(!h.get_disk_state(d.number).unwrap());
     // An offline device refuses I/O.
     let read = Command::new("dd")
         .args([&format!("if=/dev/{}", d.name), "of=/dev/null", "bs=4096", "count=1", "iflag=direct"])
         .output()
         .unwrap();
     assert!(!read.status.success(), "reading an offline disk succeeded");
-    h.set_disk_online(d.number, false).unwrap();
+    h.set_disk_state(d.number, false).unwrap();
     assert_eq!(state(), "offline\n");
 
-    h.set_disk_online(d.number, true).unwrap();
+    h.set_disk_state(d.number, true).unwrap();
     assert_eq!(state(), "running\n");
     assert_eq!(lsblk_state(), "running");
-    assert!(h.disk_online(d.number).unwrap());
+    assert!(h.get_disk_state(d.number).unwrap());
     let read = Command::new("dd")
         .args([&format!("if=/dev/{}", d.name), "of=/dev/null", "bs=4096", "count=1", "iflag=direct"])
         .output()

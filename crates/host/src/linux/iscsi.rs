@@ -491,7 +491,7 @@ impl IscsiHost for Iscsi {
         Ok(())
     }
 
-    fn target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
+    fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
         let portal = Portal::new(portal)?;
         check_name(iqn)?;
         let sessions = self.sessions(&portal, iqn)?;

@@ -632,7 +632,7 @@ fn mount_error(doing: &str, root: &str, errno: Errno) -> Error {
 }
 
 impl SmbHost for Smb {
-    fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+    fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
         let remote = parse_remote(&mapping.remote_path)?;
         let (domain, username) = parse_user(&mapping.username)?;
         check_password(&mapping.password)?;
@@ -666,7 +666,7 @@ impl SmbHost for Smb {
         Err(e)
     }
 
-    fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
+    fn remove_smb_global_mapping(&self, remote_path: &str) -> Result<()> {
         let remote = parse_remote(remote_path)?;
         let root = remote.root();
         if self.dir.as_os_str().is_empty() {

@@ -142,7 +142,7 @@ mod tests {
         let booted = Path::new("/run/systemd/system").is_dir();
         let name = "csi-proxy-test-no-such-unit";
         let results = [
-            sys.service(name).map(drop),
+            sys.get_service(name).map(drop),
             sys.start_service(name),
             sys.stop_service(name, false, &crate::services::any_service),
             sys.stop_service(name, true, &crate::services::any_service),
@@ -156,6 +156,6 @@ mod tests {
                 other => panic!("booted with systemd: {booted}; got {other:?}"),
             }
         }
-        assert!(matches!(sys.service("bad;name"), Err(Error::InvalidArgument(_))));
+        assert!(matches!(sys.get_service("bad;name"), Err(Error::InvalidArgument(_))));
     }
 }

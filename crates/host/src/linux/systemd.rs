@@ -209,11 +209,11 @@ pub struct Systemd<R> {
 
 /// The system group on Linux: services through systemd, the BIOS serial from DMI.
 impl<R: Runner> SystemHost for Systemd<R> {
-    fn bios_serial_number(&self) -> Result<String> {
+    fn get_bios_serial_number(&self) -> Result<String> {
         self.runner.bios_serial_number()
     }
 
-    fn service(&self, name: &str) -> Result<ServiceInfo> {
+    fn get_service(&self, name: &str) -> Result<ServiceInfo> {
         let unit = unit_name(name)?;
         let u = self.unit(name, &unit)?;
         let description = u.get("Description").trim();
@@ -533,7 +533,7 @@ mod tests {
     fn get_service() {
         let r = Scripted::new(vec![(&format!("{SHOW} iscsid.service"), ok(&show_iscsid("active", "enabled")))]);
         let sd = Systemd::new(r);
-        let info = sd.service("iscsid").unwrap();
+        let info = sd.get_service("iscsid").unwrap();
         assert_eq!(
             info,
             ServiceInfo {
@@ -549,7 +549,7 @@ mod tests {
             &format!("{SHOW} x.service"),
             ok("Id=x.service\nLoadState=loaded\nActiveState=inactive\nUnitFileState=static\nDescription=\n"),
         )]);
-        let info = Systemd::new(r).service("x.service").unwrap();
+        let info = Systemd::new(r).get_service("x.service").unwrap();
         assert_eq!(
             (info.display_name.as_str(), info.status, info.start_type),
             ("x.service", ServiceStatus::Stopped, StartType::Manual)
@@ -562,18 +562,18 @@ mod tests {
             &format!("{SHOW} nosuch.service"),
             ok("Id=nosuch.service\nLoadState=not-found\nActiveState=inactive\nSubState=dead\nUnitFileState=\nDescription=nosuch.service\n"),
         )]);
-        let e = Systemd::new(r).service("nosuch").unwrap_err();
+        let e = Systemd::new(r).get_service("nosuch").unwrap_err();
         assert!(matches!(&e, Error::NotFound(m) if m.contains("\"nosuch\"") && m.contains("nosuch.service")), "{e}");
         // Not found on disk but still running (unit file deleted): it exists.
         let r = Scripted::new(vec![(
             &format!("{SHOW} gone.service"),
             ok("Id=gone.service\nLoadState=not-found\nActiveState=active\nDescription=gone\n"),
         )]);
-        assert_eq!(Systemd::new(r).service("gone").unwrap().status, ServiceStatus::Running);
+        assert_eq!(Systemd::new(r).get_service("gone").unwrap().status, ServiceStatus::Running);
 
         let sd = Systemd::new(Scripted::new(vec![]));
         for bad in ["a;b", "-h", "x y", "docker.socket"] {
-            assert!(matches!(sd.service(bad), Err(Error::InvalidArgument(_))), "{bad}");
+            assert!(matches!(sd.get_service(bad), Err(Error::InvalidArgument(_))), "{bad}");
             assert!(matches!(sd.start_service(bad), Err(Error::InvalidArgument(_))), "{bad}");
             assert!(matches!(sd.stop_service(bad, true, &any_service), Err(Error::InvalidArgument(_))), "{bad}");
         }
@@ -587,7 +587,7 @@ mod tests {
             let r = Scripted::new(vec![(&format!("{SHOW} iscsid.service"), failed(1, booted))]);
             let sd = Systemd::new(r);
             let e = match call {
-                0 => sd.service("iscsid").map(drop),
+                0 => sd.get_service("iscsid").map(drop),
                 1 => sd.start_service("iscsid"),
                 _ => sd.stop_service("iscsid", false, &any_service),
             }
@@ -601,9 +601,9 @@ mod tests {
             &format!("{SHOW} a.service"),
             failed(1, "Failed to connect to bus: No such file or directory"),
         )]);
-        assert!(matches!(Systemd::new(r).service("a"), Err(Error::Unavailable(_))));
+        assert!(matches!(Systemd::new(r).get_service("a"), Err(Error::Unavailable(_))));
         let r = Scripted::new(vec![(&format!("{SHOW} a.service"), Err(std::io::ErrorKind::NotFound.into()))]);
-        let e = Systemd::new(r).service("a").unwrap_err();
+        let e = Systemd::new(r).get_service("a").unwrap_err();
         assert!(matches!(&e, Error::FailedPrecondition(m) if m.contains("not installed")), "{e}");
     }
 

@@ -446,7 +446,7 @@ impl DiskHost for Disks {
         Ok(out)
     }
 
-    fn disk_size(&self, disk: u32) -> Result<u64> {
+    fn get_disk_stats(&self, disk: u32) -> Result<u64> {
         // The IOCTL needs read access, which the trait only offers together with write access.
         let out = self.disk_ioctl(
             disk,
@@ -458,7 +458,7 @@ impl DiskHost for Disks {
         ioctl::disk_size(&out)
     }
 
-    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
+    fn set_disk_state(&self, disk: u32, online: bool) -> Result<()> {
         let now = self.attributes(disk)?;
         // Online also means writable: a disk re-attached read-only, or left offline and
         // read-only by a signature collision (kubernetes-csi/csi-proxy#437, #287), is cleared as
@@ -501,7 +501,7 @@ impl DiskHost for Disks {
 
     /// The wire's GetDiskState has only `is_online`: a disk that is online but read-only is
     /// online there, and said so in the log.
-    fn disk_online(&self, disk: u32) -> Result<bool> {
+    fn get_disk_state(&self, disk: u32) -> Result<bool> {
         let now = self.attributes(disk)?;
         if !now.offline() && now.read_only() {
             tracing::warn!(disk, "the disk is online but read-only; SetDiskState(online) clears that");

@@ -334,7 +334,7 @@ impl IscsiHost for Iscsi {
         Ok(())
     }
 
-    fn target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
+    fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
         let target = self.target(portal, iqn)?;
         if !target.bool("IsConnected")? {
             info!(iqn, %portal, "the iSCSI target is not connected; it has no disks");

@@ -329,7 +329,7 @@ impl Smb {
 }
 
 impl SmbHost for Smb {
-    fn new_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+    fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
         let root = share_root(&mapping.remote_path)?;
         let target = link_target(&mapping.remote_path)?;
         let local = mapping.local_path.as_str();
@@ -364,7 +364,7 @@ impl SmbHost for Smb {
         }
     }
 
-    fn remove_global_mapping(&self, remote_path: &str) -> Result<()> {
+    fn remove_smb_global_mapping(&self, remote_path: &str) -> Result<()> {
         let root = share_root(remote_path)?;
         let _serial = self.serial.lock_blocking(root.clone());
         match self.find(&root)? {

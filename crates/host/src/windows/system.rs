@@ -212,7 +212,7 @@ impl<S: Scm> System<S> {
 }
 
 impl<S: Scm> SystemHost for System<S> {
-    fn bios_serial_number(&self) -> Result<String> {
+    fn get_bios_serial_number(&self) -> Result<String> {
         let raw = self.scm.firmware_table(RSMB, 0).map_err(|e| win32(e, "reading the SMBIOS firmware table"))?;
         let table =
             smbios::raw_table(&raw).map_err(|e| Error::internal(format!("reading the BIOS serial number: {e}")))?;
@@ -225,7 +225,7 @@ impl<S: Scm> SystemHost for System<S> {
         }
     }
 
-    fn service(&self, name: &str) -> Result<ServiceInfo> {
+    fn get_service(&self, name: &str) -> Result<ServiceInfo> {
         use access::*;
         let scm = self.manager()?;
         let svc = self.open(&scm, name, SERVICE_QUERY_CONFIG | SERVICE_QUERY_STATUS)?;
@@ -653,7 +653,7 @@ mod tests {
         let mut odd = Svc::new(9);
         odd.start_type = 9;
         let sys = system(FakeScm::with(vec![("Spooler", spooler), ("Odd", odd)]));
-        let info = sys.service("spooler").unwrap();
+        let info = sys.get_service("spooler").unwrap();
         assert_eq!(
             info,
             ServiceInfo {
@@ -663,7 +663,7 @@ mod tests {
             }
         );
         assert_eq!(*sys.scm().log.lock().unwrap(), ["connect", "open spooler 0x5", "config Spooler", "status Spooler"]);
-        let odd = sys.service("Odd").unwrap();
+        let odd = sys.get_service("Odd").unwrap();
         assert_eq!((odd.start_type, odd.status), (StartType::Boot, ServiceStatus::Unknown));
         closed(&sys);
     }
@@ -673,7 +673,7 @@ mod tests {
         let sys = system(FakeScm::with(vec![("Spooler", Svc::new(RUNNING))]));
         let name = "csi-proxy-no-such-service";
         for r in [
-            sys.service(name).map(drop),
+            sys.get_service(name).map(drop),
             sys.start_service(name),
             sys.stop_service(name, false, &any_service),
             sys.stop_service(name, true, &any_service),
@@ -682,7 +682,7 @@ mod tests {
         }
         assert_eq!(sys.scm().calls("status").len(), 0);
         // A NUL would cut the name short: refused before the SCM sees it.
-        let e = sys.service("Spooler\0x").unwrap_err();
+        let e = sys.get_service("Spooler\0x").unwrap_err();
         assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("NUL")), "{e:?}");
         assert_eq!(sys.scm().calls("open").len(), 4);
         let e = sys.start_service("a\\b").unwrap_err();
@@ -930,14 +930,14 @@ mod tests {
     fn bios_serial_number_from_the_smbios_table() {
         let firmware = |f| system(FakeScm { firmware: Some(f), ..FakeScm::default() });
         let sys = firmware(Ok(smbios_raw(4, &["ACME", "Box", "v1", "  SN-123 "])));
-        assert_eq!(sys.bios_serial_number().unwrap(), "SN-123");
+        assert_eq!(sys.get_bios_serial_number().unwrap(), "SN-123");
         assert_eq!(*sys.scm().log.lock().unwrap(), ["firmware 0x52534d42 0"]);
 
-        let e = firmware(Ok(smbios_raw(0, &[]))).bios_serial_number().unwrap_err();
+        let e = firmware(Ok(smbios_raw(0, &[]))).get_bios_serial_number().unwrap_err();
         assert!(matches!(&e, Error::NotFound(m) if m.contains("no system serial number")), "{e:?}");
-        let e = firmware(Ok(vec![0, 3, 4, 0, 99, 0, 0, 0])).bios_serial_number().unwrap_err();
+        let e = firmware(Ok(vec![0, 3, 4, 0, 99, 0, 0, 0])).get_bios_serial_number().unwrap_err();
         assert!(matches!(&e, Error::Internal(m) if m.starts_with("reading the BIOS serial number: ")), "{e:?}");
-        let e = firmware(Err(ERROR_ACCESS_DENIED)).bios_serial_number().unwrap_err();
+        let e = firmware(Err(ERROR_ACCESS_DENIED)).get_bios_serial_number().unwrap_err();
         assert!(
             matches!(&e, Error::PermissionDenied(m) if m.starts_with("reading the SMBIOS firmware table: ")),
             "{e:?}"

@@ -658,7 +658,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
         Ok(())
     }
 
-    fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
+    fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
         let v = self.volume_id(volume_id, DiskNumber::Refused)?;
         let (total, free) = self.win32.free_space(&v.id).map_err(|e| {
             if raw(&e) == Some(code::ERROR_UNRECOGNIZED_VOLUME) {
@@ -673,7 +673,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
         Ok(VolumeStats { total_bytes: total, used_bytes: used })
     }
 
-    fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32> {
+    fn get_disk_number_from_volume_id(&self, volume_id: &str) -> Result<u32> {
         let v = self.volume_id(volume_id, DiskNumber::Refused)?;
         match self.extents(&v)?.first() {
             Some((disk, _, _)) => Ok(*disk),
@@ -682,7 +682,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
         }
     }
 
-    fn volume_at_path(&self, target_path: &str) -> Result<String> {
+    fn get_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
         let t = self.target(target_path, true)?;
         match t.attrs() {
             None => Err(Error::not_found(format!("cannot read the volume mounted at {target_path} {DOES_NOT_EXIST}"))),
@@ -693,7 +693,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
         }
     }
 
-    fn closest_volume_to_path(&self, target_path: &str) -> Result<String> {
+    fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
         let t = self.target(target_path, true)?;
         let Some(mut attrs) = t.attrs() else {
             return Err(Error::not_found(format!("cannot find the volume of {target_path} {DOES_NOT_EXIST}")));
@@ -733,7 +733,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
         )))
     }
 
-    fn flush_volume(&self, volume_id: &str) -> Result<()> {
+    fn write_volume_cache(&self, volume_id: &str) -> Result<()> {
         let v = self.volume_id(volume_id, DiskNumber::Refused)?;
         self.win32.flush(&v.device).map_err(|e| on_volume(&v, "flushing", e))
     }

@@ -28,7 +28,7 @@ op!(ListDiskIds -> BTreeMap<u32, DiskIds>, read_only, |_s, ctx| ctx.hosts().disk
 pub struct GetDiskStats {
     pub disk: u32,
 }
-op!(GetDiskStats -> u64, read_only quick, |s, ctx| ctx.hosts().disk.disk_size(s.disk));
+op!(GetDiskStats -> u64, read_only quick, |s, ctx| ctx.hosts().disk.get_disk_stats(s.disk));
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SetDiskState {
@@ -36,13 +36,13 @@ pub struct SetDiskState {
     pub online: bool,
 }
 op!(SetDiskState -> (), serial |s| Ok(Serial::Disk(s.disk)),
-    |s, ctx| ctx.hosts().disk.set_disk_online(s.disk, s.online));
+    |s, ctx| ctx.hosts().disk.set_disk_state(s.disk, s.online));
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GetDiskState {
     pub disk: u32,
 }
-op!(GetDiskState -> bool, read_only, |s, ctx| ctx.hosts().disk.disk_online(s.disk));
+op!(GetDiskState -> bool, read_only, |s, ctx| ctx.hosts().disk.get_disk_state(s.disk));
 
 /// v1alpha1 only: the disk whose page 0x83 identifier equals `page83`.
 #[derive(Debug, Clone, PartialEq)]

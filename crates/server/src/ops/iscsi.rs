@@ -45,7 +45,7 @@ pub struct GetTargetDisks {
     pub portal: TargetPortal,
     pub iqn: String,
 }
-op!(GetTargetDisks -> Vec<u32>, read_only, |s, ctx| ctx.hosts().iscsi.target_disks(&s.portal, required("iqn", &s.iqn)?));
+op!(GetTargetDisks -> Vec<u32>, read_only, |s, ctx| ctx.hosts().iscsi.get_target_disks(&s.portal, required("iqn", &s.iqn)?));
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SetMutualChapSecret {

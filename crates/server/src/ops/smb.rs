@@ -23,14 +23,14 @@ op!(NewSmbGlobalMapping -> (), own_turns, |s, ctx| {
         password: s.password,
         require_privacy: ctx.config().require_privacy,
     };
-    ctx.hosts().smb.new_global_mapping(&mapping)
+    ctx.hosts().smb.new_smb_global_mapping(&mapping)
 });
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RemoveSmbGlobalMapping {
     pub remote_path: String,
 }
-op!(RemoveSmbGlobalMapping -> (), own_turns, |s, ctx| ctx.hosts().smb.remove_global_mapping(&normalise_remote(&s.remote_path)?));
+op!(RemoveSmbGlobalMapping -> (), own_turns, |s, ctx| ctx.hosts().smb.remove_smb_global_mapping(&normalise_remote(&s.remote_path)?));
 
 #[cfg(test)]
 mod tests {

@@ -30,7 +30,7 @@ fn controllable<'a>(ctx: &Context, name: &'a str) -> Result<&'a str> {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GetBiosSerialNumber {}
-op!(GetBiosSerialNumber -> String, read_only, |_s, ctx| ctx.hosts().system.bios_serial_number());
+op!(GetBiosSerialNumber -> String, read_only, |_s, ctx| ctx.hosts().system.get_bios_serial_number());
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct StartService {
@@ -54,7 +54,7 @@ op!(StopService -> (), own_turns, |s, ctx| {
 pub struct GetService {
     pub name: String,
 }
-op!(GetService -> ServiceInfo, read_only, |s, ctx| ctx.hosts().system.service(required("name", &s.name)?));
+op!(GetService -> ServiceInfo, read_only, |s, ctx| ctx.hosts().system.get_service(required("name", &s.name)?));
 
 #[cfg(test)]
 mod tests {

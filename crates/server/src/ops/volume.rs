@@ -83,25 +83,25 @@ op!(ResizeVolume -> (), serial |s| {
 pub struct GetVolumeStats {
     pub volume_id: String,
 }
-op!(GetVolumeStats -> VolumeStats, read_only, |s, ctx| ctx.hosts().volume.volume_stats(required("volume_id", &s.volume_id)?));
+op!(GetVolumeStats -> VolumeStats, read_only, |s, ctx| ctx.hosts().volume.get_volume_stats(required("volume_id", &s.volume_id)?));
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GetDiskNumberFromVolumeId {
     pub volume_id: String,
 }
-op!(GetDiskNumberFromVolumeId -> u32, read_only, |s, ctx| ctx.hosts().volume.disk_number_of_volume(required("volume_id", &s.volume_id)?));
+op!(GetDiskNumberFromVolumeId -> u32, read_only, |s, ctx| ctx.hosts().volume.get_disk_number_from_volume_id(required("volume_id", &s.volume_id)?));
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GetVolumeIdFromTargetPath {
     pub target_path: String,
 }
-op!(GetVolumeIdFromTargetPath -> String, read_only, |s, ctx| ctx.hosts().volume.volume_at_path(required("target_path", &s.target_path)?));
+op!(GetVolumeIdFromTargetPath -> String, read_only, |s, ctx| ctx.hosts().volume.get_volume_id_from_target_path(required("target_path", &s.target_path)?));
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GetClosestVolumeIdFromTargetPath {
     pub target_path: String,
 }
-op!(GetClosestVolumeIdFromTargetPath -> String, read_only, |s, ctx| ctx.hosts().volume.closest_volume_to_path(required("target_path", &s.target_path)?));
+op!(GetClosestVolumeIdFromTargetPath -> String, read_only, |s, ctx| ctx.hosts().volume.get_closest_volume_id_from_target_path(required("target_path", &s.target_path)?));
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct WriteVolumeCache {
@@ -112,7 +112,7 @@ op!(WriteVolumeCache -> (), serial |s| {
     Ok(Serial::Volume(s.volume_id.clone()))
 }, |s, ctx| {
     let v = required("volume_id", &s.volume_id)?;
-    ctx.hosts().volume.flush_volume(v)
+    ctx.hosts().volume.write_volume_cache(v)
 });
 
 #[cfg(test)]

@@ -141,7 +141,7 @@ impl DiskHost for Block {
     }
 
     /// Size in bytes.
-    fn disk_size(&self, disk: u32) -> Result<u64> {
+    fn get_disk_stats(&self, disk: u32) -> Result<u64> {
         let disk = self.disk(disk)?;
         let sectors = self.size_sectors(&disk.name)?;
         sectors
@@ -151,7 +151,7 @@ impl DiskHost for Block {
 
     /// Online = the SCSI device state `running`; offline = `offline`. Idempotent. Only a disk in
     /// one of those two states can be switched (the kernel refuses the others).
-    fn set_disk_online(&self, disk: u32, online: bool) -> Result<()> {
+    fn set_disk_state(&self, disk: u32, online: bool) -> Result<()> {
         let disk = self.disk(disk)?;
         let want = if online { "running" } else { "offline" };
         let now = self.scsi_state(&disk)?;
@@ -178,7 +178,7 @@ impl DiskHost for Block {
         })
     }
 
-    fn disk_online(&self, disk: u32) -> Result<bool> {
+    fn get_disk_state(&self, disk: u32) -> Result<bool> {
         let disk = self.disk(disk)?;
         Ok(self.scsi_state(&disk)? == "running")
     }

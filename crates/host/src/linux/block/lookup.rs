@@ -192,9 +192,9 @@ impl Block {
     }
 
     /// The volume `volume_id`, resolved while its disk is locked. The disk locked first is the
-    /// one the volume was last seen on (where the caller's own lookup, `disk_number_of_volume`
-    /// for the server's lock, has just found it), so the volume is read once, under the lock;
-    /// only a volume not seen yet is looked up before. A volume found elsewhere under the lock
+    /// one the volume was last seen on (where the caller's own lookup,
+    /// `get_disk_number_from_volume_id` for the server's lock, has just found it), so the volume
+    /// is read once, under the lock; only a volume not seen yet is looked up before. A volume found elsewhere under the lock
     /// (a disk replaced meanwhile) is looked up and locked anew, [`MOVED_TRIES`] locks in all. A
     /// volume the kernel does not show yet (a table re-read by someone else just ended) is
     /// waited for, at most [`super::device::NODE_WAIT`].

@@ -55,7 +55,7 @@ fn a_blank_disk_gets_one_aligned_gpt_partition_the_kernel_knows() {
     assert_eq!((v.index, v.start, v.size, v.name.as_str()), (1, MIB, end - MIB, "vda1"));
     assert_eq!(v.node, fake.dev_dir().join("vda1"));
     assert_eq!(b.volume(&v.id).unwrap(), v);
-    assert_eq!(b.disk_number_of_volume(&v.id).unwrap(), disk.number);
+    assert_eq!(b.get_disk_number_from_volume_id(&v.id).unwrap(), disk.number);
     assert_eq!(b.list_volumes_on_disk(disk.number, 1).unwrap(), vec![v.id.clone()]);
     assert!(matches!(b.list_volumes_on_disk(disk.number, 2), Err(Error::NotFound(_))));
 }
@@ -147,7 +147,7 @@ fn a_cloned_disks_volume_is_refused_whatever_the_listing_order() {
             assert_eq!(b.volumes_of(pair[i]).unwrap().len(), 1);
         }
         for _ in 0..2 {
-            for result in [b.volume(&v.id).map(|v| v.disk), b.disk_number_of_volume(&v.id)] {
+            for result in [b.volume(&v.id).map(|v| v.disk), b.get_disk_number_from_volume_id(&v.id)] {
                 match result {
                     Err(Error::FailedPrecondition(msg)) => assert!(
                         msg.contains(&format!("disk {} ", a.number)) && msg.contains(&format!("disk {} ", c.number)),
@@ -166,7 +166,7 @@ fn a_cloned_disks_volume_is_refused_whatever_the_listing_order() {
 fn volume_ids_are_checked_and_looked_up() {
     let (_fake, b, _disk, _v) = partitioned();
     for bad in ["", "vda1", r"\\?\Volume{1234}\"] {
-        assert!(matches!(b.disk_number_of_volume(bad), Err(Error::InvalidArgument(_))), "{bad:?}");
+        assert!(matches!(b.get_disk_number_from_volume_id(bad), Err(Error::InvalidArgument(_))), "{bad:?}");
     }
     let unknown = r"\\?\Volume{01234567-89ab-4cde-8f01-23456789abcd}\";
     match b.volume(unknown) {
@@ -204,7 +204,7 @@ fn a_volume_that_moves_while_its_disk_is_locked_is_followed_then_given_up() {
 #[test]
 fn a_held_volume_is_read_once_under_its_disks_lock() {
     let (fake, b, disk, v) = partitioned();
-    assert_eq!(b.disk_number_of_volume(&v.id).unwrap(), disk.number);
+    assert_eq!(b.get_disk_number_from_volume_id(&v.id).unwrap(), disk.number);
     fake.take_log();
     let held = b.hold_volume(&v.id, Lock::Exclusive).unwrap();
     assert_eq!(held.volume, v);
@@ -371,16 +371,16 @@ mod mounts {
         b.mount_volume(&v.id, &target).unwrap();
         assert!(of(&fake.take_log(), "mount ").is_empty(), "already mounted there: nothing to do");
 
-        assert_eq!(b.volume_at_path(&target).unwrap(), v.id);
+        assert_eq!(b.get_volume_id_from_target_path(&target).unwrap(), v.id);
         std::fs::create_dir_all(format!("{target}/a/b")).unwrap();
-        assert_eq!(b.closest_volume_to_path(&format!("{target}/a/b")).unwrap(), v.id);
-        match b.volume_at_path(&format!("{target}/a")) {
+        assert_eq!(b.get_closest_volume_id_from_target_path(&format!("{target}/a/b")).unwrap(), v.id);
+        match b.get_volume_id_from_target_path(&format!("{target}/a")) {
             Err(Error::NotFound(msg)) => assert!(msg.contains(crate::error::DOES_NOT_EXIST), "{msg}"),
             other => panic!("{other:?}"),
         }
-        let stats = b.volume_stats(&v.id).unwrap();
+        let stats = b.get_volume_stats(&v.id).unwrap();
         assert_eq!((stats.total_bytes, stats.used_bytes), (1000 * 4096, 750 * 4096));
-        b.flush_volume(&v.id).unwrap();
+        b.write_volume_cache(&v.id).unwrap();
         assert_eq!(of(&fake.take_log(), "syncfs "), ["syncfs kubelet/stage"]);
 
         std::fs::remove_dir_all(format!("{target}/a")).unwrap();
@@ -391,7 +391,7 @@ mod mounts {
         assert!(fake.mounted().is_empty());
         b.unmount_volume(&v.id, &target).unwrap();
         assert!(of(&fake.take_log(), "umount ").is_empty(), "nothing mounted: success, nothing done");
-        match b.volume_stats(&v.id) {
+        match b.get_volume_stats(&v.id) {
             Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("not mounted"), "{msg}"),
             other => panic!("{other:?}"),
         }

@@ -89,18 +89,18 @@ impl VolumeHost for Block {
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
         self.resize(&self.hold_volume_by(volume_id, Lock::Exclusive, DiskNumber::DataVolume)?, size_bytes)
     }
-    fn volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
+    fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
         self.stats(&self.volume(volume_id)?)
     }
-    fn flush_volume(&self, volume_id: &str) -> Result<()> {
+    fn write_volume_cache(&self, volume_id: &str) -> Result<()> {
         self.flush(&self.hold_volume(volume_id, Lock::Shared)?)
     }
     // Every NotFound here carries DOES_NOT_EXIST: the words AWS EBS's driver matches to decide
     // that a staging folder is not mounted yet.
-    fn volume_at_path(&self, target_path: &str) -> Result<String> {
+    fn get_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
         self.volume_mounted_at(target_path)
     }
-    fn closest_volume_to_path(&self, target_path: &str) -> Result<String> {
+    fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
         self.volume_holding(target_path)
     }
 
@@ -120,7 +120,7 @@ impl VolumeHost for Block {
         }
     }
 
-    fn disk_number_of_volume(&self, volume_id: &str) -> Result<u32> {
+    fn get_disk_number_from_volume_id(&self, volume_id: &str) -> Result<u32> {
         Ok(self.volume(volume_id)?.disk)
     }
     // `hold_volume` locks the disk the lookup above found first and reads the volume there.

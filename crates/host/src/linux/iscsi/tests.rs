@@ -305,7 +305,7 @@ fn target_disks_are_disk_group_numbers_and_wait_for_the_scan() {
     let s = Scratch::new();
     s.session(2, &[("sdc", "8:32"), ("sdb", "8:16")]);
     let (iscsi, _) = backend(&s, standard(|_| ok("")));
-    assert_eq!(iscsi.target_disks(&portal(), IQN).unwrap(), vec![disk_number(8, 16), disk_number(8, 32)]);
+    assert_eq!(iscsi.get_target_disks(&portal(), IQN).unwrap(), vec![disk_number(8, 16), disk_number(8, 32)]);
     // A session whose LUN shows up a moment after the call started.
     s.end_session(2);
     s.session(7, &[]);
@@ -316,11 +316,11 @@ fn target_disks_are_disk_group_numbers_and_wait_for_the_scan() {
         s.disk(7, 0, "sdd", "8:48");
         std::mem::forget(s);
     });
-    assert_eq!(iscsi.target_disks(&portal(), IQN).unwrap(), vec![disk_number(8, 48)]);
+    assert_eq!(iscsi.get_target_disks(&portal(), IQN).unwrap(), vec![disk_number(8, 48)]);
     later.join().unwrap();
     // Not connected: no disks.
     s.end_session(7);
-    assert_eq!(iscsi.target_disks(&portal(), IQN).unwrap(), Vec::<u32>::new());
+    assert_eq!(iscsi.get_target_disks(&portal(), IQN).unwrap(), Vec::<u32>::new());
 }
 
 #[test]

@@ -164,15 +164,15 @@ fn maps_once_per_share_and_links_into_the_mount() {
     let k = Fake::new();
     let smb = s.smb(k.clone());
     let (a, b) = (s.local("a"), s.local("b"));
-    smb.new_global_mapping(&mapping(r"\\Srv\Share\sub\dir", &a)).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\Srv\Share\sub\dir", &a)).unwrap();
     let mount = mount_dir(&s, r"\\srv\share");
     assert!(mount.starts_with(&s.smb), "{mount:?}");
     assert_eq!(std::fs::read_link(&a).unwrap(), mount.join("sub").join("dir"));
     assert_eq!(k.log(), [format!("mount //srv/share {}", mount.display())]);
     // Retried: the same link, the mount probed and kept.
-    smb.new_global_mapping(&mapping(r"\\Srv\Share\sub\dir", &a)).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\Srv\Share\sub\dir", &a)).unwrap();
     // Another sub-path of the same share (other case): the same mount.
-    smb.new_global_mapping(&mapping(r"\\SRV\share\other", &b)).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\SRV\share\other", &b)).unwrap();
     assert_eq!(std::fs::read_link(&b).unwrap(), mount.join("other"));
     assert_eq!(k.count("mount "), 1, "{:?}", k.log());
     let records = Smb::records(&mount);
@@ -183,17 +183,17 @@ fn maps_once_per_share_and_links_into_the_mount() {
 
     // Remove keeps the mount while a recorded link still points into it.
     std::fs::remove_file(&a).unwrap();
-    smb.remove_global_mapping(r"\\srv\share\sub\dir").unwrap();
+    smb.remove_smb_global_mapping(r"\\srv\share\sub\dir").unwrap();
     assert_eq!(k.count("unmount"), 0, "{:?}", k.log());
     assert_eq!(std::fs::read_to_string(&records).unwrap(), format!("{b}\n"));
     // A link that now points elsewhere does not hold the mount.
     std::fs::remove_file(&b).unwrap();
     std::os::unix::fs::symlink("/elsewhere", &b).unwrap();
-    smb.remove_global_mapping(r"\\srv\share").unwrap();
+    smb.remove_smb_global_mapping(r"\\srv\share").unwrap();
     assert_eq!(k.count("unmount "), 1, "{:?}", k.log());
     assert!(!mount.exists() && !records.exists());
     // Nothing left to remove: success, nothing done.
-    smb.remove_global_mapping(r"\\srv\share").unwrap();
+    smb.remove_smb_global_mapping(r"\\srv\share").unwrap();
     assert_eq!(k.count("unmount"), 1);
 }
 
@@ -201,7 +201,7 @@ fn maps_once_per_share_and_links_into_the_mount() {
 fn no_local_path_only_mounts() {
     let s = Scratch::new();
     let k = Fake::new();
-    s.smb(k.clone()).new_global_mapping(&mapping(r"\\10.0.0.5\data", "")).unwrap();
+    s.smb(k.clone()).new_smb_global_mapping(&mapping(r"\\10.0.0.5\data", "")).unwrap();
     assert_eq!(k.count("mount "), 1);
     assert!(mount_dir(&s, r"\\10.0.0.5\data").is_dir());
 }
@@ -245,7 +245,7 @@ fn requests_are_validated_before_anything_changes() {
         (mapping(r"\\srv\share", &s.local("missing/v")), |e| matches!(e, Error::NotFound(_))),
     ];
     for (m, ok) in bad {
-        let e = smb.new_global_mapping(&m).unwrap_err();
+        let e = smb.new_smb_global_mapping(&m).unwrap_err();
         assert!(ok(&e), "{m:?}: {e:?}");
         assert!(!e.to_string().contains("Zebra"), "{e}");
     }
@@ -263,9 +263,9 @@ fn unconfigured_smb_dir_is_a_precondition() {
     let fs = Filesystem::new(Roots::new(vec![s.root.to_str().unwrap().to_owned()]));
     let k = Fake::new();
     let smb = Smb::new(PathBuf::new(), fs, k.clone());
-    let e = smb.new_global_mapping(&mapping(r"\\srv\share", "")).unwrap_err();
+    let e = smb.new_smb_global_mapping(&mapping(r"\\srv\share", "")).unwrap_err();
     assert!(matches!(e, Error::FailedPrecondition(_)) && e.to_string().contains("-linux-smb-dir"), "{e:?}");
-    smb.remove_global_mapping(r"\\srv\share").unwrap();
+    smb.remove_smb_global_mapping(r"\\srv\share").unwrap();
     assert!(k.log().is_empty());
 }
 
@@ -277,7 +277,7 @@ fn wrong_password_is_denied_and_leaves_nothing() {
     let wrong = "Wrong,Secret=42";
     let local = s.local("v");
     let m = SmbMapping { password: Secret::new(wrong), ..mapping(r"\\srv\share\sub", &local) };
-    let (r, logs) = traced(|| smb.new_global_mapping(&m));
+    let (r, logs) = traced(|| smb.new_smb_global_mapping(&m));
     let e = r.unwrap_err();
     assert!(matches!(e, Error::PermissionDenied(_)), "{e:?}");
     assert!(e.to_string().contains(r"\\srv\share"), "{e}");
@@ -301,7 +301,7 @@ fn mount_errors_map_to_codes() {
         (Errno::IO, |e| matches!(e, Error::Internal(_))),
     ] {
         k.mount_errors.lock().unwrap().push_back(errno);
-        let e = smb.new_global_mapping(&mapping(r"\\srv\share", &s.local("v"))).unwrap_err();
+        let e = smb.new_smb_global_mapping(&mapping(r"\\srv\share", &s.local("v"))).unwrap_err();
         assert!(ok(&e), "{errno}: {e:?}");
         assert!(!mount_dir(&s, r"\\srv\share").exists());
     }
@@ -312,20 +312,20 @@ fn other_credentials_are_refused() {
     let s = Scratch::new();
     let k = Fake::new();
     let smb = s.smb(k.clone());
-    smb.new_global_mapping(&mapping(r"\\srv\share", &s.local("a"))).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\share", &s.local("a"))).unwrap();
     let bob = SmbMapping { username: r"CORP\bob".into(), ..mapping(r"\\srv\share\x", &s.local("b")) };
-    let e = smb.new_global_mapping(&bob).unwrap_err();
+    let e = smb.new_smb_global_mapping(&bob).unwrap_err();
     assert!(matches!(e, Error::AlreadyExists(_)) && e.to_string().contains("other credentials"), "{e:?}");
     let other_domain = SmbMapping { username: r"LAB\alice".into(), ..mapping(r"\\srv\share\x", &s.local("b")) };
-    assert!(matches!(smb.new_global_mapping(&other_domain), Err(Error::AlreadyExists(_))));
+    assert!(matches!(smb.new_smb_global_mapping(&other_domain), Err(Error::AlreadyExists(_))));
     // Same user, another password: told by the digest, the password in no text.
     let other_pw = SmbMapping { password: Secret::new("Other-Pw-99"), ..mapping(r"\\srv\share\x", &s.local("b")) };
-    let e = smb.new_global_mapping(&other_pw).unwrap_err();
+    let e = smb.new_smb_global_mapping(&other_pw).unwrap_err();
     assert!(matches!(e, Error::AlreadyExists(_)) && e.to_string().contains("another password"), "{e:?}");
     assert!(!e.to_string().contains("Other-Pw") && !e.to_string().contains("Zebra"), "{e}");
     // User names compare without case, as Windows compares them.
     let upper = SmbMapping { username: r"corp\ALICE".into(), ..mapping(r"\\srv\share\x", &s.local("b")) };
-    smb.new_global_mapping(&upper).unwrap();
+    smb.new_smb_global_mapping(&upper).unwrap();
     assert_eq!(k.count("mount "), 1);
     assert!(std::fs::symlink_metadata(s.local("b")).is_ok());
 }
@@ -333,7 +333,7 @@ fn other_credentials_are_refused() {
 /// A restart is a new backend over the same SMB directory, the share still mounted: the
 /// password the mount was made with is unknown to it.
 fn restarted(s: &Scratch, k: &Arc<Fake>) -> Smb {
-    s.smb(k.clone()).new_global_mapping(&mapping(r"\\srv\share", &s.local("a"))).unwrap();
+    s.smb(k.clone()).new_smb_global_mapping(&mapping(r"\\srv\share", &s.local("a"))).unwrap();
     k.log.lock().unwrap().clear();
     s.smb(k.clone())
 }
@@ -346,7 +346,7 @@ fn after_a_restart_a_wrong_password_is_refused_and_the_right_one_then_taken() {
     let mount = mount_dir(&s, r"\\srv\share");
     let records = std::fs::read_to_string(Smb::records(&mount)).unwrap();
     let wrong = SmbMapping { password: Secret::new("Wrong,Secret=42"), ..mapping(r"\\srv\share\x", &s.local("b")) };
-    let (r, logs) = traced(|| smb.new_global_mapping(&wrong));
+    let (r, logs) = traced(|| smb.new_smb_global_mapping(&wrong));
     let e = r.unwrap_err();
     // As the first mount answers a wrong password: PermissionDenied, the password nowhere.
     assert!(matches!(e, Error::PermissionDenied(_)) && e.to_string().contains(r"\\srv\share"), "{e:?}");
@@ -359,7 +359,7 @@ fn after_a_restart_a_wrong_password_is_refused_and_the_right_one_then_taken() {
     assert!(k.mounts.lock().unwrap().contains_key(&mount));
     assert_eq!(std::fs::read_to_string(Smb::records(&mount)).unwrap(), records);
     // The right one is checked too, then taken for the existing mount.
-    smb.new_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap();
     assert_eq!(std::fs::read_link(s.local("b")).unwrap(), mount.join("x"));
     assert_eq!(k.log(), ["verify //srv/share", "verify //srv/share", &format!("probe {}", mount.display())]);
 }
@@ -370,18 +370,18 @@ fn after_a_restart_the_right_password_is_checked_and_a_wrong_one_then_refused() 
     let k = Fake::new();
     let smb = restarted(&s, &k);
     let mount = mount_dir(&s, r"\\srv\share");
-    smb.new_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap();
     assert_eq!(k.count("verify "), 1, "the password the mount is now linked with was checked: {:?}", k.log());
     let wrong = SmbMapping { password: Secret::new("Wrong,Secret=42"), ..mapping(r"\\srv\share\y", &s.local("c")) };
-    let e = smb.new_global_mapping(&wrong).unwrap_err();
+    let e = smb.new_smb_global_mapping(&wrong).unwrap_err();
     assert!(matches!(e, Error::AlreadyExists(_)) && e.to_string().contains("another password"), "{e:?}");
     assert!(std::fs::symlink_metadata(s.local("c")).is_err());
     // Once checked, the password is known: no more checks, no mount or unmount.
-    smb.new_global_mapping(&mapping(r"\\srv\share\y", &s.local("c"))).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\share\y", &s.local("c"))).unwrap();
     assert_eq!(k.count("verify "), 1, "{:?}", k.log());
     assert_eq!((k.count("mount "), k.count("unmount")), (0, 0), "{:?}", k.log());
     // The records survived the restart too: the mount stays for the links.
-    smb.remove_global_mapping(r"\\srv\share").unwrap();
+    smb.remove_smb_global_mapping(r"\\srv\share").unwrap();
     assert_eq!(k.count("unmount"), 0);
     assert!(k.mounts.lock().unwrap().contains_key(&mount));
 }
@@ -397,7 +397,7 @@ fn after_a_restart_a_failed_check_changes_nothing_and_says_why() {
         (Errno::IO, |e| matches!(e, Error::Internal(_))),
     ] {
         k.verify_errors.lock().unwrap().push_back(errno);
-        let e = smb.new_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap_err();
+        let e = smb.new_smb_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap_err();
         assert!(ok(&e) && e.to_string().contains("checking the credentials"), "{errno}: {e:?}");
         assert!(std::fs::symlink_metadata(s.local("b")).is_err());
     }
@@ -409,8 +409,8 @@ fn after_a_restart_a_failed_check_changes_nothing_and_says_why() {
         password: Secret::new(""),
         ..mapping(remote, local)
     };
-    s.smb(k.clone()).new_global_mapping(&guest(r"\\srv\public", "")).unwrap();
-    s.smb(k.clone()).new_global_mapping(&guest(r"\\srv\public", &s.local("g"))).unwrap();
+    s.smb(k.clone()).new_smb_global_mapping(&guest(r"\\srv\public", "")).unwrap();
+    s.smb(k.clone()).new_smb_global_mapping(&guest(r"\\srv\public", &s.local("g"))).unwrap();
     assert_eq!(k.count("verify "), 3);
 }
 
@@ -419,11 +419,12 @@ fn privacy_mounts_with_seal_and_refuses_an_unsealed_mount() {
     let s = Scratch::new();
     let k = Fake::new();
     let smb = s.smb(k.clone());
-    smb.new_global_mapping(&mapping(r"\\srv\plain", &s.local("a"))).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\plain", &s.local("a"))).unwrap();
     let sealed = SmbMapping { require_privacy: true, ..mapping(r"\\srv\plain\x", &s.local("b")) };
-    let e = smb.new_global_mapping(&sealed).unwrap_err();
+    let e = smb.new_smb_global_mapping(&sealed).unwrap_err();
     assert!(matches!(e, Error::AlreadyExists(_)) && e.to_string().contains("seal"), "{e:?}");
-    smb.new_global_mapping(&SmbMapping { require_privacy: true, ..mapping(r"\\srv\secret", &s.local("c")) }).unwrap();
+    smb.new_smb_global_mapping(&SmbMapping { require_privacy: true, ..mapping(r"\\srv\secret", &s.local("c")) })
+        .unwrap();
     let mounts = k.mounts.lock().unwrap();
     assert!(mounts[&mount_dir(&s, r"\\srv\secret")].flag("seal"));
     assert!(!mounts[&mount_dir(&s, r"\\srv\plain")].flag("seal"));
@@ -435,16 +436,16 @@ fn a_dead_mount_is_detached_and_mounted_again() {
     let k = Fake::new();
     let smb = s.smb(k.clone());
     let a = s.local("a");
-    smb.new_global_mapping(&mapping(r"\\srv\share", &a)).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\share", &a)).unwrap();
     let mount = mount_dir(&s, r"\\srv\share");
     *k.probe.lock().unwrap() = Some(Err(Errno::HOSTDOWN));
-    smb.new_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\share\x", &s.local("b"))).unwrap();
     assert_eq!(k.count(&format!("unmount lazy {}", mount.display())), 1, "{:?}", k.log());
     assert_eq!(k.count("mount "), 2);
     // A probe that never answers counts as dead once its time is up.
     *k.probe.lock().unwrap() = None;
     let started = Instant::now();
-    smb.new_global_mapping(&mapping(r"\\srv\share\y", &s.local("c"))).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\share\y", &s.local("c"))).unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(k.count("unmount lazy"), 2);
     assert_eq!(k.count("mount "), 3);
@@ -455,7 +456,7 @@ fn a_dead_mount_is_detached_and_mounted_again() {
     while smb.probes.running() > 0 {
         std::thread::sleep(Duration::from_millis(5));
     }
-    smb.new_global_mapping(&mapping(r"\\srv\share\y", &s.local("c"))).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\share\y", &s.local("c"))).unwrap();
     assert_eq!(k.count("mount "), 3);
     assert_eq!(std::fs::read_link(&a).unwrap(), mount);
 }
@@ -468,7 +469,7 @@ fn a_hung_share_does_not_hold_other_shares() {
     *k.hang_source.lock().unwrap() = Some("//dead/share".into());
     let hung = {
         let (smb, local) = (smb.clone(), s.local("dead"));
-        std::thread::spawn(move || smb.new_global_mapping(&mapping(r"\\dead\share", &local)))
+        std::thread::spawn(move || smb.new_smb_global_mapping(&mapping(r"\\dead\share", &local)))
     };
     while k.count("mount //dead") == 0 {
         std::thread::sleep(Duration::from_millis(5));
@@ -478,8 +479,8 @@ fn a_hung_share_does_not_hold_other_shares() {
     {
         let (smb, local) = (smb.clone(), s.local("alive"));
         std::thread::spawn(move || {
-            let r = smb.new_global_mapping(&mapping(r"\\alive\share", &local));
-            let _ = tx.send(r.and_then(|()| smb.remove_global_mapping(r"\\alive\share")));
+            let r = smb.new_smb_global_mapping(&mapping(r"\\alive\share", &local));
+            let _ = tx.send(r.and_then(|()| smb.remove_smb_global_mapping(r"\\alive\share")));
         });
     }
     let alive = rx.recv_timeout(Duration::from_secs(2));
@@ -500,7 +501,7 @@ fn a_failed_link_undoes_the_mount_it_made() {
     // The link's parent goes away while the share is mounted.
     let gone = parent.clone();
     *k.during_mount.lock().unwrap() = Some(Box::new(move || std::fs::remove_dir(&gone).unwrap()));
-    let e = smb.new_global_mapping(&mapping(r"\\srv\share", &local)).unwrap_err();
+    let e = smb.new_smb_global_mapping(&mapping(r"\\srv\share", &local)).unwrap_err();
     assert!(e.to_string().contains("creating the link"), "{e:?}");
     let mount = mount_dir(&s, r"\\srv\share");
     assert_eq!(k.log(), [format!("mount //srv/share {}", mount.display()), format!("unmount {}", mount.display())]);
@@ -508,11 +509,11 @@ fn a_failed_link_undoes_the_mount_it_made() {
 
     // A mount other links use is kept.
     std::fs::create_dir(&parent).unwrap();
-    smb.new_global_mapping(&mapping(r"\\srv\share", &s.local("a"))).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\share", &s.local("a"))).unwrap();
     *k.probe.lock().unwrap() = Some(Err(Errno::STALE));
     let gone = parent.clone();
     *k.during_mount.lock().unwrap() = Some(Box::new(move || std::fs::remove_dir_all(&gone).unwrap()));
-    assert!(smb.new_global_mapping(&mapping(r"\\srv\share", &local)).is_err());
+    assert!(smb.new_smb_global_mapping(&mapping(r"\\srv\share", &local)).is_err());
     assert!(k.mounts.lock().unwrap().contains_key(&mount));
     assert_eq!(std::fs::read_to_string(Smb::records(&mount)).unwrap(), format!("{}\n", s.local("a")));
 }
@@ -586,7 +587,7 @@ fn the_smb_directory_is_named_as_the_kernel_names_it() {
     let fs = Filesystem::new(Roots::new(vec![s.root.to_str().unwrap().to_owned()]));
     let k = Fake::new();
     let smb = Smb::new(s.base.join("via/smb"), fs, k.clone());
-    smb.new_global_mapping(&mapping(r"\\srv\share", &s.local("a"))).unwrap();
+    smb.new_smb_global_mapping(&mapping(r"\\srv\share", &s.local("a"))).unwrap();
     let mounted: Vec<PathBuf> = k.mounts.lock().unwrap().keys().cloned().collect();
     let canonical = std::fs::canonicalize(&real).unwrap().join("smb");
     assert!(mounted.len() == 1 && mounted[0].starts_with(&canonical), "{mounted:?}");
@@ -599,7 +600,7 @@ fn an_existing_link_elsewhere_is_refused_without_saying_where_it_points() {
     let k = Fake::new();
     let local = s.local("v");
     std::os::unix::fs::symlink("/somewhere/private-place", &local).unwrap();
-    let e = s.smb(k.clone()).new_global_mapping(&mapping(r"\\10.0.0.5\data", &local)).unwrap_err();
+    let e = s.smb(k.clone()).new_smb_global_mapping(&mapping(r"\\10.0.0.5\data", &local)).unwrap_err();
     assert!(matches!(e, Error::AlreadyExists(_)), "{e:?}");
     assert!(!e.to_string().contains("private-place"), "{e}");
 }

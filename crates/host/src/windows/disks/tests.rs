@@ -386,12 +386,12 @@ fn disk_size_and_unknown_disks() {
     s.on(r"ioctl \\.\PhysicalDrive8 0x700a0", Answer::Win32Error(code::ERROR_PATH_NOT_FOUND));
     s.on(r"ioctl \\.\PhysicalDrive7 0x700a0", Answer::Bytes(vec![0; 4]));
     let d = disks(&s);
-    assert_eq!(d.disk_size(1).unwrap(), 1 << 40);
+    assert_eq!(d.get_disk_stats(1).unwrap(), 1 << 40);
     for n in [9, 8] {
-        let err = d.disk_size(n).unwrap_err();
+        let err = d.get_disk_stats(n).unwrap_err();
         assert!(matches!(&err, Error::NotFound(m) if m == &format!("disk {n} not found")), "{err:?}");
     }
-    assert!(matches!(d.disk_size(7), Err(Error::Internal(m)) if m.contains("DISK_GEOMETRY_EX")));
+    assert!(matches!(d.get_disk_stats(7), Err(Error::Internal(m)) if m.contains("DISK_GEOMETRY_EX")));
     s.assert_all_scripted();
 }
 
@@ -405,9 +405,9 @@ fn disk_state_reads_the_offline_attribute() {
     s.on(r"ioctl \\.\PhysicalDrive3 0x700f0", Answer::Bytes(attributes_buf(DISK_ATTRIBUTE_READ_ONLY)));
     s.on(r"ioctl \\.\PhysicalDrive4 0x700f0", Answer::Win32Error(code::ERROR_FILE_NOT_FOUND));
     let d = disks(&s);
-    assert!(!d.disk_online(2).unwrap());
-    assert!(d.disk_online(3).unwrap());
-    assert!(matches!(d.disk_online(4), Err(Error::NotFound(m)) if m == "disk 4 not found"));
+    assert!(!d.get_disk_state(2).unwrap());
+    assert!(d.get_disk_state(3).unwrap());
+    assert!(matches!(d.get_disk_state(4), Err(Error::NotFound(m)) if m == "disk 4 not found"));
 }
 
 #[test]
@@ -416,7 +416,7 @@ fn set_state_is_idempotent() {
     for (attrs, online) in [(0, true), (DISK_ATTRIBUTE_OFFLINE, false), (offline_read_only, false)] {
         let s = Arc::new(Script::new());
         s.on(GET_ATTRS, Answer::Bytes(attributes_buf(attrs)));
-        disks(&s).set_disk_online(2, online).unwrap();
+        disks(&s).set_disk_state(2, online).unwrap();
         assert_eq!(s.log(), [GET_ATTRS], "attributes {attrs:#x}, online {online}");
     }
 }
@@ -429,7 +429,7 @@ fn set_state_changes_and_reads_back() {
         s.on(GET_ATTRS, Answer::Bytes(attributes_buf(before)));
         s.on(GET_ATTRS, Answer::Bytes(attributes_buf(after)));
         s.on(SET_ATTRS, Answer::Bytes(vec![]));
-        disks(&s).set_disk_online(2, online).unwrap();
+        disks(&s).set_disk_state(2, online).unwrap();
         assert_eq!(s.log(), [GET_ATTRS, SET_ATTRS, GET_ATTRS]);
     }
 }
@@ -452,7 +452,7 @@ fn online_also_clears_read_only_persistently() {
         s.on(GET_ATTRS, Answer::Bytes(attributes_buf(before)));
         s.on(GET_ATTRS, Answer::Bytes(attributes_buf(0)));
         s.on(SET_ATTRS, Answer::Bytes(vec![]));
-        disks(&s).set_disk_online(2, true).unwrap();
+        disks(&s).set_disk_state(2, true).unwrap();
         assert_eq!(s.log(), [GET_ATTRS, SET_ATTRS, GET_ATTRS], "before {before:#x}");
         let sent = s.ioctl_inputs(SET_ATTRS);
         assert_eq!(sent.len(), 1);
@@ -463,14 +463,14 @@ fn online_also_clears_read_only_persistently() {
     s.on(GET_ATTRS, Answer::Bytes(attributes_buf(DISK_ATTRIBUTE_READ_ONLY)));
     s.on(GET_ATTRS, Answer::Bytes(attributes_buf(both)));
     s.on(SET_ATTRS, Answer::Bytes(vec![]));
-    disks(&s).set_disk_online(2, false).unwrap();
+    disks(&s).set_disk_state(2, false).unwrap();
     assert_eq!(sent_attributes(&s.ioctl_inputs(SET_ATTRS)[0]), (40, 1, DISK_ATTRIBUTE_OFFLINE, DISK_ATTRIBUTE_OFFLINE));
     // Read-only that does not clear (write-protected media): the call says so.
     let s = Arc::new(Script::new());
     s.on(GET_ATTRS, Answer::Bytes(attributes_buf(both)));
     s.on(GET_ATTRS, Answer::Bytes(attributes_buf(DISK_ATTRIBUTE_READ_ONLY)));
     s.on(SET_ATTRS, Answer::Bytes(vec![]));
-    let err = disks(&s).set_disk_online(2, true).unwrap_err();
+    let err = disks(&s).set_disk_state(2, true).unwrap_err();
     assert!(matches!(&err, Error::Internal(m) if m.contains("disk 2 is still read-only")), "{err:?}");
 }
 
@@ -479,14 +479,14 @@ fn a_set_that_does_not_take_fails() {
     let s = Arc::new(Script::new());
     s.on(GET_ATTRS, Answer::Bytes(attributes_buf(DISK_ATTRIBUTE_OFFLINE)));
     s.on(SET_ATTRS, Answer::Bytes(vec![]));
-    let err = disks(&s).set_disk_online(2, true).unwrap_err();
+    let err = disks(&s).set_disk_state(2, true).unwrap_err();
     assert!(matches!(&err, Error::Internal(m) if m.contains("disk 2 is still offline")), "{err:?}");
     assert_eq!(s.log(), [GET_ATTRS, SET_ATTRS, GET_ATTRS]);
 
     let s = Arc::new(Script::new());
     s.on(GET_ATTRS, Answer::Bytes(attributes_buf(0)));
     s.on(SET_ATTRS, Answer::Win32Error(code::ERROR_ACCESS_DENIED));
-    let err = disks(&s).set_disk_online(2, false).unwrap_err();
+    let err = disks(&s).set_disk_state(2, false).unwrap_err();
     assert!(
         matches!(&err, Error::PermissionDenied(m) if m.contains("IOCTL_DISK_SET_DISK_ATTRIBUTES on disk 2")),
         "{err:?}"

@@ -127,7 +127,7 @@ fn a_missing_portal_is_not_found() {
         f.iscsi.remove_target_portal(&portal()).unwrap_err(),
         f.iscsi.connect_target(&connect(AuthType::None, "", "")).unwrap_err(),
         f.iscsi.disconnect_target(&portal(), IQN).unwrap_err(),
-        f.iscsi.target_disks(&portal(), IQN).unwrap_err(),
+        f.iscsi.get_target_disks(&portal(), IQN).unwrap_err(),
     ] {
         assert!(
             matches!(&err, Error::NotFound(m) if m.contains("10.0.0.9:3260") && m.contains("AddTargetPortal")),
@@ -320,13 +320,13 @@ fn target_disks_are_deduplicated_and_sorted() {
         .on_associators(&t, "MSFT_iSCSITargetToiSCSIConnection", "MSFT_iSCSIConnection", vec![conn(1), conn(2)])
         .on_associators("conn1", "MSFT_iSCSIConnectionToDisk", "MSFT_Disk", vec![disk(7), disk(3)])
         .on_associators("conn2", "MSFT_iSCSIConnectionToDisk", "MSFT_Disk", vec![disk(7)]);
-    assert_eq!(f.iscsi.target_disks(&portal(), IQN).unwrap(), [3, 7]);
+    assert_eq!(f.iscsi.get_target_disks(&portal(), IQN).unwrap(), [3, 7]);
     f.script.assert_all_scripted();
     assert_eq!(f.script.calls("associators ").len(), 4);
 
     let f = fixture();
     f.with_targets(vec![target_row(IQN, false)]);
-    assert!(f.iscsi.target_disks(&portal(), IQN).unwrap().is_empty());
+    assert!(f.iscsi.get_target_disks(&portal(), IQN).unwrap().is_empty());
     assert_eq!(f.script.log(), lookup_lines());
 }
 

@@ -263,7 +263,7 @@ mod tests {
         let kinds: Vec<u8> = smbios::structures(table).map(|s| s.expect("well-formed").kind).collect();
         assert!(kinds.contains(&smbios::TYPE_SYSTEM_INFORMATION), "structure types {kinds:?}");
 
-        let got = system().bios_serial_number();
+        let got = system().get_bios_serial_number();
         if under_wine() {
             let linux = std::fs::read_to_string(r"Z:\sys\class\dmi\id\product_serial").unwrap_or_default();
             match linux.trim() {
@@ -286,17 +286,17 @@ mod tests {
         let sys = system();
         // Wine's registry: PlugPlay is auto-start, Spooler demand-start, LanmanServer disabled
         // (the same start types as on Windows).
-        let pnp = sys.service("PlugPlay").unwrap();
+        let pnp = sys.get_service("PlugPlay").unwrap();
         assert_eq!(pnp.display_name, "Plug and Play Service");
         assert_eq!(pnp.start_type, StartType::Automatic);
         assert_eq!(pnp.status, ServiceStatus::Running, "started at boot");
         // SCM names are case-insensitive.
-        assert_eq!(sys.service("plugplay").unwrap(), pnp);
+        assert_eq!(sys.get_service("plugplay").unwrap(), pnp);
 
-        let spooler = sys.service("Spooler").unwrap();
+        let spooler = sys.get_service("Spooler").unwrap();
         assert_eq!(spooler.display_name, "Print Spooler");
         assert_eq!(spooler.start_type, StartType::Manual);
-        let lanman = sys.service("LanmanServer").unwrap();
+        let lanman = sys.get_service("LanmanServer").unwrap();
         assert_eq!(lanman.start_type, StartType::Disabled);
         assert_eq!(lanman.status, ServiceStatus::Stopped);
     }
@@ -307,18 +307,18 @@ mod tests {
         let sys = system();
         let name = "csi-proxy-no-such-service";
         for r in [
-            sys.service(name).map(drop),
+            sys.get_service(name).map(drop),
             sys.start_service(name),
             sys.stop_service(name, false, &any_service),
             sys.stop_service(name, true, &any_service),
         ] {
             assert!(matches!(&r, Err(Error::NotFound(m)) if m.contains(&format!("{name:?}"))), "{r:?}");
         }
-        assert!(matches!(sys.service("Spooler\0x"), Err(Error::InvalidArgument(_))));
+        assert!(matches!(sys.get_service("Spooler\0x"), Err(Error::InvalidArgument(_))));
         // Disabled: refused, not started.
         let e = sys.start_service("LanmanServer").unwrap_err();
         assert!(matches!(&e, Error::FailedPrecondition(m) if m.contains("disabled")), "{e:?}");
-        assert_eq!(sys.service("LanmanServer").unwrap().status, ServiceStatus::Stopped);
+        assert_eq!(sys.get_service("LanmanServer").unwrap().status, ServiceStatus::Stopped);
     }
 
     /// Start and stop a real service: Wine's print spooler (spoolsv.exe) is a demand-start
@@ -327,7 +327,7 @@ mod tests {
     fn start_and_stop_the_spooler() {
         let _turn = scm_turn();
         let sys = system();
-        let status = || sys.service("Spooler").unwrap().status;
+        let status = || sys.get_service("Spooler").unwrap().status;
         sys.stop_service("Spooler", false, &any_service).unwrap();
         assert_eq!(status(), ServiceStatus::Stopped);
 

@@ -179,7 +179,7 @@ fn credentials_escape_the_user_name_only() {
 fn a_fresh_mapping_without_credentials() {
     let f = fixture(Links::default());
     f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
-    f.smb.new_global_mapping(&request(r"\\SRV\Share\Sub", LOCAL, "")).unwrap();
+    f.smb.new_smb_global_mapping(&request(r"\\SRV\Share\Sub", LOCAL, "")).unwrap();
     f.script.assert_all_scripted();
     assert_eq!(f.script.log(), [find_line(SRV), create_line(SRV, true, false)]);
     assert!(f.wmi.secrets().is_empty());
@@ -194,7 +194,7 @@ fn a_retried_call_finds_its_link_and_still_makes_sure_of_the_mapping() {
     // The mapping went away since the first call (a reboot); the link is still there.
     let f = fixture(Links { linked: true, ..Links::default() });
     f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
-    f.smb.new_global_mapping(&request(r"\\SRV\Share\Sub", LOCAL, "")).unwrap();
+    f.smb.new_smb_global_mapping(&request(r"\\SRV\Share\Sub", LOCAL, "")).unwrap();
     f.script.assert_all_scripted();
     assert_eq!(f.script.log(), [find_line(SRV), create_line(SRV, true, false)]);
     assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\SRV\Share\Sub\")], "no second link");
@@ -204,7 +204,7 @@ fn a_retried_call_finds_its_link_and_still_makes_sure_of_the_mapping() {
 fn a_fresh_mapping_with_credentials() {
     let f = fixture(Links::default());
     f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
-    f.smb.new_global_mapping(&request(SRV, LOCAL, r"CORP\svc:k8s")).unwrap();
+    f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc:k8s")).unwrap();
     f.script.assert_all_scripted();
     let create = create_line(SRV, true, true);
     assert!(create.ends_with(r#"("Credential", <redacted>)]"#), "{create}");
@@ -219,7 +219,7 @@ fn require_privacy_is_passed_as_configured() {
         f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
         let mut m = request(SRV, "", "");
         m.require_privacy = privacy;
-        f.smb.new_global_mapping(&m).unwrap();
+        f.smb.new_smb_global_mapping(&m).unwrap();
         assert_eq!(f.script.log(), [find_line(SRV), create_line(SRV, privacy, false)]);
         assert!(f.links.log().is_empty(), "no local path, no link");
     }
@@ -232,7 +232,7 @@ fn a_healthy_mapping_is_kept() {
         .on_query(&find(SRV), vec![mapping_row(0)])
         .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)))
         .on(format!(r"connect_as {SRV}"), Answer::Done);
-    f.smb.new_global_mapping(&request(r"\\srv\share\a", LOCAL, "u")).unwrap();
+    f.smb.new_smb_global_mapping(&request(r"\\srv\share\a", LOCAL, "u")).unwrap();
     f.script.assert_all_scripted();
     assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\"), format!(r"connect_as {SRV} u")]);
     assert_eq!(f.links.log()[1], format!(r"link {LOCAL} \\?\UNC\srv\share\a\"));
@@ -249,7 +249,7 @@ fn an_ok_but_unreachable_mapping_is_recreated() {
             .on(format!(r"attributes {SRV}\"), answer)
             .on_call(MAP, "Remove", returned(0))
             .on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
-        f.smb.new_global_mapping(&request(SRV, "", "u")).unwrap();
+        f.smb.new_smb_global_mapping(&request(SRV, "", "u")).unwrap();
         f.script.assert_all_scripted();
         assert_eq!(
             f.script.log(),
@@ -277,7 +277,7 @@ const ERROR_LOGON_FAILURE: i32 = 1326;
 fn after_a_restart_a_wrong_password_is_refused_and_the_right_one_then_taken() {
     let f = restarted(vec![Answer::Win32Error(ERROR_LOGON_FAILURE), Answer::Done]);
     let wrong = SmbMapping { password: Secret::new("Wrong-Secret-42"), ..request(SRV, LOCAL, r"CORP\svc") };
-    let (r, lines) = traced(|| f.smb.new_global_mapping(&wrong));
+    let (r, lines) = traced(|| f.smb.new_smb_global_mapping(&wrong));
     let err = r.unwrap_err();
     // As Create answers a wrong password: PermissionDenied, the password nowhere.
     assert!(matches!(&err, Error::PermissionDenied(m) if m.contains(SRV) && m.contains("1326")), "{err:?}");
@@ -289,7 +289,7 @@ fn after_a_restart_a_wrong_password_is_refused_and_the_right_one_then_taken() {
     assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\"), check.clone()]);
     assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\srv\share\")]);
     // The right one is checked too, then linked.
-    f.smb.new_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap();
+    f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap();
     f.script.assert_all_scripted();
     assert_eq!(f.script.calls("connect_as").len(), 2);
     assert!(f.script.calls("call ").is_empty(), "{:?}", f.script.log());
@@ -299,19 +299,19 @@ fn after_a_restart_a_wrong_password_is_refused_and_the_right_one_then_taken() {
 #[test]
 fn after_a_restart_the_right_password_is_checked_and_a_wrong_one_then_refused() {
     let f = restarted(vec![Answer::Done]);
-    f.smb.new_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap();
+    f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap();
     assert_eq!(f.script.calls("connect_as"), [format!(r"connect_as {SRV} CORP\svc")]);
     let other = r"C:\var\lib\kubelet\pods\q\volumes\v";
     for wrong in [
         SmbMapping { password: Secret::new("Wrong-Secret-42"), ..request(SRV, other, r"CORP\svc") },
         request(SRV, other, r"CORP\bob"),
     ] {
-        let err = f.smb.new_global_mapping(&wrong).unwrap_err();
+        let err = f.smb.new_smb_global_mapping(&wrong).unwrap_err();
         assert!(matches!(&err, Error::AlreadyExists(m) if m.contains("other credentials")), "{err:?}");
         assert!(!err.to_string().contains("Wrong-Secret"), "{err}");
     }
     // Known now: not checked again; user names compare without case.
-    f.smb.new_global_mapping(&request(SRV, other, r"corp\SVC")).unwrap();
+    f.smb.new_smb_global_mapping(&request(SRV, other, r"corp\SVC")).unwrap();
     f.script.assert_all_scripted();
     assert_eq!(f.script.calls("connect_as").len(), 1, "{:?}", f.script.log());
     assert!(f.script.calls("call ").is_empty(), "{:?}", f.script.log());
@@ -326,10 +326,10 @@ fn a_mapping_made_here_is_not_checked_again_and_keeps_its_credentials() {
         .on_query(&find(SRV), vec![mapping_row(status::OK)])
         .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
         .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)));
-    f.smb.new_global_mapping(&request(SRV, "", r"CORP\svc")).unwrap();
-    f.smb.new_global_mapping(&request(SRV, "", r"CORP\svc")).unwrap();
+    f.smb.new_smb_global_mapping(&request(SRV, "", r"CORP\svc")).unwrap();
+    f.smb.new_smb_global_mapping(&request(SRV, "", r"CORP\svc")).unwrap();
     let wrong = SmbMapping { password: Secret::new("Wrong-Secret-42"), ..request(SRV, "", r"CORP\svc") };
-    assert!(matches!(f.smb.new_global_mapping(&wrong), Err(Error::AlreadyExists(_))));
+    assert!(matches!(f.smb.new_smb_global_mapping(&wrong), Err(Error::AlreadyExists(_))));
     f.script.assert_all_scripted();
     assert!(f.script.calls("connect_as").is_empty(), "{:?}", f.script.log());
 }
@@ -343,12 +343,12 @@ fn after_a_restart_a_failed_check_says_why_and_a_mapping_without_user_is_not_che
         (31, |e| matches!(e, Error::Internal(_))),
     ] {
         let f = restarted(vec![Answer::Win32Error(code)]);
-        let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
+        let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
         assert!(ok(&err) && err.to_string().contains("checking the credentials"), "{code}: {err:?}");
         assert!(f.script.calls("call ").is_empty() && f.links.log().len() == 1, "{:?}", f.script.log());
     }
     let f = restarted(vec![]);
-    f.smb.new_global_mapping(&request(SRV, LOCAL, "")).unwrap();
+    f.smb.new_smb_global_mapping(&request(SRV, LOCAL, "")).unwrap();
     f.script.assert_all_scripted();
     assert!(f.script.calls("connect_as").is_empty());
 }
@@ -362,7 +362,7 @@ fn a_mapping_not_ok_is_recreated_without_probing() {
             "Create",
             returned(0),
         );
-        f.smb.new_global_mapping(&request(SRV, "", "")).unwrap();
+        f.smb.new_smb_global_mapping(&request(SRV, "", "")).unwrap();
         f.script.assert_all_scripted();
         assert_eq!(f.script.log(), [find_line(SRV), remove_line(), create_line(SRV, true, false)], "status {st}");
     }
@@ -372,7 +372,7 @@ fn a_mapping_not_ok_is_recreated_without_probing() {
 fn a_failed_removal_of_a_broken_mapping_stops_before_create() {
     let f = fixture(Links::default());
     f.script.on_query(&find(SRV), vec![mapping_row(status::DISCONNECTED)]).on_call(MAP, "Remove", returned(2));
-    let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "")).unwrap_err().to_string();
+    let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, "")).unwrap_err().to_string();
     assert!(err.contains(SRV) && err.contains("Remove returned 2"), "{err}");
     assert_eq!(f.script.log(), [find_line(SRV), remove_line()]);
     assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\srv\share\")], "no link after a failure");
@@ -381,13 +381,13 @@ fn a_failed_removal_of_a_broken_mapping_stops_before_create() {
 #[test]
 fn a_bad_local_path_fails_before_any_wmi_call() {
     let f = fixture(Links { check_err: Some(Error::AlreadyExists), ..Links::default() });
-    let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
+    let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
     assert!(matches!(&err, Error::AlreadyExists(m) if m.contains(LOCAL)), "{err:?}");
     assert!(f.script.log().is_empty(), "{:?}", f.script.log());
     assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\srv\share\")]);
 
     let f = fixture(Links::default());
-    let err = f.smb.new_global_mapping(&request(r"\\srv\share\..\x", LOCAL, "u")).unwrap_err();
+    let err = f.smb.new_smb_global_mapping(&request(r"\\srv\share\..\x", LOCAL, "u")).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     assert!(f.script.log().is_empty() && f.links.log().is_empty());
 }
@@ -400,7 +400,7 @@ fn a_failed_link_removes_the_mapping_this_call_made() {
         .on_query(&find(SRV), vec![mapping_row(0)])
         .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
         .on_call(MAP, "Remove", returned(0));
-    let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
+    let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
     assert!(matches!(&err, Error::PermissionDenied(m) if m.contains(LOCAL)), "{err:?}");
     f.script.assert_all_scripted();
     assert_eq!(f.script.log(), [find_line(SRV), create_line(SRV, true, true), find_line(SRV), remove_line()]);
@@ -414,7 +414,7 @@ fn a_failed_rollback_is_reported_with_the_link_error() {
         .on_query(&find(SRV), vec![mapping_row(0)])
         .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
         .on_call(MAP, "Remove", returned(5));
-    let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "")).unwrap_err();
+    let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, "")).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, Error::PermissionDenied(_)), "the link's error kind is kept: {err:?}");
     assert!(
@@ -430,7 +430,7 @@ fn a_failed_link_keeps_a_mapping_that_was_there() {
         .on_query(&find(SRV), vec![mapping_row(0)])
         .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)))
         .on(format!(r"connect_as {SRV}"), Answer::Done);
-    let err = f.smb.new_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
+    let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, "u")).unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
     f.script.assert_all_scripted();
     assert_eq!(f.script.log(), [find_line(SRV), format!(r"attributes {SRV}\"), format!(r"connect_as {SRV} u")]);
@@ -440,7 +440,7 @@ fn a_failed_link_keeps_a_mapping_that_was_there() {
 fn a_create_failure_names_the_code_and_the_root() {
     let f = fixture(Links::default());
     f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(87));
-    let err = f.smb.new_global_mapping(&request(r"\\SRV\share\x", LOCAL, "u")).unwrap_err();
+    let err = f.smb.new_smb_global_mapping(&request(r"\\SRV\share\x", LOCAL, "u")).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, Error::Internal(_)), "{err:?}");
     assert!(msg.contains(SRV) && msg.contains("Create returned 87"), "{msg}");
@@ -451,13 +451,13 @@ fn a_create_failure_names_the_code_and_the_root() {
 fn remove_of_a_present_mapping() {
     let f = fixture(Links::default());
     f.script.on_query(&find(SRV), vec![mapping_row(0)]).on_call(MAP, "Remove", returned(0));
-    f.smb.remove_global_mapping(r"\\Srv\SHARE\sub").unwrap();
+    f.smb.remove_smb_global_mapping(r"\\Srv\SHARE\sub").unwrap();
     f.script.assert_all_scripted();
     assert_eq!(f.script.log(), [find_line(SRV), remove_line()]);
 
     let f = fixture(Links::default());
     f.script.on_query(&find(SRV), vec![mapping_row(0)]).on_call(MAP, "Remove", returned(2));
-    let err = f.smb.remove_global_mapping(SRV).unwrap_err().to_string();
+    let err = f.smb.remove_smb_global_mapping(SRV).unwrap_err().to_string();
     assert!(err.contains(SRV) && err.contains("Remove returned 2"), "{err}");
 }
 
@@ -465,7 +465,7 @@ fn remove_of_a_present_mapping() {
 fn remove_of_a_missing_mapping_succeeds() {
     let f = fixture(Links::default());
     f.script.on_query(&find(SRV), vec![]);
-    let (res, lines) = traced(|| f.smb.remove_global_mapping(SRV));
+    let (res, lines) = traced(|| f.smb.remove_smb_global_mapping(SRV));
     res.unwrap();
     assert_eq!(f.script.log(), [find_line(SRV)]);
     assert!(lines.iter().any(|l| l.starts_with("INFO") && l.contains("no SMB global mapping")), "{lines:?}");
@@ -481,7 +481,7 @@ fn the_password_never_shows() {
     // Created, then linked.
     let f = fixture(Links::default());
     f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
-    let (res, lines) = traced(|| f.smb.new_global_mapping(&m));
+    let (res, lines) = traced(|| f.smb.new_smb_global_mapping(&m));
     res.unwrap();
     assert!(!lines.is_empty(), "the capture must see the backend's events");
     seen.extend(lines);
@@ -495,7 +495,7 @@ fn the_password_never_shows() {
     ] {
         let f = fixture(Links::default());
         f.script.on_query(&find(SRV), vec![]).on("call MSFT_SmbGlobalMapping Create", answer);
-        let (res, lines) = traced(|| f.smb.new_global_mapping(&m));
+        let (res, lines) = traced(|| f.smb.new_smb_global_mapping(&m));
         let err = res.unwrap_err();
         errors.push(err.to_string());
         errors.push(format!("{err:?}"));
@@ -511,7 +511,7 @@ fn the_password_never_shows() {
         .on_call(MAP, "Remove", returned(0))
         .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
         .on_call(MAP, "Remove", returned(5));
-    let (res, lines) = traced(|| f.smb.new_global_mapping(&m));
+    let (res, lines) = traced(|| f.smb.new_smb_global_mapping(&m));
     errors.push(res.unwrap_err().to_string());
     seen.extend(lines);
     seen.extend(f.script.log());
@@ -554,9 +554,9 @@ fn a_hung_create_on_one_share_does_not_hold_up_another() {
         .on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
     let smb = &f.smb;
     std::thread::scope(|t| {
-        let hung = t.spawn(|| smb.new_global_mapping(&request(SRV, "", "")));
+        let hung = t.spawn(|| smb.new_smb_global_mapping(&request(SRV, "", "")));
         gate.wait_for(1); // SRV's call is inside Create
-        let other = finishes(&gate, || smb.new_global_mapping(&request(OTHER, "", "")));
+        let other = finishes(&gate, || smb.new_smb_global_mapping(&request(OTHER, "", "")));
         assert!(matches!(other, Some(Ok(()))), "the call on another share waited for the hung one: {other:?}");
         hung.join().unwrap().unwrap();
     });
@@ -584,8 +584,8 @@ fn a_share_that_does_not_answer_the_probe_is_given_up_on_once() {
     // Two calls while the probe hangs: both finish, recreating the mapping, on one probe. (The
     // gate opens once they are done, or at the watchdog if they hang.)
     let done = finishes(&gate, || {
-        let first = smb.new_global_mapping(&request(SRV, "", ""));
-        let second = smb.new_global_mapping(&request(SRV, "", ""));
+        let first = smb.new_smb_global_mapping(&request(SRV, "", ""));
+        let second = smb.new_smb_global_mapping(&request(SRV, "", ""));
         (first, second)
     });
     assert!(matches!(done, Some((Ok(()), Ok(())))), "a call waited for the hung probe: {done:?}");
@@ -600,7 +600,7 @@ fn a_share_that_does_not_answer_the_probe_is_given_up_on_once() {
     }
     // (A limit no answering probe can miss, however loaded the machine.)
     smb.probes.set_limit(WATCHDOG);
-    smb.new_global_mapping(&request(SRV, "", "")).unwrap();
+    smb.new_smb_global_mapping(&request(SRV, "", "")).unwrap();
     assert_eq!(script.calls(&probe).len(), 2);
     assert_eq!(script.calls(&remove_line()).len(), 2, "kept: {:#?}", script.log());
 }
@@ -617,9 +617,9 @@ fn calls_on_one_share_take_turns() {
         .on_call("MSFT_SmbGlobalMapping", "Create", returned(0));
     let smb = &f.smb;
     std::thread::scope(|t| {
-        let first = t.spawn(|| smb.new_global_mapping(&request(r"\\srv\share\a", "", "")));
+        let first = t.spawn(|| smb.new_smb_global_mapping(&request(r"\\srv\share\a", "", "")));
         gate.wait_for(1);
-        let second = t.spawn(|| smb.new_global_mapping(&request(r"\\SRV\Share\b", "", "")));
+        let second = t.spawn(|| smb.new_smb_global_mapping(&request(r"\\SRV\Share\b", "", "")));
         // Give the second call every chance to overtake; it must not.
         std::thread::sleep(std::time::Duration::from_millis(50));
         let before = f.script.calls("query ").len();

@@ -153,9 +153,9 @@ fn volume_ids_are_checked_before_any_host_call() {
             ("formatted", v.is_volume_formatted(id).map(drop)),
             ("format", v.format_volume(id)),
             ("resize", v.resize_volume(id, 0)),
-            ("stats", v.volume_stats(id).map(drop)),
-            ("disk", v.disk_number_of_volume(id).map(drop)),
-            ("flush", v.flush_volume(id)),
+            ("stats", v.get_volume_stats(id).map(drop)),
+            ("disk", v.get_disk_number_from_volume_id(id).map(drop)),
+            ("flush", v.write_volume_cache(id)),
         ];
         for (rpc, r) in calls {
             match r {
@@ -264,7 +264,7 @@ fn mount_targets_are_acted_on_by_the_held_canonical_path() {
     let log = s.log();
     let delete = log.iter().position(|l| l.starts_with("delete_mount_point ")).unwrap();
     assert!(log[delete + 1..].iter().all(|l| l.starts_with("close ")) && log.len() == delete + 3, "{log:#?}");
-    assert_eq!(v.volume_at_path(target).unwrap(), V1);
+    assert_eq!(v.get_volume_id_from_target_path(target).unwrap(), V1);
     s.assert_all_scripted();
     let paths: Vec<String> = s.calls("volume_").into_iter().chain(s.calls("delete_mount_point ")).collect();
     assert!(paths.len() == 5 && paths.iter().all(|l| l.contains(real)), "{paths:#?}");
@@ -750,41 +750,45 @@ fn resize_failures() {
 fn stats_are_total_and_total_minus_free() {
     let (s, v) = setup();
     s.on(format!("free_space {V1}"), Answer::Space(100 * GIB, 30 * GIB));
-    assert_eq!(v.volume_stats(device(V1)).unwrap(), VolumeStats { total_bytes: 100 * GIB, used_bytes: 70 * GIB });
+    assert_eq!(v.get_volume_stats(device(V1)).unwrap(), VolumeStats { total_bytes: 100 * GIB, used_bytes: 70 * GIB });
 
     let (s, v) = setup();
     s.on(format!("free_space {V1}"), Answer::Space(10, 11));
-    assert!(matches!(v.volume_stats(V1), Err(Error::Internal(m)) if m.contains("11") && m.contains("10")));
+    assert!(matches!(v.get_volume_stats(V1), Err(Error::Internal(m)) if m.contains("11") && m.contains("10")));
 
     let (s, v) = setup();
     s.on(format!("free_space {V1}"), Answer::Win32Error(ERROR_PATH_NOT_FOUND));
-    assert!(matches!(v.volume_stats(V1), Err(Error::NotFound(m)) if m.contains(V1)));
+    assert!(matches!(v.get_volume_stats(V1), Err(Error::NotFound(m)) if m.contains(V1)));
     drop(s);
 
     let (s, v) = setup();
     s.on(format!("free_space {V1}"), Answer::Win32Error(ERROR_UNRECOGNIZED_VOLUME));
-    assert!(matches!(v.volume_stats(V1), Err(Error::FailedPrecondition(m)) if m.contains(V1)));
+    assert!(matches!(v.get_volume_stats(V1), Err(Error::FailedPrecondition(m)) if m.contains(V1)));
 }
 
 #[test]
 fn disk_number_is_the_first_extents_disk() {
     let (s, v) = setup();
     on_extents(&s, V1, &[(5, 0, 1 << 30), (6, 0, 1 << 30)]);
-    assert_eq!(v.disk_number_of_volume(V1).unwrap(), 5);
+    assert_eq!(v.get_disk_number_from_volume_id(V1).unwrap(), 5);
     assert_eq!(s.log(), [format!("ioctl {} 0x560000", device(V1))]);
 
     for code in [ERROR_FILE_NOT_FOUND, ERROR_PATH_NOT_FOUND, ERROR_INVALID_NAME] {
         let (s, v) = setup();
         s.on(format!("ioctl {} 0x560000", device(V1)), Answer::Win32Error(code));
-        assert!(matches!(v.disk_number_of_volume(V1), Err(Error::NotFound(m)) if m.contains(V1)), "{code}");
+        assert!(matches!(v.get_disk_number_from_volume_id(V1), Err(Error::NotFound(m)) if m.contains(V1)), "{code}");
     }
     let (s, v) = setup();
     on_extents(&s, V1, &[]);
     // There, but on no disk (Wine's volumes): the server then locks on the volume alone.
-    assert!(matches!(v.disk_number_of_volume(V1), Err(Error::FailedPrecondition(m)) if m.contains("on no disk")));
+    assert!(
+        matches!(v.get_disk_number_from_volume_id(V1), Err(Error::FailedPrecondition(m)) if m.contains("on no disk"))
+    );
     let (s, v) = setup();
     s.on(format!("ioctl {} 0x560000", device(V1)), Answer::Bytes(vec![1, 0, 0, 0]));
-    assert!(matches!(v.disk_number_of_volume(V1), Err(Error::Internal(m)) if m.contains("VOLUME_DISK_EXTENTS")));
+    assert!(
+        matches!(v.get_disk_number_from_volume_id(V1), Err(Error::Internal(m)) if m.contains("VOLUME_DISK_EXTENTS"))
+    );
 }
 
 #[test]
@@ -793,7 +797,7 @@ fn volume_at_path_answers_a_mounted_folder_only() {
     mount_point(&s, MNT, V1);
     s.on(format!(r"volume_path_name \\?\{MNT}"), Answer::Str(format!(r"{MNT}\")));
     s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(V1.into()));
-    assert_eq!(v.volume_at_path(MNT).unwrap(), V1);
+    assert_eq!(v.get_volume_id_from_target_path(MNT).unwrap(), V1);
     assert_eq!(calls(&s).last().unwrap(), &format!(r"volume_name_for_mount_point \\?\{MNT}\"));
     s.assert_all_scripted();
 
@@ -802,28 +806,28 @@ fn volume_at_path_answers_a_mounted_folder_only() {
     mount_point(&s, MNT, V1);
     s.on(format!(r"volume_path_name \\?\{MNT}"), Answer::Str(MNT.into()));
     s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(device(V1).into()));
-    assert_eq!(v.volume_at_path(MNT).unwrap(), V1);
+    assert_eq!(v.get_volume_id_from_target_path(MNT).unwrap(), V1);
 
     let (s, v) = setup();
     plain_dir(&s, MNT);
     assert!(
-        matches!(v.volume_at_path(MNT), Err(Error::NotFound(m)) if m.starts_with(&format!("{MNT} is not a mounted folder")))
+        matches!(v.get_volume_id_from_target_path(MNT), Err(Error::NotFound(m)) if m.starts_with(&format!("{MNT} is not a mounted folder")))
     );
     assert!(s.calls("volume_").is_empty());
 
     let (s, v) = setup();
     nothing_at(&s, MNT);
-    assert!(matches!(v.volume_at_path(MNT), Err(Error::NotFound(m)) if m.contains(MNT)));
+    assert!(matches!(v.get_volume_id_from_target_path(MNT), Err(Error::NotFound(m)) if m.contains(MNT)));
 
     let (_, v) = setup();
-    assert!(matches!(v.volume_at_path(r"C:\Windows"), Err(Error::PermissionDenied(_))));
+    assert!(matches!(v.get_volume_id_from_target_path(r"C:\Windows"), Err(Error::PermissionDenied(_))));
 
     // An answer that is no volume GUID path is not passed on.
     let (s, v) = setup();
     mount_point(&s, MNT, V1);
     s.on(format!(r"volume_path_name \\?\{MNT}"), Answer::Str(format!(r"{MNT}\")));
     s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(r"\\?\C:\".into()));
-    assert!(matches!(v.volume_at_path(MNT), Err(Error::Internal(m)) if m.contains(ID_FORM)));
+    assert!(matches!(v.get_volume_id_from_target_path(MNT), Err(Error::Internal(m)) if m.contains(ID_FORM)));
 }
 
 /// The kubelet hands drivers staging paths rooted without a drive (`\var\lib\kubelet\plugins\…\globalmount`),
@@ -854,8 +858,8 @@ fn target_paths_rooted_without_a_drive_are_on_the_system_drive() {
     s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(V1.into()));
     s.on(format!("flush {}", device(V1)), Answer::Done);
     s.on(format!(r"delete_mount_point {MNT}\"), Answer::Done);
-    assert_eq!(v.volume_at_path(rooted).unwrap(), V1);
-    assert_eq!(v.closest_volume_to_path(rooted).unwrap(), V1);
+    assert_eq!(v.get_volume_id_from_target_path(rooted).unwrap(), V1);
+    assert_eq!(v.get_closest_volume_id_from_target_path(rooted).unwrap(), V1);
     v.unmount_volume(V1, rooted).unwrap();
     assert_eq!(s.calls(r"delete_mount_point "), [format!(r"delete_mount_point {MNT}\")]);
     s.assert_all_scripted();
@@ -864,34 +868,40 @@ fn target_paths_rooted_without_a_drive_are_on_the_system_drive() {
     let (s, v) = setup();
     s.system_drive_is("C:");
     nothing_at(&s, MNT);
-    assert!(matches!(v.volume_at_path(rooted), Err(Error::NotFound(m)) if m.contains("because it does not exist")));
+    assert!(
+        matches!(v.get_volume_id_from_target_path(rooted), Err(Error::NotFound(m)) if m.contains("because it does not exist"))
+    );
 
     // Containment as for the drive path: on another system drive the path is outside the roots,
     // refused before anything is opened.
     let (s, v) = setup();
     s.system_drive_is("D:");
-    assert!(matches!(v.volume_at_path(rooted), Err(Error::PermissionDenied(m)) if m.contains(r"D:\root\pv\mnt")));
+    assert!(
+        matches!(v.get_volume_id_from_target_path(rooted), Err(Error::PermissionDenied(m)) if m.contains(r"D:\root\pv\mnt"))
+    );
     assert_eq!(calls(&s), ["system_drive"]);
     let (s, v) = setup();
     s.system_drive_is("C:");
-    assert!(matches!(v.volume_at_path(r"\Windows\System32"), Err(Error::PermissionDenied(_))));
-    assert!(matches!(v.volume_at_path(r"\root\..\Windows"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(v.get_volume_id_from_target_path(r"\Windows\System32"), Err(Error::PermissionDenied(_))));
+    assert!(matches!(v.get_volume_id_from_target_path(r"\root\..\Windows"), Err(Error::InvalidArgument(_))));
     assert_eq!(calls(&s), ["system_drive", "system_drive"]);
 
     // Only a path rooted without a drive asks; the others are judged as before.
     let (s, v) = setup();
     for p in [r"\\server\share\x", r"\\?\C:\root\pv", r"\??\C:\root\pv", r"root\pv", "/root/pv"] {
-        assert!(matches!(v.volume_at_path(p), Err(Error::InvalidArgument(_))), "{p}");
+        assert!(matches!(v.get_volume_id_from_target_path(p), Err(Error::InvalidArgument(_))), "{p}");
     }
     assert!(s.log().is_empty(), "{:?}", s.log());
 
     // A platform that can't say, or says nonsense, is an internal error naming the path.
     let (s, v) = setup();
     s.on("system_drive", Answer::Win32Error(ERROR_INVALID_FUNCTION));
-    assert!(matches!(v.volume_at_path(rooted), Err(Error::Internal(m)) if m.contains(rooted)));
+    assert!(matches!(v.get_volume_id_from_target_path(rooted), Err(Error::Internal(m)) if m.contains(rooted)));
     let (s, v) = setup();
     s.system_drive_is(r"C:\Windows");
-    assert!(matches!(v.volume_at_path(rooted), Err(Error::Internal(m)) if m.contains("expected a drive letter")));
+    assert!(
+        matches!(v.get_volume_id_from_target_path(rooted), Err(Error::Internal(m)) if m.contains("expected a drive letter"))
+    );
 }
 
 /// AWS EBS's driver (pkg/mounter/mount_windows.go, `handleGetDeviceNameFromMountError`) takes a
@@ -928,7 +938,7 @@ fn not_mounted_answers_carry_the_words_aws_ebs_matches() {
         let (s, v) = setup();
         layout(&s);
         let target = if what == "missing with its parent" { deep } else { MNT };
-        match v.volume_at_path(target) {
+        match v.get_volume_id_from_target_path(target) {
             Err(e @ Error::NotFound(_)) => assert!(ebs_says_not_mounted(&e), "{what}: {e}"),
             other => panic!("{what}: {other:?}"),
         }
@@ -937,10 +947,12 @@ fn not_mounted_answers_carry_the_words_aws_ebs_matches() {
     // GetClosestVolumeIDFromTargetPath of a missing path says the same.
     let (s, v) = setup();
     nothing_at(&s, MNT);
-    assert!(matches!(v.closest_volume_to_path(MNT), Err(e @ Error::NotFound(_)) if ebs_says_not_mounted(&e)));
+    assert!(
+        matches!(v.get_closest_volume_id_from_target_path(MNT), Err(e @ Error::NotFound(_)) if ebs_says_not_mounted(&e))
+    );
     // Any other failure does not: the driver must not take it for "not mounted".
     let (_, v) = setup();
-    assert!(matches!(v.volume_at_path(r"C:\Windows"), Err(e) if !ebs_says_not_mounted(&e)));
+    assert!(matches!(v.get_volume_id_from_target_path(r"C:\Windows"), Err(e) if !ebs_says_not_mounted(&e)));
 }
 
 #[test]
@@ -952,7 +964,7 @@ fn the_closest_volume_of_a_plain_path_is_its_drives() {
         s.on(format!(r"attributes \\?\{p}"), Answer::Attributes(Some(attr::DIRECTORY)));
     }
     s.on(r"volume_name_for_mount_point C:\", Answer::Str(V3.into()));
-    assert_eq!(v.closest_volume_to_path(target).unwrap(), V3);
+    assert_eq!(v.get_closest_volume_id_from_target_path(target).unwrap(), V3);
     let mut want = contained(target);
     want.extend([
         r"attributes \\?\C:\root\a".into(),
@@ -972,7 +984,7 @@ fn the_closest_volume_walk_stops_at_a_mounted_folder() {
     s.on(format!(r"attributes \\?\{MNT}"), Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
     s.on(format!(r"volume_path_name \\?\{MNT}"), Answer::Str(format!(r"{MNT}\")));
     s.on(format!(r"volume_name_for_mount_point \\?\{MNT}\"), Answer::Str(V1.into()));
-    assert_eq!(v.closest_volume_to_path(target).unwrap(), V1);
+    assert_eq!(v.get_closest_volume_id_from_target_path(target).unwrap(), V1);
     s.assert_all_scripted();
 
     // A reparse point that is no mounted folder is walked past.
@@ -985,7 +997,7 @@ fn the_closest_volume_walk_stops_at_a_mounted_folder() {
     s.on(r"attributes \\?\C:\root\pv", Answer::Attributes(Some(attr::DIRECTORY | attr::REPARSE_POINT)));
     s.on(r"volume_path_name \\?\C:\root\pv", Answer::Str(r"C:\root\pv\".into()));
     s.on(r"volume_name_for_mount_point \\?\C:\root\pv\", Answer::Str(V2.into()));
-    assert_eq!(v.closest_volume_to_path(target).unwrap(), V2);
+    assert_eq!(v.get_closest_volume_id_from_target_path(target).unwrap(), V2);
     s.assert_all_scripted();
 }
 
@@ -1002,7 +1014,7 @@ fn the_closest_volume_walk_is_bounded_and_needs_an_existing_path() {
         p = &path[..i];
         s.on(format!(r"attributes \\?\{p}"), Answer::Attributes(Some(attr::DIRECTORY)));
     }
-    match v.closest_volume_to_path(&path) {
+    match v.get_closest_volume_id_from_target_path(&path) {
         Err(Error::NotFound(m)) => assert!(m.contains("256") && m.contains(&path), "{m}"),
         other => panic!("{other:?}"),
     }
@@ -1013,13 +1025,13 @@ fn the_closest_volume_walk_is_bounded_and_needs_an_existing_path() {
 
     let (s, v) = setup();
     nothing_at(&s, MNT);
-    assert!(matches!(v.closest_volume_to_path(MNT), Err(Error::NotFound(m)) if m.contains(MNT)));
+    assert!(matches!(v.get_closest_volume_id_from_target_path(MNT), Err(Error::NotFound(m)) if m.contains(MNT)));
     let contain_calls = ["open ", "final_path ", "attributes_of ", "open_at ", "close "];
     assert!(s.log().iter().all(|l| contain_calls.iter().any(|c| l.starts_with(c))), "{:#?}", s.log());
 
     // Contained, as on Linux.
     let (s, v) = setup();
-    assert!(matches!(v.closest_volume_to_path(r"C:\Windows\x"), Err(Error::PermissionDenied(_))));
+    assert!(matches!(v.get_closest_volume_id_from_target_path(r"C:\Windows\x"), Err(Error::PermissionDenied(_))));
     assert!(s.log().is_empty());
 }
 
@@ -1027,15 +1039,15 @@ fn the_closest_volume_walk_is_bounded_and_needs_an_existing_path() {
 fn flushing_names_the_volume_device() {
     let (s, v) = setup();
     s.on(format!("flush {}", device(V1)), Answer::Done);
-    v.flush_volume(V1).unwrap();
+    v.write_volume_cache(V1).unwrap();
     assert_eq!(s.log(), [format!("flush {}", device(V1))]);
 
     let (s, v) = setup();
     s.on(format!("flush {}", device(V1)), Answer::Win32Error(ERROR_INVALID_NAME));
-    assert!(matches!(v.flush_volume(V1), Err(Error::NotFound(m)) if m.contains(V1)));
+    assert!(matches!(v.write_volume_cache(V1), Err(Error::NotFound(m)) if m.contains(V1)));
     let (s, v) = setup();
     s.on(format!("flush {}", device(V1)), Answer::Win32Error(ERROR_ACCESS_DENIED));
-    assert!(matches!(v.flush_volume(V1), Err(Error::PermissionDenied(_))));
+    assert!(matches!(v.write_volume_cache(V1), Err(Error::PermissionDenied(_))));
     drop(s);
 }
 
@@ -1108,9 +1120,9 @@ fn only_resize_takes_a_disk_number() {
         ("unmount", v.unmount_volume("3", MNT)),
         ("formatted", v.is_volume_formatted("3").map(drop)),
         ("format", v.format_volume("3")),
-        ("stats", v.volume_stats("3").map(drop)),
-        ("disk", v.disk_number_of_volume("3").map(drop)),
-        ("flush", v.flush_volume("3")),
+        ("stats", v.get_volume_stats("3").map(drop)),
+        ("disk", v.get_disk_number_from_volume_id("3").map(drop)),
+        ("flush", v.write_volume_cache("3")),
     ];
     for (rpc, r) in calls {
         assert!(matches!(&r, Err(Error::InvalidArgument(m)) if m.contains(ID_FORM)), "{rpc}: {r:?}");

@@ -267,9 +267,9 @@ fn ids_per_bus_with_fallbacks() {
 fn sizes_are_in_512_byte_units() {
     let s = fake_machine();
     let b = s.block();
-    assert_eq!(b.disk_size(N_SDA).unwrap(), 2_097_152 * 512);
-    assert_eq!(b.disk_size(N_LOOP0).unwrap(), 2048 * 512);
-    assert!(matches!(b.disk_size(N_SDA | 1), Err(Error::NotFound(_))));
+    assert_eq!(b.get_disk_stats(N_SDA).unwrap(), 2_097_152 * 512);
+    assert_eq!(b.get_disk_stats(N_LOOP0).unwrap(), 2048 * 512);
+    assert!(matches!(b.get_disk_stats(N_SDA | 1), Err(Error::NotFound(_))));
 }
 
 #[test]
@@ -277,24 +277,24 @@ fn scsi_state_reads_and_writes_device_state() {
     let s = fake_machine();
     let b = s.block();
     let state = format!("devices/{SCSI_DEV}/state");
-    assert!(b.disk_online(N_SDA).unwrap());
-    b.set_disk_online(N_SDA, true).unwrap();
+    assert!(b.get_disk_state(N_SDA).unwrap());
+    b.set_disk_state(N_SDA, true).unwrap();
     assert_eq!(s.read(&state), "running\n", "already online: nothing written");
-    b.set_disk_online(N_SDA, false).unwrap();
+    b.set_disk_state(N_SDA, false).unwrap();
     assert_eq!(s.read(&state), "offline\n");
-    assert!(!b.disk_online(N_SDA).unwrap());
+    assert!(!b.get_disk_state(N_SDA).unwrap());
     s.write(&state, "offline\n");
-    b.set_disk_online(N_SDA, false).unwrap();
+    b.set_disk_state(N_SDA, false).unwrap();
     assert_eq!(s.read(&state), "offline\n", "already offline: nothing written");
-    b.set_disk_online(N_SDA, true).unwrap();
+    b.set_disk_state(N_SDA, true).unwrap();
     assert_eq!(s.read(&state), "running\n");
 
     // Other states read as offline and cannot be switched.
-    assert!(!b.disk_online(N_SDE).unwrap());
-    let err = b.set_disk_online(N_SDE, true).unwrap_err();
+    assert!(!b.get_disk_state(N_SDE).unwrap());
+    let err = b.set_disk_state(N_SDE, true).unwrap_err();
     assert!(matches!(&err, Error::FailedPrecondition(m) if m.contains("sde") && m.contains("\"blocked\"")), "{err:?}");
     // A SCSI disk without a state file is an error naming it.
-    assert!(matches!(b.disk_online(N_SDD), Err(Error::NotFound(m)) if m.contains("sdd")));
+    assert!(matches!(b.get_disk_state(N_SDD), Err(Error::NotFound(m)) if m.contains("sdd")));
 }
 
 #[test]
@@ -303,7 +303,7 @@ fn only_scsi_disks_have_a_state() {
     let b = s.block();
     for (number, name) in [(N_LOOP0, "loop0"), (N_NVME, "nvme0n1"), (N_VDA, "vda"), (N_XVDA, "xvda")] {
         for result in
-            [b.disk_online(number).map(drop), b.set_disk_online(number, false), b.set_disk_online(number, true)]
+            [b.get_disk_state(number).map(drop), b.set_disk_state(number, false), b.set_disk_state(number, true)]
         {
             let err = result.unwrap_err();
             assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
@@ -314,7 +314,7 @@ fn only_scsi_disks_have_a_state() {
         }
     }
     // NVMe controllers have a `state` file too ("live"); it is never touched.
-    assert!(b.set_disk_online(N_NVME, false).is_err());
+    assert!(b.set_disk_state(N_NVME, false).is_err());
 }
 
 #[test]

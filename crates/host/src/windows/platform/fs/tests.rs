@@ -760,9 +760,9 @@ fn mounted_folder_lookups_hold_no_handle_per_call() {
         assert!(!fx.fs.is_symlink(&fx.p("d")).unwrap());
         assert!(!fx.fs.is_symlink(&fx.p(r"d\f")).unwrap());
         assert!(fx.fs.is_symlink(&fx.p("nope")).is_err());
-        assert!(matches!(volumes.volume_at_path(&fx.p("d")), Err(Error::NotFound(_))));
+        assert!(matches!(volumes.get_volume_id_from_target_path(&fx.p("d")), Err(Error::NotFound(_))));
         // The drive's volume where the platform answers it; either way nothing may stay open.
-        let _ = volumes.closest_volume_to_path(&fx.p(r"d\f"));
+        let _ = volumes.get_closest_volume_id_from_target_path(&fx.p(r"d\f"));
     };
     // The count sees handles this process holds (256 files; others' come and go meanwhile).
     let before = handle_count();
