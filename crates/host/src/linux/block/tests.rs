@@ -450,3 +450,122 @@ mod mounts {
         assert!(fake.mounted().is_empty());
     }
 }
+
+/// ResizeVolume's rules over the fake (resize.rs): what size 0 means, the 100 MiB tolerance, a
+/// disk number as the volume, and the refusals that leave the disk as it was. The filesystem
+/// growth on real tools is crates/stack-tests/tests/linux_volumes.rs.
+mod resize {
+    use super::*;
+
+    /// An 8 MiB disk `vda` partitioned by the backend (its one partition: 1 MiB..7 MiB), then
+    /// grown to `size` bytes and refreshed, as a Rescan leaves it.
+    fn grown_disk(size: u64) -> (FakeSys, Block, Disk, Volume) {
+        let fake = FakeSys::new();
+        let b = fake.block();
+        let disk = fake.add_disk("vda", 0, 8 * MIB);
+        b.partition(&disk).unwrap();
+        let v = b.volumes_of(&disk).unwrap().remove(0);
+        assert_eq!((v.start, v.size), (MIB, 6 * MIB));
+        fake.set_size("vda", size);
+        b.refresh(&disk).unwrap();
+        fake.take_log();
+        (fake, b, disk, v)
+    }
+
+    /// Whether the log shows the table written or the kernel's partition changed.
+    fn changed(log: &[String]) -> bool {
+        log.iter().any(|l| l.starts_with("write ") || l.starts_with("resize "))
+    }
+
+    #[test]
+    fn size_zero_takes_all_the_room_after_the_partition() {
+        // 32 MiB: the last usable block is 65502, so the partition ends on the 31 MiB boundary.
+        let (fake, b, _disk, v) = grown_disk(32 * MIB);
+        b.resize_volume(&v.id, 0).unwrap();
+        let log = fake.take_log();
+        assert!(log.contains(&format!("resize vda 1 {MIB} {}", 30 * MIB)), "{log:?}");
+        assert_eq!(fake.kernel("vda"), [(1, (MIB, 30 * MIB))].into());
+        assert_eq!(b.volume(&v.id).unwrap().size, 30 * MIB);
+        // Nothing left to take: nothing written.
+        b.resize_volume(&v.id, 0).unwrap();
+        let log = fake.take_log();
+        assert!(!changed(&log), "{log:?}");
+    }
+
+    #[test]
+    fn sizes_within_100_mib_of_the_partitions_change_nothing() {
+        // Room for a partition of up to 110 MiB; it is 6 MiB.
+        let (fake, b, _disk, v) = grown_disk(112 * MIB);
+        b.resize_volume(&v.id, 106 * MIB).unwrap();
+        let log = fake.take_log();
+        assert!(!changed(&log), "100 MiB more is no change: {log:?}");
+        assert_eq!(b.volume(&v.id).unwrap().size, 6 * MIB);
+        b.resize_volume(&v.id, 107 * MIB).unwrap();
+        let log = fake.take_log();
+        assert!(log.contains(&format!("resize vda 1 {MIB} {}", 107 * MIB)), "grown to the size asked: {log:?}");
+        assert_eq!(b.volume(&v.id).unwrap().size, 107 * MIB);
+        // Smaller by 100 MiB: no change, and no refusal.
+        b.resize_volume(&v.id, 7 * MIB).unwrap();
+        assert!(!changed(&fake.take_log()));
+        // Smaller by more: refused, naming the volume and both sizes.
+        match b.resize_volume(&v.id, 6 * MIB) {
+            Err(Error::FailedPrecondition(msg)) => {
+                assert!(msg.contains(&v.id) && msg.contains("shrinking is not supported"), "{msg}");
+                assert!(msg.contains(&(6 * MIB).to_string()) && msg.contains(&(107 * MIB).to_string()), "{msg}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!changed(&fake.take_log()));
+        assert_eq!(fake.kernel("vda"), [(1, (MIB, 107 * MIB))].into());
+    }
+
+    #[test]
+    fn a_disk_number_stands_for_its_data_volume() {
+        let (fake, b, disk, v) = grown_disk(32 * MIB);
+        b.resize_volume(&disk.number.to_string(), 0).unwrap();
+        assert_eq!(fake.kernel("vda"), [(1, (MIB, 30 * MIB))].into());
+        assert_eq!(b.volume(&v.id).unwrap().size, 30 * MIB);
+        // A number no disk has is not found, and named.
+        let missing = disk_number(252, 16).to_string();
+        match b.resize_volume(&missing, 0) {
+            Err(Error::NotFound(msg)) => assert!(msg.contains(&missing), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_leave_the_disk_as_it_was() {
+        // More than the disk holds: what is there is said (up to the last usable block, 65502).
+        let (fake, b, _disk, v) = grown_disk(32 * MIB);
+        match b.resize_volume(&v.id, 200 * MIB) {
+            Err(Error::FailedPrecondition(msg)) => {
+                let most = (65502 - 2048 + 1) * 512;
+                assert!(msg.contains(&v.id) && msg.contains(&format!("at most {most} bytes")), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!changed(&fake.take_log()));
+        // A filesystem that could not follow (xfs grows only mounted): refused before the
+        // partition changes.
+        let (fake, b, _disk, v) = grown_disk(200 * MIB);
+        fake.poke_partition("vda", 1, 0, b"XFSB");
+        match b.resize_volume(&v.id, 150 * MIB) {
+            Err(Error::FailedPrecondition(msg)) => {
+                assert!(msg.contains("only while mounted") && msg.contains("nothing was changed"), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let log = fake.take_log();
+        assert!(!changed(&log), "{log:?}");
+        assert_eq!(fake.kernel("vda"), [(1, (MIB, 6 * MIB))].into());
+        // A read-only disk.
+        let (fake, b, _disk, v) = grown_disk(32 * MIB);
+        fake.set_read_only("vda");
+        match b.resize_volume(&v.id, 0) {
+            Err(Error::FailedPrecondition(msg)) => assert!(msg.contains("read-only"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!changed(&fake.take_log()));
+        assert_eq!(fake.kernel("vda"), [(1, (MIB, 6 * MIB))].into());
+    }
+}
