@@ -13,8 +13,10 @@
 
 use csi_proxy_host::error::MOVED_TRIES;
 use csi_proxy_host::{Error, Result};
-use csi_proxy_sync::{KeyGuard, KeyedLock};
+use csi_proxy_sync::{KeyGuard, KeyedLock, LockExt};
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Mutex;
 
 /// What a mutating call is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -46,7 +48,11 @@ pub enum Serial {
 /// The server's keyed lock (see [`csi_proxy_sync::KeyedLock`]: FIFO per key, cancellable,
 /// only keys in use kept).
 #[derive(Default)]
-pub struct Locks(KeyedLock<Key>);
+pub struct Locks(KeyedLock<Key>, Mutex<HashMap<String, Key>>);
+
+/// At most this many volumes' last keys are kept ([`Locks::lock_volume`]); past it the memory is
+/// dropped and rebuilt (a volume not remembered costs one more lookup, nothing else).
+const REMEMBERED: usize = 1024;
 
 /// Held for the duration of one call's host work; owns what it holds, so it can move to the
 /// thread that does the work.
@@ -63,9 +69,12 @@ impl Locks {
     /// The lock for work on a volume: its disk's (`disk_of` looks it up), so that volume calls
     /// also wait for a PartitionDisk or SetDiskState of the same disk. The volume is looked up
     /// again once the lock is held: a volume that moved meanwhile (a disk detached and another
-    /// attached) is looked up and locked anew, [`MOVED_TRIES`] times at most. Not where the host
-    /// does that itself under a lock of its own (`host_follows`,
-    /// `VolumeHost::finds_volumes_under_own_lock`): then the disk is looked up once, here.
+    /// attached) is looked up and locked anew, [`MOVED_TRIES`] times at most. The key a volume
+    /// was last found under, under its lock, is locked first without a lookup before: a volume
+    /// an earlier call found (IsVolumeFormatted, FormatVolume before MountVolume) is looked up
+    /// once, under the lock. Not where the host does that itself under a lock of its own
+    /// (`host_follows`, `VolumeHost::finds_volumes_under_own_lock`): then the disk is looked up
+    /// once, here, before the lock.
     pub async fn lock_volume<F, Fut>(&self, volume_id: &str, host_follows: bool, disk_of: F) -> Result<Guard>
     where
         F: Fn() -> Fut,
@@ -83,19 +92,37 @@ impl Locks {
                 Err(e) => Err(e),
             }
         };
-        let mut key = key_of().await?;
         if host_follows {
-            return Ok(self.lock(key).await);
+            return Ok(self.lock(key_of().await?).await);
         }
+        let remembered = self.1.lock_ignoring_poison().get(volume_id).cloned();
+        let mut key = match remembered {
+            Some(key) => key,
+            None => key_of().await?,
+        };
         for _ in 0..MOVED_TRIES {
             let guard = self.lock(key.clone()).await;
-            let now = key_of().await?;
+            let now = key_of().await.inspect_err(|_| self.forget(volume_id))?;
             if now == key {
+                self.remember(volume_id, key);
                 return Ok(guard);
             }
             key = now;
         }
+        self.forget(volume_id);
         Err(Error::volume_moved(volume_id))
+    }
+
+    fn remember(&self, volume_id: &str, key: Key) {
+        let mut seen = self.1.lock_ignoring_poison();
+        if seen.len() >= REMEMBERED && !seen.contains_key(volume_id) {
+            seen.clear();
+        }
+        seen.insert(volume_id.to_string(), key);
+    }
+
+    fn forget(&self, volume_id: &str) {
+        self.1.lock_ignoring_poison().remove(volume_id);
     }
 
     /// Keys held or waited for right now (for tests and diagnostics).
@@ -131,6 +158,38 @@ mod tests {
             let always_moving = || async { Ok(n.fetch_add(1, Ordering::SeqCst) as u32) };
             assert!(matches!(locks.lock_volume("v", false, always_moving).await, Err(Error::Aborted(_))));
             assert!(locks.held().is_empty());
+        });
+    }
+
+    /// A volume found under its lock before is locked at once and looked up once, under the
+    /// lock; one that moved since is followed to its new disk, and one that went is forgotten.
+    #[test]
+    fn a_volume_found_before_is_looked_up_once() {
+        rt().block_on(async {
+            let locks = Locks::default();
+            let asked = AtomicUsize::new(0);
+            let disk = AtomicUsize::new(3);
+            let lookup = || async {
+                asked.fetch_add(1, Ordering::SeqCst);
+                match disk.load(Ordering::SeqCst) {
+                    0 => Err(Error::not_found("volume gone")),
+                    d => Ok(d as u32),
+                }
+            };
+            let asked_for = |_held: &Guard| (asked.swap(0, Ordering::SeqCst), locks.held());
+            let g = locks.lock_volume("v", false, lookup).await.unwrap();
+            assert_eq!(asked_for(&g), (2, vec![Key::Disk(3)]), "not seen yet: before and under the lock");
+            drop(g);
+            let g = locks.lock_volume("v", false, lookup).await.unwrap();
+            assert_eq!(asked_for(&g), (1, vec![Key::Disk(3)]), "seen: under the lock only");
+            drop(g);
+            disk.store(4, Ordering::SeqCst);
+            let g = locks.lock_volume("v", false, lookup).await.unwrap();
+            assert_eq!(asked_for(&g), (2, vec![Key::Disk(4)]), "moved: followed");
+            drop(g);
+            disk.store(0, Ordering::SeqCst);
+            assert!(matches!(locks.lock_volume("v", false, lookup).await, Err(Error::NotFound(_))));
+            assert!(locks.1.lock_ignoring_poison().is_empty(), "a volume gone is forgotten");
         });
     }
 

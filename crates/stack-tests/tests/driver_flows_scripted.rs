@@ -1506,3 +1506,31 @@ async fn smb_and_azurefile_v1beta_node_flows() {
     assert!(p.calls.iter().all(|c| !c.contains("/v1.")), "only the fallback versions: {:#?}", p.calls);
     assert_no_warnings(&p);
 }
+
+/// A FormatVolume and then a MountVolume of the volume (every disk driver's stage when the
+/// volume is new): the mount reads the volume's disk extents once, under its disk's lock, on
+/// the disk the format found it on (the server's locks.rs remembers it); the first sight of the
+/// volume reads them twice, before the lock and under it.
+#[tokio::test]
+async fn mount_volume_reads_the_volume_disk_once() {
+    let w = Win::start().await;
+    let mut p = w.proxy().await;
+    let v = w.block_volume("disk.csi.azure.com", "pvc-lookups");
+    let extents_read = |w: &Win| {
+        let (line, script) = w.call.lock().unwrap().clone();
+        let device = VOLUME.trim_end_matches('\\');
+        let n = script.log().iter().filter(|l| l.starts_with(&format!("ioctl {device} 0x560000"))).count();
+        (line, n)
+    };
+    p.partition_disk(DISK).await.unwrap();
+    let id = p.list_volumes_on_disk(DISK).await.unwrap().remove(0);
+    assert_eq!(id, VOLUME);
+    p.format_volume(&id).await.unwrap();
+    let (line, n) = extents_read(&w);
+    assert!(line.contains("FormatVolume") && n == 2, "{line}: {n} reads");
+    p.mount_volume(&id, &w.node.n(&v.staging)).await.unwrap();
+    let (line, n) = extents_read(&w);
+    assert!(line.contains("MountVolume") && n == 1, "{line}: {n} reads");
+    assert_eq!(w.at(&v.staging), Some(Kind::Mount(VOLUME.into())));
+    assert!(w.unscripted.lock().unwrap().is_empty());
+}
