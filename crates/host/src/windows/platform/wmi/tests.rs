@@ -1,10 +1,12 @@
 //! These run against the machine's real WMI: under Wine 8 that is wbemprox, which has ROOT\CIMV2
 //! Win32_* classes (and StdRegProv) but no Storage or SMB namespace.
 
+use super::variant::CIM_UINT32;
 use super::*;
 use csi_proxy_sync::LockExt;
 use std::time::Duration;
 use windows::Win32::System::Com::COINIT_APARTMENTTHREADED;
+use windows::Win32::System::Variant::VT_BSTR;
 
 const HKEY_LOCAL_MACHINE: u32 = 0x8000_0002;
 
