@@ -888,6 +888,7 @@ mod tests {
 
     /// Answers carry no Date header: gRPC servers (grpc-go, so upstream) send none, and hyper's
     /// would cost a header per answer.
+    #[cfg(unix)]
     #[tokio::test]
     async fn answers_carry_no_date_header() {
         let (dir, apis, stop_tx, server) = serve_two_apis("date").await;
