@@ -355,7 +355,24 @@ impl Context {
 struct Panicked(String);
 
 /// A duration as logged: milliseconds as a number, under a key ending in `_ms` (never `Debug`'s
-/// `1.2ms` text, which log pipelines cannot compare).
+/// `1.2ms` text, which log pipelines cannot compare), to the microsecond: one division of whole
+/// microseconds, so the number prints as short as it is (`0.537`, not the `0.5375580000000001`
+/// that seconds times 1000 can give).
 pub fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+    d.as_micros() as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod ms_tests {
+    use super::ms;
+    use std::time::Duration;
+
+    #[test]
+    fn milliseconds_print_as_short_as_they_are() {
+        for (nanos, shown) in
+            [(537_558_000, "537.558"), (537_558, "0.537"), (9_410_000, "9.41"), (0, "0"), (1_000, "0.001")]
+        {
+            assert_eq!(ms(Duration::from_nanos(nanos)).to_string(), shown, "{nanos} ns");
+        }
+    }
 }

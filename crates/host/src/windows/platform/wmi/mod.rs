@@ -549,7 +549,7 @@ impl ComWmi {
             wql,
             namespace = ns.path(),
             rows = rows.as_ref().map_or(0, Vec::len),
-            elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+            elapsed_ms = started.elapsed().as_micros() as f64 / 1000.0,
             ok = rows.is_ok(),
             "WMI query"
         );
@@ -595,7 +595,7 @@ impl Wmi for ComWmi {
             class,
             method,
             namespace = ns.path(),
-            elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+            elapsed_ms = started.elapsed().as_micros() as f64 / 1000.0,
             ok = out.is_ok(),
             "WMI method call"
         );
