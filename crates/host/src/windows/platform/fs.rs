@@ -15,7 +15,8 @@
 //! by name, so it can be checked, removed and used as a CreateSymlink destination, which is what
 //! CSI drivers do with it.
 
-use super::nt::{self, Handle, RealNt, Reparse, HOLD, IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK};
+use super::nt::{self, Handle, Reparse, HOLD, IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK};
+use super::real_nt::RealNt;
 use super::win32::RealWin32;
 use crate::paths::windows as wp;
 use crate::paths::{within, Roots};

@@ -1,5 +1,5 @@
 //! The real Windows platform: thin layers that make the documented calls ([`win32`], [`wmi`],
-//! `nt`, whose `RealNt` is containment's handle layer, and [`system`]'s service control manager),
+//! `nt` with `real_nt`, whose `RealNt` is containment's handle layer, and [`system`]'s service control manager),
 //! and the filesystem group (`fs`), whose create/remove/link steps sit with their NT calls after
 //! the portable containment check.
 
@@ -8,6 +8,7 @@
 
 pub mod fs;
 mod nt;
+pub mod real_nt;
 pub mod system;
 pub mod win32;
 pub mod wmi;
@@ -30,7 +31,7 @@ pub fn hosts(config: Config) -> Hosts {
     let fs = Arc::new(fs::Filesystem::new(config.roots.clone()));
     Hosts {
         disk: Arc::new(Disks::new(win32.clone(), wmi.clone())),
-        volume: Arc::new(Volumes::new(win32.clone(), wmi.clone(), Containment::new(nt::RealNt, config.roots))),
+        volume: Arc::new(Volumes::new(win32.clone(), wmi.clone(), Containment::new(real_nt::RealNt, config.roots))),
         smb: Arc::new(Smb::new(win32, wmi.clone(), fs.clone())),
         iscsi: Arc::new(Iscsi::new(wmi)),
         filesystem: fs,

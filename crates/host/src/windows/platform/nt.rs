@@ -1,9 +1,8 @@
 //! Safe wrappers over the handle-based file calls of the filesystem group: open by path or
 //! relative to a held directory, canonical path of a handle, attributes, listing, deletion and
 //! reparse data. Failures are `io::Error`s carrying the Win32 code (NT statuses are converted),
-//! so callers classify them one way. [`RealNt`] is containment's platform trait on these calls.
+//! so callers classify them one way. `real_nt.rs` puts containment's platform trait on these calls.
 
-use crate::windows::contain::{self, Open};
 use std::io;
 use std::ptr::{null, null_mut};
 use windows_sys::Wdk::Foundation::{NtQueryObject, OBJECT_ATTRIBUTES, OBJECT_INFORMATION_CLASS};
@@ -12,8 +11,7 @@ use windows_sys::Wdk::Storage::FileSystem::{
     FileDispositionInformationEx, FileInternalInformation, NtCreateFile, NtQueryDirectoryFile,
     NtQueryFullAttributesFile, NtQueryInformationFile, NtSetInformationFile, FILE_DISPOSITION_DELETE,
     FILE_DISPOSITION_IGNORE_READONLY_ATTRIBUTE, FILE_DISPOSITION_POSIX_SEMANTICS, FILE_NETWORK_OPEN_INFORMATION,
-    FILE_OPEN, FILE_OPEN_REPARSE_POINT, FILE_SYNCHRONOUS_IO_NONALERT, NTCREATEFILE_CREATE_DISPOSITION,
-    NTCREATEFILE_CREATE_OPTIONS,
+    FILE_SYNCHRONOUS_IO_NONALERT, NTCREATEFILE_CREATE_DISPOSITION, NTCREATEFILE_CREATE_OPTIONS,
 };
 use windows_sys::Win32::Foundation::{
     CloseHandle, RtlNtStatusToDosError, ERROR_ACCESS_DENIED, ERROR_DIRECTORY, ERROR_FILE_NOT_FOUND,
@@ -23,11 +21,10 @@ use windows_sys::Win32::Foundation::{
 };
 use windows_sys::Win32::Storage::FileSystem::{
     CreateFileW, CreateSymbolicLinkW, GetFinalPathNameByHandleW, DELETE, FILE_ATTRIBUTE_NORMAL,
-    FILE_ATTRIBUTE_READONLY, FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
-    FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_SHARE_DELETE,
-    FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_TRAVERSE, FILE_WRITE_ATTRIBUTES, OPEN_EXISTING,
-    SYMBOLIC_LINK_FLAG_ALLOW_UNPRIVILEGED_CREATE, SYMBOLIC_LINK_FLAG_DIRECTORY, SYNCHRONIZE, VOLUME_NAME_DOS,
-    VOLUME_NAME_GUID,
+    FILE_ATTRIBUTE_READONLY, FILE_FLAG_BACKUP_SEMANTICS, FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED,
+    FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_TRAVERSE,
+    FILE_WRITE_ATTRIBUTES, OPEN_EXISTING, SYMBOLIC_LINK_FLAG_ALLOW_UNPRIVILEGED_CREATE, SYMBOLIC_LINK_FLAG_DIRECTORY,
+    SYNCHRONIZE, VOLUME_NAME_DOS, VOLUME_NAME_GUID,
 };
 use windows_sys::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
 use windows_sys::Win32::System::SystemInformation::GetSystemWindowsDirectoryW;
@@ -42,88 +39,14 @@ const MAXIMUM_REPARSE_DATA_BUFFER_SIZE: usize = 16 * 1024;
 /// Access for directories we hold. Listing is data access, which is what makes the share mode
 /// (no delete) bind: handles with attribute access only take part in no sharing checks.
 pub const HOLD: u32 = FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES;
-/// Access for an entry we hold ([`Open::Entry`]): data access for the same reason, without
+/// Access for an entry we hold (`contain::Open::Entry`): data access for the same reason, without
 /// FILE_TRAVERSE, which on a file would be execute access.
-const HOLD_ENTRY: u32 = FILE_READ_DATA | FILE_READ_ATTRIBUTES;
-/// Access to remove a name ([`Open::Remove`]), and to list it when it is a directory.
+pub(super) const HOLD_ENTRY: u32 = FILE_READ_DATA | FILE_READ_ATTRIBUTES;
+/// Access to remove a name (`contain::Open::Remove`), and to list it when it is a directory.
 pub const REMOVE: u32 = DELETE | FILE_LIST_DIRECTORY | FILE_READ_ATTRIBUTES | FILE_WRITE_ATTRIBUTES;
 
-/// Containment's handle calls ([`contain::Nt`]) on the real ones: [`open_path`], [`open_at`],
-/// [`final_path`] and [`attributes`], with the access and flags each [`Open`] stands for.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RealNt;
-
-impl contain::Nt for RealNt {
-    type Handle = Handle;
-
-    fn open(&self, path: &str, how: Open) -> io::Result<Handle> {
-        match how {
-            Open::Hold => open_path(path, HOLD, 0),
-            Open::Entry => open_path(path, HOLD_ENTRY, FILE_FLAG_OPEN_REPARSE_POINT),
-            Open::Look => open_path(path, FILE_READ_ATTRIBUTES, 0),
-            Open::Remove => open_path(path, REMOVE, FILE_FLAG_OPEN_REPARSE_POINT),
-            Open::Peek => open_path_shared(path, FILE_READ_ATTRIBUTES, SHARE_ALL, FILE_FLAG_OPEN_REPARSE_POINT),
-        }
-    }
-
-    fn open_at(&self, dir: &Handle, name: &str, how: Open) -> io::Result<Handle> {
-        match how {
-            Open::Hold => open_at(dir, name, HOLD, FILE_OPEN, 0),
-            Open::Entry => open_at(dir, name, HOLD_ENTRY, FILE_OPEN, FILE_OPEN_REPARSE_POINT),
-            Open::Look => open_at(dir, name, FILE_READ_ATTRIBUTES, FILE_OPEN, 0),
-            Open::Remove => open_at(dir, name, REMOVE, FILE_OPEN, FILE_OPEN_REPARSE_POINT),
-            Open::Peek => {
-                open_at_shared(dir, name, FILE_READ_ATTRIBUTES, SHARE_ALL, FILE_OPEN, FILE_OPEN_REPARSE_POINT)
-            }
-        }
-    }
-
-    fn final_path(&self, h: &Handle) -> io::Result<String> {
-        final_path(h)
-    }
-
-    fn attributes(&self, h: &Handle) -> io::Result<u32> {
-        attributes(h).map(|(attrs, _)| attrs)
-    }
-
-    fn system_drive(&self) -> io::Result<String> {
-        system_drive()
-    }
-
-    fn list(&self, h: &Handle) -> io::Result<Vec<String>> {
-        list(h)
-    }
-
-    fn delete(&self, h: &Handle) -> io::Result<()> {
-        delete(h)
-    }
-
-    fn mount_point_target(&self, h: &Handle) -> io::Result<Option<String>> {
-        let (attrs, tag) = attributes(h)?;
-        if attrs & FILE_ATTRIBUTE_REPARSE_POINT == 0 || tag != IO_REPARSE_TAG_MOUNT_POINT {
-            return Ok(None);
-        }
-        Ok(match reparse(h)? {
-            Reparse::MountPoint { target } => Some(target),
-            _ => None,
-        })
-    }
-
-    fn file_id(&self, h: &Handle) -> io::Result<u64> {
-        file_id(h)
-    }
-
-    fn volume_path(&self, h: &Handle) -> io::Result<String> {
-        final_path_as(h, FILE_NAME_NORMALIZED | VOLUME_NAME_GUID)
-    }
-
-    fn volume_mount_points(&self, volume: &str) -> io::Result<Vec<String>> {
-        crate::windows::Win32::mount_points_of(&super::win32::RealWin32, volume)
-    }
-}
-
-/// Every share mode, for [`Open::Peek`].
-const SHARE_ALL: u32 = FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE;
+/// Every share mode, for `contain::Open::Peek`.
+pub(super) const SHARE_ALL: u32 = FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE;
 
 /// FileInternalInformation: the file's 64-bit ID (on NTFS its file reference, sequence number
 /// included, so not reused while a handle keeps the file).
@@ -211,7 +134,7 @@ pub fn open_path(path: &str, access: u32, flags: u32) -> io::Result<Handle> {
 }
 
 /// [`open_path`] with the share mode `share`.
-fn open_path_shared(path: &str, access: u32, share: u32, flags: u32) -> io::Result<Handle> {
+pub(super) fn open_path_shared(path: &str, access: u32, share: u32, flags: u32) -> io::Result<Handle> {
     let p = wide_z(path);
     // SAFETY: `p` is NUL-terminated and outlives the call; no security attributes or template.
     let h = unsafe {
@@ -238,7 +161,7 @@ pub fn open_at(
 }
 
 /// [`open_at`] with the share mode `share`.
-fn open_at_shared(
+pub(super) fn open_at_shared(
     dir: &Handle,
     name: &str,
     access: u32,
@@ -347,7 +270,7 @@ fn object_name(h: &Handle) -> io::Result<String> {
     String::from_utf16(units).map_err(|_| bad_data("object name"))
 }
 
-fn final_path_as(h: &Handle, flags: u32) -> io::Result<String> {
+pub(super) fn final_path_as(h: &Handle, flags: u32) -> io::Result<String> {
     let mut buf = vec![0u16; 512];
     loop {
         // SAFETY: the buffer holds `buf.len()` units and outlives the call.

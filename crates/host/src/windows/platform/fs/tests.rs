@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::windows::contain::{Nt, Open};
-use crate::windows::platform::nt::RealNt;
+use crate::windows::platform::real_nt::RealNt;
 use crate::windows::platform::win32::RealWin32;
 use crate::windows::Win32;
 use std::collections::BTreeSet;

@@ -233,7 +233,7 @@ fn attributes_of_a_directory_a_file_and_nothing() {
 #[test]
 fn final_path_of_a_temp_dir() {
     use crate::windows::contain::{Nt, Open};
-    use crate::windows::platform::nt::RealNt;
+    use crate::windows::platform::real_nt::RealNt;
     let dir = TempDir::new();
     let name = dir.0.file_name().unwrap().to_str().unwrap();
     let fp = RealNt.open(dir.path(), Open::Look).and_then(|h| RealNt.final_path(&h)).unwrap();
