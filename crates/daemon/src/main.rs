@@ -263,9 +263,16 @@ async fn serve(
         ready();
     };
     let apis = csi_proxy_wire::APIS;
-    csi_proxy_transport::serve_apis_then(apis, &endpoints, |api| ctx.service(api), options, ready, shutdown)
-        .await
-        .context("cannot serve the API endpoints")?;
+    csi_proxy_transport::serve_apis_then(
+        apis,
+        &endpoints,
+        |api| csi_proxy_server::service(&ctx, api),
+        options,
+        ready,
+        shutdown,
+    )
+    .await
+    .context("cannot serve the API endpoints")?;
     if let Some(t) = metrics_task {
         t.await.context("metrics task")?.context("metrics endpoint")?;
     }

@@ -8,10 +8,10 @@ use crate::locks::{Key, Locks, Serial};
 use crate::outcome::{panicked, payload_message, Name};
 use crate::pool::{Pool, Pools, Submitted, GROW_AFTER};
 use crate::status::{code_of, go_code_name, to_status};
-use crate::{inline, ApiService, CallObserver, Config};
+use crate::{inline, CallObserver, Config};
 use csi_proxy_host::error::bound_message;
 use csi_proxy_host::{Error, Hosts, Result};
-use csi_proxy_wire::{Api, Caller};
+use csi_proxy_wire::Caller;
 use std::fmt::Debug;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -122,16 +122,6 @@ impl Context {
     pub fn host_threads(&self) -> (usize, usize) {
         let (a, b) = (self.0.pools.unlocked.threads(), self.0.pools.locked.threads());
         (a.0 + b.0, a.1 + b.1)
-    }
-
-    /// The HTTP service that answers gRPC calls for `api`: exactly that version's service, as
-    /// upstream serves one service per pipe; any other path answers `Unimplemented`.
-    pub fn service<B>(&self, api: Api) -> ApiService<B>
-    where
-        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
-    {
-        crate::versions::service(api, self.clone())
     }
 }
 

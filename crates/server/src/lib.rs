@@ -27,6 +27,7 @@ pub mod versions;
 
 pub use call::Context;
 use std::time::Duration;
+pub use versions::service;
 
 /// The largest request message a call accepts (gRPC's default is 4 MiB). The largest real
 /// requests hold two paths of at most 32,000 UTF-16 units each; anything bigger is refused (tonic

@@ -124,7 +124,7 @@ mod transport {
             csi_proxy_transport::serve_apis(
                 csi_proxy_wire::APIS,
                 &endpoints,
-                |api| ctx.service(api),
+                |api| csi_proxy_server::service(&ctx, api),
                 ConnPolicy::default(),
                 shutdown,
             )
@@ -213,8 +213,12 @@ mod transport {
         let shutdown = async {
             let _ = rx.await;
         };
-        let task =
-            rt.spawn(csi_proxy_transport::serve(listener, ctx.service(disk_v1()), ConnPolicy::default(), shutdown));
+        let task = rt.spawn(csi_proxy_transport::serve(
+            listener,
+            csi_proxy_server::service(&ctx, disk_v1()),
+            ConnPolicy::default(),
+            shutdown,
+        ));
         Server { path, stop: Some(tx), task: Some(task) }
     }
 

@@ -27,9 +27,15 @@ impl PipeServer {
         let apis = apis.to_vec();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            serve_apis(&apis, &Endpoints::Pipes { sddl: None }, |a| ctx.service(a), ConnPolicy::default(), async {
-                let _ = stopped.await;
-            })
+            serve_apis(
+                &apis,
+                &Endpoints::Pipes { sddl: None },
+                |a| csi_proxy_server::service(&ctx, a),
+                ConnPolicy::default(),
+                async {
+                    let _ = stopped.await;
+                },
+            )
             .await
         });
         PipeServer { stop, task }

@@ -85,9 +85,15 @@ impl TestServer {
         let endpoints = Endpoints::UnixDir(dir.clone());
         let served = apis.to_vec();
         let task = tokio::spawn(async move {
-            csi_proxy_transport::serve_apis(&served, &endpoints, |api| ctx.service(api), policy, async {
-                let _ = rx.await;
-            })
+            csi_proxy_transport::serve_apis(
+                &served,
+                &endpoints,
+                |api| csi_proxy_server::service(&ctx, api),
+                policy,
+                async {
+                    let _ = rx.await;
+                },
+            )
             .await
             .expect("serve_apis");
         });

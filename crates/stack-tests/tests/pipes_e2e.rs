@@ -111,10 +111,15 @@ async fn every_api_answers_on_its_pipe_and_a_second_server_is_refused() {
 
     // A second daemon fails at its first pipe, before serving anything.
     let ctx2 = context();
-    let e =
-        serve_apis(APIS, &Endpoints::Pipes { sddl: None }, |api| ctx2.service(api), ConnPolicy::default(), async {})
-            .await
-            .expect_err("a second server on the same pipes must fail");
+    let e = serve_apis(
+        APIS,
+        &Endpoints::Pipes { sddl: None },
+        |api| csi_proxy_server::service(&ctx2, api),
+        ConnPolicy::default(),
+        async {},
+    )
+    .await
+    .expect_err("a second server on the same pipes must fail");
     let msg = e.to_string();
     assert!(msg.contains(r"\\.\pipe\csi-proxy-disk-v1alpha1"), "{msg}");
     assert!(msg.contains("already served"), "{msg}");

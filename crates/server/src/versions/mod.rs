@@ -125,12 +125,14 @@ service_table! {
     System => system_server::SystemServer: [v1alpha1],
 }
 
-pub(crate) fn service<B>(api: Api, ctx: Context) -> ApiService<B>
+/// The HTTP service that answers gRPC calls for `api` in `ctx`: exactly that version's service,
+/// as upstream serves one service per pipe; any other path answers `Unimplemented`.
+pub fn service<B>(ctx: &Context, api: Api) -> ApiService<B>
 where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
 {
-    server(api, Handler(ctx)).unwrap_or_else(|| unknown_api(api))
+    server(api, Handler(ctx.clone())).unwrap_or_else(|| unknown_api(api))
 }
 
 /// `Api` is plain data, so a caller can name an API that `APIS` lacks. Such a service answers
@@ -165,7 +167,7 @@ mod tests {
     async fn an_api_outside_apis_answers_unimplemented() {
         let api = Api { group: Group::Disk, version: "v9" };
         let request = http::Request::new(tonic::body::Body::empty());
-        let response = service::<tonic::body::Body>(api, ctx()).oneshot(request).await.unwrap();
+        let response = service::<tonic::body::Body>(&ctx(), api).oneshot(request).await.unwrap();
         let status = tonic::Status::from_header_map(response.headers()).expect("a grpc-status header");
         assert_eq!(status.code(), tonic::Code::Unimplemented);
         assert_eq!(status.message(), "csi-proxy serves no API disk v9");
