@@ -1,7 +1,7 @@
 //! The audit trail: a record when a privileged call starts and another when it ends, with who
 //! connected (the transport's [`Caller`]: the peer of the call's connection as the OS recorded it
-//! when that peer connected), what was asked (the operation as its `Debug` shows it,
-//! which redacts secrets), and how it ended. Where the records go is the sink's business (the
+//! when that peer connected), what was asked (the wire request as JSON, secrets redacted),
+//! and how it ended. Where the records go is the sink's business (the
 //! daemon's `-audit-log` file).
 //!
 //! The rule that makes the trail trustworthy: a call whose start record cannot be written is
@@ -205,6 +205,15 @@ impl Writer {
     pub(crate) async fn start_record(&self, record: Owned, began: Instant) -> Result<(), StartFailed> {
         let ticket = Arc::new(AtomicU8::new(QUEUED));
         let (done, written) = oneshot::channel();
+        // What the end record says if this future is dropped after the writer took the record.
+        let end = Owned {
+            event: Event::End,
+            request: None,
+            code: Some(go_code_name(Code::Cancelled)),
+            message: Some(CANCELLED_BEFORE_WORK.to_string()),
+            peer_at_connect: record.peer_at_connect.clone(),
+            ..record
+        };
         let job = Job { record, ticket: Some(ticket.clone()), began, done: Some(done) };
         match self.queue.try_send(job) {
             Ok(()) => {}
@@ -212,7 +221,7 @@ impl Writer {
             Err(TrySendError::Disconnected(_)) => return Err(StartFailed::Stopped),
         }
         // Dropped while waiting (the client cancelled the call): given up on as cancelled.
-        let mut cancelled = GiveUp { ticket: Some(ticket.clone()) };
+        let mut cancelled = GiveUp { ticket: Some(ticket.clone()), writer: self, end: Some((end, began)) };
         let outcome = tokio::time::timeout(self.wait, written).await;
         cancelled.ticket = None;
         match outcome {
@@ -249,16 +258,24 @@ impl Writer {
     }
 }
 
-/// Marks a start record given up on as cancelled when dropped armed (the call's future was
-/// dropped while it waited).
-struct GiveUp {
+/// Settles a start record given up on when dropped armed (the call's future was dropped while
+/// it waited): not yet written, it is marked cancelled and the writer skips it or follows it with
+/// the end record; already written (the writer got there first), this queues that end record.
+struct GiveUp<'a> {
     ticket: Option<Arc<AtomicU8>>,
+    writer: &'a Writer,
+    /// The end record of a call that did not run, and when the call began.
+    end: Option<(Owned, Instant)>,
 }
 
-impl Drop for GiveUp {
+impl Drop for GiveUp<'_> {
     fn drop(&mut self) {
-        if let Some(t) = &self.ticket {
-            let _ = t.compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire);
+        let Some(t) = &self.ticket else { return };
+        if t.compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire) == Err(WRITTEN) {
+            if let Some((end, began)) = self.end.take() {
+                let end = Owned { time: SystemTime::now(), duration: Some(began.elapsed()), ..end };
+                self.writer.last_record(end);
+            }
         }
     }
 }
@@ -309,5 +326,59 @@ fn write_queued(rx: &Receiver<Job>, sink: &dyn AuditSink, wait: Duration) {
         if let Some(done) = job.done {
             let _ = done.send(result);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Kept(Mutex<Vec<(Event, u64, Option<String>)>>);
+
+    impl AuditSink for Kept {
+        fn write(&self, r: &Record<'_>) -> std::io::Result<()> {
+            self.0.lock().unwrap().push((r.event, r.call, r.message.map(str::to_string)));
+            Ok(())
+        }
+    }
+
+    fn record(event: Event, call: u64) -> Owned {
+        Owned {
+            event,
+            call,
+            time: SystemTime::now(),
+            peer_at_connect: None,
+            service: "v1.Disk",
+            method: "PartitionDisk",
+            request: None,
+            code: None,
+            message: None,
+            duration: None,
+        }
+    }
+
+    /// The writer can put a start record in the file and hand it back before the waiting call
+    /// is polled again; a call dropped in that gap (its client cancelled) did not run, and its
+    /// end record must say so rather than leave the start record unpaired.
+    #[tokio::test]
+    async fn a_call_dropped_after_its_start_record_is_written_gets_its_end_record() {
+        let sink = Arc::new(Kept::default());
+        let writer = Writer::start(sink.clone(), RECORD_WAIT);
+        let mut start = Box::pin(writer.start_record(record(Event::Start, 7), Instant::now()));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(start.as_mut().poll(&mut cx).is_pending(), "queued, not yet answered");
+        // The writer works in order: once a later record is written, the start record is too,
+        // and its ticket says so.
+        writer.last_record(record(Event::End, 1)).unwrap().await.unwrap().unwrap();
+        drop(start);
+        // The end record is queued by the drop; one more record flushes it.
+        writer.last_record(record(Event::End, 2)).unwrap().await.unwrap().unwrap();
+        let kept = sink.0.lock().unwrap().clone();
+        let calls: Vec<(Event, u64)> = kept.iter().map(|k| (k.0, k.1)).collect();
+        assert_eq!(calls, [(Event::Start, 7), (Event::End, 1), (Event::End, 7), (Event::End, 2)], "{kept:?}");
+        assert_eq!(kept[2].2.as_deref(), Some(CANCELLED_BEFORE_WORK));
     }
 }
