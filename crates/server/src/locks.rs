@@ -13,10 +13,8 @@
 
 use csi_proxy_host::error::MOVED_TRIES;
 use csi_proxy_host::{Error, Result};
-use csi_proxy_sync::{KeyGuard, KeyedLock, LockExt};
-use std::collections::HashMap;
+use csi_proxy_sync::{KeyGuard, KeyedLock, LastSeen};
 use std::future::Future;
-use std::sync::Mutex;
 
 /// What a mutating call is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -46,13 +44,18 @@ pub enum Serial {
 }
 
 /// The server's keyed lock (see [`csi_proxy_sync::KeyedLock`]: FIFO per key, cancellable,
-/// only keys in use kept).
-#[derive(Default)]
-pub struct Locks(KeyedLock<Key>, Mutex<HashMap<String, Key>>);
+/// only keys in use kept), and the key each volume was last found under.
+pub struct Locks(KeyedLock<Key>, LastSeen<String, Key>);
 
 /// At most this many volumes' last keys are kept ([`Locks::lock_volume`]); past it the memory is
 /// dropped and rebuilt (a volume not remembered costs one more lookup, nothing else).
 const REMEMBERED: usize = 1024;
+
+impl Default for Locks {
+    fn default() -> Self {
+        Locks(KeyedLock::default(), LastSeen::new(REMEMBERED))
+    }
+}
 
 /// Held for the duration of one call's host work; owns what it holds, so it can move to the
 /// thread that does the work.
@@ -95,34 +98,21 @@ impl Locks {
         if host_follows {
             return Ok(self.lock(key_of().await?).await);
         }
-        let remembered = self.1.lock_ignoring_poison().get(volume_id).cloned();
-        let mut key = match remembered {
+        let mut key = match self.1.get(volume_id) {
             Some(key) => key,
             None => key_of().await?,
         };
         for _ in 0..MOVED_TRIES {
             let guard = self.lock(key.clone()).await;
-            let now = key_of().await.inspect_err(|_| self.forget(volume_id))?;
+            let now = key_of().await.inspect_err(|_| self.1.forget(volume_id))?;
             if now == key {
-                self.remember(volume_id, key);
+                self.1.set(volume_id.to_string(), key);
                 return Ok(guard);
             }
             key = now;
         }
-        self.forget(volume_id);
+        self.1.forget(volume_id);
         Err(Error::volume_moved(volume_id))
-    }
-
-    fn remember(&self, volume_id: &str, key: Key) {
-        let mut seen = self.1.lock_ignoring_poison();
-        if seen.len() >= REMEMBERED && !seen.contains_key(volume_id) {
-            seen.clear();
-        }
-        seen.insert(volume_id.to_string(), key);
-    }
-
-    fn forget(&self, volume_id: &str) {
-        self.1.lock_ignoring_poison().remove(volume_id);
     }
 
     /// Keys held or waited for right now (for tests and diagnostics).
@@ -189,7 +179,7 @@ mod tests {
             drop(g);
             disk.store(0, Ordering::SeqCst);
             assert!(matches!(locks.lock_volume("v", false, lookup).await, Err(Error::NotFound(_))));
-            assert!(locks.1.lock_ignoring_poison().is_empty(), "a volume gone is forgotten");
+            assert!(locks.1.is_empty(), "a volume gone is forgotten");
         });
     }
 

@@ -3,11 +3,15 @@
 //! - [`KeyedLock`]: calls on one key take turns, calls on different keys run together (the
 //!   server's per-disk locks, the host's per-share and per-portal turns). Asynchronous for async
 //!   callers, with [`KeyedLock::lock_blocking`] for work that runs on a thread of its own.
+//! - [`LastSeen`]: a bounded memory of where something was last seen, as a hint that saves a
+//!   lookup (the disk a volume is on).
 //! - [`LockExt::lock_ignoring_poison`]: a mutex lock that goes on after a panic of a holder.
 
 mod keyed;
+mod last_seen;
 
 pub use keyed::{block_on, KeyGuard, KeyedLock};
+pub use last_seen::LastSeen;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

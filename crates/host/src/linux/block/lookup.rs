@@ -12,10 +12,7 @@ use super::{Block, Disk, Volume};
 use crate::data_volume::{self, Candidate, DiskNumber};
 use crate::error::MOVED_TRIES;
 use crate::formats::gpt::{Entry, Guid};
-use crate::sync::LockExt;
 use crate::{Error, Result};
-use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const ID_PREFIX: &str = r"\\?\Volume{";
@@ -39,29 +36,31 @@ pub(crate) fn parse_volume_id(id: &str) -> Result<Guid> {
 
 /// Where a volume GUID was last seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Seen {
+pub(crate) enum Seen {
     On(u32),
     /// On more than one disk (a cloned disk): no hint, every lookup reads every disk (and
     /// refuses while the GUID is on several), until a lookup finds it on one disk only.
     Several,
 }
 
-/// Which disk each volume GUID was last seen on. A lookup tries that disk first instead of
-/// reading the table of every disk: a disk nobody holds open has its page cache dropped at its
-/// last close, so each table read is I/O. Only a hint: the disk's table is read to confirm it.
-static LAST_SEEN: Mutex<BTreeMap<Guid, Seen>> = Mutex::new(BTreeMap::new());
+/// Which disk each volume GUID was last seen on ([`Block::seen`]). A lookup tries that disk
+/// first instead of reading the table of every disk: a disk nobody holds open has its page cache
+/// dropped at its last close, so each table read is I/O. Only a hint: the disk's table is read to
+/// confirm it.
+pub(crate) type LastSeen = crate::sync::LastSeen<Guid, Seen>;
+
+/// GUIDs whose disk is remembered at most (a node's disks times their partitions is far less).
+pub(crate) const REMEMBERED: usize = 4096;
 
 /// Notes the GUIDs of `disk`'s table. A GUID already seen on another disk loses its hint for
 /// good (`Seen::Several`): the order in which disks are listed must not pick one of two clones.
-pub(super) fn remember(disk: u32, entries: &[Entry]) {
-    let mut seen = LAST_SEEN.lock_ignoring_poison();
+fn remember(seen: &LastSeen, disk: u32, entries: &[Entry]) {
     for e in entries {
-        let hint = match seen.get(&e.guid) {
+        seen.update(e.guid, |hint| match hint {
             Some(Seen::On(other)) if *other != disk => Seen::Several,
             Some(Seen::Several) => Seen::Several,
             _ => Seen::On(disk),
-        };
-        seen.insert(e.guid, hint);
+        });
     }
 }
 
@@ -87,7 +86,7 @@ impl Block {
         let Some(table) = od.table()? else { return Ok(Vec::new()) };
         let kernel = self.kernel_partitions(disk)?;
         let entries = table.entries();
-        remember(disk.number, &entries);
+        remember(&self.seen, disk.number, &entries);
         Ok(entries.iter().map(|e| self.volume_of(disk, &od, e, &kernel)).collect())
     }
 
@@ -143,7 +142,7 @@ impl Block {
                 }
             };
             let entries = table.entries();
-            remember(disk.number, &entries);
+            remember(&self.seen, disk.number, &entries);
             if let Some(entry) = entries.into_iter().find(|e| e.guid == guid) {
                 let kernel = self.kernel_partitions(&disk)?;
                 found.push(self.volume_of(&disk, &od, &entry, &kernel));
@@ -151,13 +150,10 @@ impl Block {
         }
         // Every disk was read: what was found is the hint now (clearing `Several` once only one
         // disk has the GUID).
-        {
-            let mut seen = LAST_SEEN.lock_ignoring_poison();
-            match &found[..] {
-                [] => seen.remove(&guid),
-                [v] => seen.insert(guid, Seen::On(v.disk)),
-                _ => seen.insert(guid, Seen::Several),
-            };
+        match &found[..] {
+            [] => self.seen.forget(&guid),
+            [v] => self.seen.set(guid, Seen::On(v.disk)),
+            _ => self.seen.set(guid, Seen::Several),
         }
         match found.len() {
             0 => Err(Error::not_found(format!("volume {volume_id} not found: no disk has a GPT partition {guid}"))),
@@ -175,7 +171,7 @@ impl Block {
         let od = self.open_disk(disk)?;
         let Some(table) = od.table()? else { return Ok(None) };
         let entries = table.entries();
-        remember(disk.number, &entries);
+        remember(&self.seen, disk.number, &entries);
         let Some(entry) = entries.iter().find(|e| e.guid == *guid) else { return Ok(None) };
         let kernel = self.kernel_partitions(disk)?;
         Ok(Some(self.volume_of(disk, &od, entry, &kernel)))
@@ -183,10 +179,10 @@ impl Block {
 
     /// The volume from the table of the disk it was last seen on, if it is still there.
     pub(super) fn volume_where_last_seen(&self, guid: &Guid) -> Option<Volume> {
-        let Seen::On(number) = *LAST_SEEN.lock_ignoring_poison().get(guid)? else { return None };
+        let Seen::On(number) = self.seen.get(guid)? else { return None };
         let found = self.disk(number).ok().and_then(|disk| self.volume_on(&disk, guid).ok().flatten());
         if found.is_none() {
-            LAST_SEEN.lock_ignoring_poison().remove(guid);
+            self.seen.forget(guid);
         }
         found
     }
@@ -207,6 +203,10 @@ impl Block {
     pub(crate) fn hold_volume_by(&self, volume_id: &str, mode: Lock, by_disk: DiskNumber) -> Result<HeldVolume> {
         let by_number = by_disk == DiskNumber::DataVolume && data_volume::disk_number_in(volume_id).is_some();
         let hinted = if by_number { None } else { Some(parse_volume_id(volume_id)?) };
+        let last_seen = |guid: &Guid| match self.seen.get(guid)? {
+            Seen::On(disk) => Some(disk),
+            Seen::Several => None,
+        };
         let (guid, mut disk) = match hinted.and_then(|guid| Some((guid, last_seen(&guid)?))) {
             Some(hint) => hint,
             None => {
@@ -243,14 +243,6 @@ impl Block {
                 None => return Ok(None),
             }
         }
-    }
-}
-
-/// The one disk `guid` was last seen on, if it was seen on one.
-fn last_seen(guid: &Guid) -> Option<u32> {
-    match LAST_SEEN.lock_ignoring_poison().get(guid)? {
-        Seen::On(disk) => Some(*disk),
-        Seen::Several => None,
     }
 }
 
@@ -291,14 +283,14 @@ mod tests {
     fn a_guid_seen_on_two_disks_loses_its_hint_whatever_the_order() {
         let entry =
             |g: u8| Entry { number: 1, type_guid: LINUX_FS, guid: Guid([g; 16]), first_lba: 2048, last_lba: 4095 };
-        let hint = |g: u8| LAST_SEEN.lock().unwrap().get(&Guid([g; 16])).copied();
-        // GUIDs of their own (the map is the process's): 0xa1.., 0xa2.., 0xa3..
-        remember(1, &[entry(0xa1)]);
-        remember(1, &[entry(0xa1)]);
+        let seen = LastSeen::new(REMEMBERED);
+        let hint = |g: u8| seen.get(&Guid([g; 16]));
+        remember(&seen, 1, &[entry(0xa1)]);
+        remember(&seen, 1, &[entry(0xa1)]);
         assert_eq!(hint(0xa1), Some(Seen::On(1)));
         for (g, order) in [(0xa2, [1, 2, 1]), (0xa3, [2, 1, 2])] {
             for disk in order {
-                remember(disk, &[entry(g)]);
+                remember(&seen, disk, &[entry(g)]);
             }
             assert_eq!(hint(g), Some(Seen::Several), "{order:?}");
         }

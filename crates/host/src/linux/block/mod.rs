@@ -94,6 +94,8 @@ pub struct Block {
     pub(crate) fs_type: FsType,
     /// The system calls on whole disks ([`sys::RealSys`]; tests: `sys::fake::FakeSys`).
     pub(crate) sys: Arc<dyn sys::Sys>,
+    /// The disk each volume GUID was last seen on (see [`lookup::LastSeen`]).
+    pub(crate) seen: lookup::LastSeen,
 }
 
 impl Block {
@@ -104,7 +106,14 @@ impl Block {
     /// A backend reading sysfs and device nodes below other roots, for tests.
     pub fn with_roots(sysfs: &Path, dev: &Path, roots: Roots, fs_type: FsType) -> Self {
         let sys = Arc::new(sys::RealSys);
-        Block { sysfs: sysfs.to_path_buf(), dev: dev.to_path_buf(), fs: Filesystem::new(roots), fs_type, sys }
+        Block {
+            sysfs: sysfs.to_path_buf(),
+            dev: dev.to_path_buf(),
+            fs: Filesystem::new(roots),
+            fs_type,
+            sys,
+            seen: lookup::LastSeen::new(lookup::REMEMBERED),
+        }
     }
 }
 
