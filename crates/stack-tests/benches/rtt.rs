@@ -592,32 +592,12 @@ mod procstat {
 #[cfg(windows)]
 #[allow(unsafe_code)] // FFI: the process's own times, threads and working set
 mod procstat {
-    use windows_sys::Win32::Foundation::{CloseHandle, FILETIME, INVALID_HANDLE_VALUE};
-    use windows_sys::Win32::System::Diagnostics::ToolHelp::{
-        CreateToolhelp32Snapshot, Thread32First, Thread32Next, TH32CS_SNAPTHREAD, THREADENTRY32,
-    };
+    use windows_sys::Win32::Foundation::FILETIME;
     use windows_sys::Win32::System::ProcessStatus::{K32GetProcessMemoryInfo, PROCESS_MEMORY_COUNTERS};
-    use windows_sys::Win32::System::Threading::{GetCurrentProcess, GetCurrentProcessId, GetProcessTimes};
+    use windows_sys::Win32::System::Threading::{GetCurrentProcess, GetProcessTimes};
 
     pub fn threads() -> usize {
-        // SAFETY: a snapshot handle we close; THREADENTRY32 is plain data with its size set.
-        unsafe {
-            let snap = CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0);
-            assert!(snap != INVALID_HANDLE_VALUE, "CreateToolhelp32Snapshot failed");
-            let me = GetCurrentProcessId();
-            let mut entry: THREADENTRY32 = std::mem::zeroed();
-            entry.dwSize = std::mem::size_of::<THREADENTRY32>() as u32;
-            let mut n = 0;
-            let mut more = Thread32First(snap, &mut entry) != 0;
-            while more {
-                if entry.th32OwnerProcessID == me {
-                    n += 1;
-                }
-                more = Thread32Next(snap, &mut entry) != 0;
-            }
-            CloseHandle(snap);
-            n
-        }
+        csi_proxy_stack_tests::winproc::threads()
     }
 
     pub fn peak_rss() -> u64 {

@@ -30,6 +30,8 @@ pub mod pipes;
 pub mod procs;
 #[cfg(unix)]
 pub mod server;
+#[cfg(windows)]
+pub mod winproc;
 
 pub use scratch::Scratch;
 #[cfg(unix)]

@@ -278,33 +278,11 @@ async fn fallback_versions(p: &mut Proxy, node: &Node) {
 /// pipe server runs in it.
 #[allow(unsafe_code)] // FFI: the process' own handle count and threads
 fn handles_and_threads() -> (u32, usize) {
-    use windows_sys::Win32::Foundation::{CloseHandle, INVALID_HANDLE_VALUE};
-    use windows_sys::Win32::System::Diagnostics::ToolHelp::{
-        CreateToolhelp32Snapshot, Thread32First, Thread32Next, TH32CS_SNAPTHREAD, THREADENTRY32,
-    };
-    use windows_sys::Win32::System::Threading::{GetCurrentProcess, GetCurrentProcessId, GetProcessHandleCount};
+    use windows_sys::Win32::System::Threading::{GetCurrentProcess, GetProcessHandleCount};
     let mut handles = 0u32;
     // SAFETY: the pseudo-handle needs no closing; `handles` is a valid out-pointer.
     assert!(unsafe { GetProcessHandleCount(GetCurrentProcess(), &mut handles) } != 0, "GetProcessHandleCount");
-    // SAFETY: a snapshot handle closed below; THREADENTRY32 is plain data with its size set.
-    let threads = unsafe {
-        let snap = CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0);
-        assert!(snap != INVALID_HANDLE_VALUE, "CreateToolhelp32Snapshot failed");
-        let me = GetCurrentProcessId();
-        let mut entry: THREADENTRY32 = std::mem::zeroed();
-        entry.dwSize = std::mem::size_of::<THREADENTRY32>() as u32;
-        let mut n = 0;
-        let mut more = Thread32First(snap, &mut entry) != 0;
-        while more {
-            if entry.th32OwnerProcessID == me {
-                n += 1;
-            }
-            more = Thread32Next(snap, &mut entry) != 0;
-        }
-        CloseHandle(snap);
-        n
-    };
-    (handles, threads)
+    (handles, csi_proxy_stack_tests::winproc::threads())
 }
 
 /// aws-ebs-csi-driver v1.64.0 FindDevicePath: a disk v1 pipe connection per call, opened and

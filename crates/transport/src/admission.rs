@@ -20,6 +20,7 @@
 //! and logged at most once per [`Reports::EVERY`] per kind, with the count since the last line.
 
 use crate::conn::InFlight;
+use csi_proxy_sync::LockExt;
 use csi_proxy_wire::Caller;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -164,7 +165,7 @@ pub(crate) struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.admission.table.lock().unwrap_or_else(|e| e.into_inner()).entries.remove(&self.id);
+        self.admission.table.lock_ignoring_poison().entries.remove(&self.id);
         if let Some(o) = observer() {
             o.closed(&self.endpoint);
         }
@@ -184,7 +185,7 @@ impl Admission {
     /// A slot on `endpoint` for a connection of `key`, taken from an idle connection if there is
     /// no free one (see the module documentation).
     pub fn admit(self: &Arc<Self>, endpoint: &Arc<str>, key: CallerKey) -> Result<Slot, Refused> {
-        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mut table = self.table.lock_ignoring_poison();
         let (mut here, mut mine_here, mut mine) = (0, 0, 0);
         for e in table.entries.values() {
             let (same_ep, same_key) = (*e.endpoint == **endpoint, e.key == key);
@@ -226,7 +227,7 @@ impl Admission {
             gone.conn.evicted.notify_one();
             let why = if handshake { Evicted::Idle } else { Evicted::NoHandshake };
             self.reports.evicted(&gone.endpoint, why);
-            table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+            table = self.table.lock_ignoring_poison();
         }
         let id = table.next;
         table.next += 1;
@@ -265,7 +266,7 @@ impl Throttle {
     /// Counts one event; `Some(count since the last line)` when a line is due.
     fn tick(&self) -> Option<u64> {
         let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut last = self.last_log.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.last_log.lock_ignoring_poison();
         let now = tokio::time::Instant::now();
         if last.is_none_or(|t| now - t >= Reports::EVERY) {
             *last = Some(now);

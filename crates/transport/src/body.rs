@@ -10,6 +10,7 @@
 //! timeout and eviction apply to it.
 
 use bytes::Bytes;
+use csi_proxy_sync::LockExt;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use std::pin::Pin;
@@ -85,7 +86,7 @@ struct WaitState {
 
 impl BodyWait {
     fn waiting(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock_ignoring_poison();
         if s.since.is_none() && !s.ended {
             s.since = Some(Instant::now());
             drop(s);
@@ -94,7 +95,7 @@ impl BodyWait {
     }
 
     fn arrived(&self, ended: bool) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock_ignoring_poison();
         if let Some(t) = s.since.take() {
             s.waited += t.elapsed();
         }
@@ -109,7 +110,7 @@ impl BodyWait {
             tokio::pin!(started);
             started.as_mut().enable();
             let left = {
-                let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                let s = self.state.lock_ignoring_poison();
                 match s.since {
                     Some(t) if !s.ended => {
                         let before = if cumulative { s.waited } else { Duration::ZERO };

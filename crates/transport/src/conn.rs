@@ -12,6 +12,7 @@
 //! Handshake and progress failures surface as `TimedOut` errors from [`Watched`], which ends
 //! the HTTP/2 connection at once: those peers are broken or hostile.
 
+use csi_proxy_sync::LockExt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -80,7 +81,7 @@ impl InFlight {
 
     /// When the connection became idle (no call in flight): `None` while a call is in flight.
     pub fn idle_since(&self) -> Option<Instant> {
-        let last = *self.0.last_end.lock().unwrap_or_else(|e| e.into_inner());
+        let last = *self.0.last_end.lock_ignoring_poison();
         (self.count() == 0).then_some(last)
     }
 }
@@ -89,7 +90,7 @@ pub struct InFlightGuard(Arc<InFlightInner>);
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        *self.0.last_end.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        *self.0.last_end.lock_ignoring_poison() = Instant::now();
         self.0.count.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -41,6 +41,7 @@ use admission::{Admission, CallerKey, ConnShared};
 use body::Answer;
 use bytes::Bytes;
 use conn::{effective, Watch, Watched};
+use csi_proxy_sync::LockExt;
 use csi_proxy_wire::Caller;
 use health::{EndpointHealth, WithHealth};
 use hyper::body::Incoming;
@@ -366,7 +367,7 @@ fn start_call<S, R>(service: &std::sync::Mutex<S>, req: R) -> Start<S::Future, t
 where
     S: Service<R> + Clone,
 {
-    let mut service = service.lock().unwrap_or_else(|e| e.into_inner());
+    let mut service = service.lock_ignoring_poison();
     match service.poll_ready(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
         std::task::Poll::Ready(Ok(())) => Start::Now { call: service.call(req) },
         _ => Start::Later { call: service.clone().oneshot(req) },
