@@ -14,6 +14,12 @@ pub async fn stage(p: &mut Proxy, v: &BlockVolume) -> Outcome {
     if let Ok(true) = p.is_symlink(&v.staging).await {
         return Ok(());
     }
+    format_mount_and_grow(p, v).await
+}
+
+/// The end of NodeStageVolume in every release followed here: format and mount the disk at the
+/// staging path, then grow the volume found there to its partition's end (ResizeVolume 0).
+async fn format_mount_and_grow(p: &mut Proxy, v: &BlockVolume) -> Outcome {
     format_and_mount(p, v.disk, true, &v.staging)
         .await
         .map_err(|s| internal("Failed to format and mount device", &s))?;

@@ -98,14 +98,7 @@ pub async fn stage(p: &mut Proxy, v: &BlockVolume, expected_gib: Option<i64>) ->
             ));
         }
     }
-    format_and_mount(p, v.disk, true, &v.staging)
-        .await
-        .map_err(|s| internal("Failed to format and mount device", &s))?;
-    let resize = async {
-        let id = p.volume_at(&v.staging).await?;
-        p.resize_volume(&id, 0).await
-    };
-    resize.await.map_err(|s| internal("error when resizing volume", &s))
+    format_mount_and_grow(p, v).await
 }
 
 /// NodePublishVolume for a filesystem volume: isVolumePathMounted (IsSymlink of the target as
