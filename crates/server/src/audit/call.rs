@@ -4,7 +4,7 @@
 //! when the client cancels, whether the record says nothing was done or waits for the work's
 //! outcome.
 
-use super::{timed_out_message, Event, Owned, StartFailed, Writer, CANCELLED_BEFORE_WORK};
+use super::{cancelled_before_work, timed_out_message, Event, Owned, StartFailed, Writer};
 use crate::outcome::{error_outcome, outcome_of, panicked, Name};
 use crate::status::go_code_name;
 use csi_proxy_host::{Error, Result};
@@ -209,7 +209,7 @@ impl Drop for EndRecord {
                 *stage = Stage::Abandoned;
                 return;
             }
-            Stage::Waiting => (go_code_name(Code::Cancelled), CANCELLED_BEFORE_WORK.to_string()),
+            Stage::Waiting => cancelled_before_work(),
             Stage::Stepping => (
                 go_code_name(Code::Cancelled),
                 "the client cancelled the rescan part-way: a step under way runs to its end, later ones are not \

@@ -105,6 +105,11 @@ const QUEUE: usize = 1024;
 pub(crate) const CANCELLED_BEFORE_WORK: &str =
     "the client cancelled the call before its host work began; nothing was done";
 
+/// The code and message of the end record of a call cancelled before its host work began.
+pub(crate) fn cancelled_before_work() -> (&'static str, String) {
+    (go_code_name(Code::Cancelled), CANCELLED_BEFORE_WORK.to_string())
+}
+
 /// What a call refused because its start record was not written within `wait` is told.
 pub(crate) fn timed_out_message(service: &str, method: &str, wait: Duration) -> String {
     format!("{service}/{method} was not run: its audit record could not be written within {} s (the audit file is not answering)", wait.as_secs_f64())
@@ -125,6 +130,21 @@ pub(crate) struct Owned {
 }
 
 impl Owned {
+    /// The end record of the call whose start record this is, which did not run: `code` and
+    /// `message` say why.
+    fn not_run(&self, (code, message): (&'static str, String), began: Instant) -> Owned {
+        Owned {
+            event: Event::End,
+            time: SystemTime::now(),
+            peer_at_connect: self.peer_at_connect.clone(),
+            request: None,
+            code: Some(code),
+            message: Some(message),
+            duration: Some(began.elapsed()),
+            ..*self
+        }
+    }
+
     fn record(&self) -> Record<'_> {
         Record {
             event: self.event,
@@ -205,15 +225,9 @@ impl Writer {
     pub(crate) async fn start_record(&self, record: Owned, began: Instant) -> Result<(), StartFailed> {
         let ticket = Arc::new(AtomicU8::new(QUEUED));
         let (done, written) = oneshot::channel();
-        // What the end record says if this future is dropped after the writer took the record.
-        let end = Owned {
-            event: Event::End,
-            request: None,
-            code: Some(go_code_name(Code::Cancelled)),
-            message: Some(CANCELLED_BEFORE_WORK.to_string()),
-            peer_at_connect: record.peer_at_connect.clone(),
-            ..record
-        };
+        // What the end record is made from if this future is dropped after the writer took the
+        // record.
+        let start = Owned { request: None, message: None, peer_at_connect: record.peer_at_connect.clone(), ..record };
         let job = Job { record, ticket: Some(ticket.clone()), began, done: Some(done) };
         match self.queue.try_send(job) {
             Ok(()) => {}
@@ -221,7 +235,7 @@ impl Writer {
             Err(TrySendError::Disconnected(_)) => return Err(StartFailed::Stopped),
         }
         // Dropped while waiting (the client cancelled the call): given up on as cancelled.
-        let mut cancelled = GiveUp { ticket: Some(ticket.clone()), writer: self, end: Some((end, began)) };
+        let mut cancelled = GiveUp { ticket: Some(ticket.clone()), writer: self, start, began };
         let outcome = tokio::time::timeout(self.wait, written).await;
         cancelled.ticket = None;
         match outcome {
@@ -264,18 +278,16 @@ impl Writer {
 struct GiveUp<'a> {
     ticket: Option<Arc<AtomicU8>>,
     writer: &'a Writer,
-    /// The end record of a call that did not run, and when the call began.
-    end: Option<(Owned, Instant)>,
+    /// The start record (without its request) and when the call began.
+    start: Owned,
+    began: Instant,
 }
 
 impl Drop for GiveUp<'_> {
     fn drop(&mut self) {
         let Some(t) = &self.ticket else { return };
         if t.compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire) == Err(WRITTEN) {
-            if let Some((end, began)) = self.end.take() {
-                let end = Owned { time: SystemTime::now(), duration: Some(began.elapsed()), ..end };
-                self.writer.last_record(end);
-            }
+            self.writer.last_record(self.start.not_run(cancelled_before_work(), self.began));
         }
     }
 }
@@ -299,19 +311,9 @@ fn write_queued(rx: &Receiver<Job>, sink: &dyn AuditSink, wait: Duration) {
                     // In the file after its call gave up: say that the call did not run.
                     let (code, message) = match gave_up {
                         TIMED_OUT => (go_code_name(Code::Unavailable), timed_out_message(r.service, r.method, wait)),
-                        _ => (go_code_name(Code::Cancelled), CANCELLED_BEFORE_WORK.to_string()),
+                        _ => cancelled_before_work(),
                     };
-                    let end = Owned {
-                        event: Event::End,
-                        time: SystemTime::now(),
-                        request: None,
-                        code: Some(code),
-                        message: Some(message),
-                        duration: Some(job.began.elapsed()),
-                        peer_at_connect: r.peer_at_connect.clone(),
-                        ..*r
-                    };
-                    if let Err(e) = write(&end) {
+                    if let Err(e) = write(&r.not_run((code, message), job.began)) {
                         tracing::error!(target: "csi_proxy::audit", service = r.service, method = r.method,
                             call = r.call, error = %e, "cannot write the audit record of a call that was not run");
                     }
