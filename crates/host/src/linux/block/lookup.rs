@@ -177,9 +177,17 @@ impl Block {
         Ok(Some(self.volume_of(disk, &od, entry, &kernel)))
     }
 
+    /// The one disk `guid` was last seen on, if it was seen on one.
+    fn disk_last_seen(&self, guid: &Guid) -> Option<u32> {
+        match self.seen.get(guid)? {
+            Seen::On(disk) => Some(disk),
+            Seen::Several => None,
+        }
+    }
+
     /// The volume from the table of the disk it was last seen on, if it is still there.
-    pub(super) fn volume_where_last_seen(&self, guid: &Guid) -> Option<Volume> {
-        let Seen::On(number) = self.seen.get(guid)? else { return None };
+    fn volume_where_last_seen(&self, guid: &Guid) -> Option<Volume> {
+        let number = self.disk_last_seen(guid)?;
         let found = self.disk(number).ok().and_then(|disk| self.volume_on(&disk, guid).ok().flatten());
         if found.is_none() {
             self.seen.forget(guid);
@@ -203,11 +211,7 @@ impl Block {
     pub(crate) fn hold_volume_by(&self, volume_id: &str, mode: Lock, by_disk: DiskNumber) -> Result<HeldVolume> {
         let by_number = by_disk == DiskNumber::DataVolume && data_volume::disk_number_in(volume_id).is_some();
         let hinted = if by_number { None } else { Some(parse_volume_id(volume_id)?) };
-        let last_seen = |guid: &Guid| match self.seen.get(guid)? {
-            Seen::On(disk) => Some(disk),
-            Seen::Several => None,
-        };
-        let (guid, mut disk) = match hinted.and_then(|guid| Some((guid, last_seen(&guid)?))) {
+        let (guid, mut disk) = match hinted.and_then(|guid| Some((guid, self.disk_last_seen(&guid)?))) {
             Some(hint) => hint,
             None => {
                 let first = self.volume_by(volume_id, by_disk)?;
