@@ -43,6 +43,7 @@ use bytes::Bytes;
 use conn::{effective, Watch, Watched};
 use csi_proxy_sync::LockExt;
 use csi_proxy_wire::Caller;
+use futures_util::future::Either;
 use health::{EndpointHealth, WithHealth};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -363,34 +364,14 @@ async fn serve_connection<IO, S, B>(
 /// Starts a call on the connection's service: at once when the service is ready (the APIs'
 /// services always are), which saves cloning it (with health and reflection beside it) per call;
 /// otherwise on a clone that waits for readiness, as `oneshot` does.
-fn start_call<S, R>(service: &std::sync::Mutex<S>, req: R) -> Start<S::Future, tower::util::Oneshot<S, R>>
+fn start_call<S, R>(service: &std::sync::Mutex<S>, req: R) -> Either<S::Future, tower::util::Oneshot<S, R>>
 where
     S: Service<R> + Clone,
 {
     let mut service = service.lock_ignoring_poison();
     match service.poll_ready(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
-        std::task::Poll::Ready(Ok(())) => Start::Now { call: service.call(req) },
-        _ => Start::Later { call: service.clone().oneshot(req) },
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A call started at once, or waiting for its service's readiness (see [`start_call`]).
-    #[project = StartProj]
-    enum Start<F, O> {
-        Now { #[pin] call: F },
-        Later { #[pin] call: O },
-    }
-}
-
-impl<F: Future, O: Future<Output = F::Output>> Future for Start<F, O> {
-    type Output = F::Output;
-
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
-        match self.project() {
-            StartProj::Now { call } => call.poll(cx),
-            StartProj::Later { call } => call.poll(cx),
-        }
+        std::task::Poll::Ready(Ok(())) => Either::Left(service.call(req)),
+        _ => Either::Right(service.clone().oneshot(req)),
     }
 }
 
