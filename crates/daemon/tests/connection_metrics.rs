@@ -97,8 +97,8 @@ fn open(endpoint: &str) -> String {
     format!("csi_proxy_connections_open{{endpoint=\"{endpoint}\"}}")
 }
 
-/// A PathExists call opened on stream 1 without END_STREAM: the call stays in flight until its
-/// body comes (never) or the progress timeout ends it.
+/// A PathExists call opened on stream 1 without END_STREAM: its body never comes, so it never
+/// gets a permit and never counts as in flight (the progress timeout ends it).
 fn half_open_call() -> Vec<u8> {
     let mut bytes = PREFACE.to_vec();
     bytes.extend_from_slice(&EMPTY_SETTINGS);
@@ -139,26 +139,29 @@ fn open_connections_are_counted_per_endpoint() {
     d.wait_for(&open("metrics"), 1.0);
 }
 
-/// With one slot per endpoint, a connection whose call is in flight holds it: the next one from
-/// the same user is refused (its share is full and it has no idle connection to give up) and
-/// counted with its endpoint and reason.
+/// With one slot per endpoint, a connection whose only call is half-open (HEADERS without a
+/// body) does not hold it: the next connection from the same user takes its place, counted as an
+/// eviction with its endpoint and reason, and nothing is refused. (Before, the half-open call
+/// counted as in flight and every new connection was refused for `-progress-timeout`.)
 #[test]
-fn a_refused_connection_is_counted_with_its_endpoint_and_reason() {
-    let d = start("refused", &["-max-connections-per-endpoint=1", "-progress-timeout=60s"]);
+fn a_half_open_call_holds_no_slot_and_its_eviction_is_counted() {
+    let d = start("evicted", &["-max-connections-per-endpoint=1", "-progress-timeout=60s"]);
     let refused = format!("csi_proxy_connections_refused_total{{endpoint=\"{FS}\",reason=\"caller_share\"}}");
-    assert_eq!(d.value(&refused), 0.0);
-    let mut busy = UnixStream::connect(d.socket(FS)).unwrap();
-    busy.write_all(&half_open_call()).unwrap();
+    let evicted = format!("csi_proxy_connections_evicted_total{{endpoint=\"{FS}\",reason=\"idle\"}}");
+    assert_eq!(d.value(&evicted), 0.0);
+    let mut half_open = UnixStream::connect(d.socket(FS)).unwrap();
+    half_open.write_all(&half_open_call()).unwrap();
     d.wait_for(&open(FS), 1.0);
     // Give the daemon the call's HEADERS before the next connection arrives.
     std::thread::sleep(Duration::from_millis(300));
-    for n in 1..=2 {
-        let mut extra = UnixStream::connect(d.socket(FS)).unwrap();
-        assert!(closed_by_daemon(&mut extra));
-        d.wait_for(&refused, f64::from(n));
-    }
-    assert_eq!(d.value(&open(FS)), 1.0, "the busy connection is still open");
-    drop(busy);
+    let mut next = UnixStream::connect(d.socket(FS)).unwrap();
+    next.write_all(PREFACE).unwrap();
+    next.write_all(&EMPTY_SETTINGS).unwrap();
+    assert!(closed_by_daemon(&mut half_open), "the half-open call's connection was kept");
+    d.wait_for(&evicted, 1.0);
+    assert_eq!(d.value(&refused), 0.0);
+    d.wait_for(&open(FS), 1.0);
+    drop(next);
     d.wait_for(&open(FS), 0.0);
 }
 

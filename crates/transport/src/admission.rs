@@ -1,20 +1,28 @@
 //! Fair admission: who gets a connection slot when an endpoint (or the whole daemon) is full.
 //!
 //! Every open connection holds a slot, registered here with its endpoint, its caller's principal
-//! ([`CallerKey`]) and its state (HTTP/2 handshake done, calls in flight). A new connection that
-//! finds no free slot takes one from a connection that has no call in flight: first one that never
-//! completed the HTTP/2 handshake, then the one idle longest. A connection with a call in flight is
-//! never taken. Without this, a caller holding every slot with connections that send nothing (and
-//! refilling them every `-progress-timeout`) locked every other driver out.
+//! ([`CallerKey`]), when it was accepted and its state (HTTP/2 handshake done, calls in flight).
+//! While slots are free anyone may take one. When none is, the slots are shared max-min fairly
+//! among the principals present: with `n` of them (the newcomer included) each is owed
+//! `limit / n` ([`fair_share`]).
+//! - A newcomer below its share takes the place of an idle connection of a principal above its
+//!   share, the largest holder first: so the k-th caller is never locked out by k-1 others, and a
+//!   caller at or below its share is never evicted to make room for anyone. (With more
+//!   principals than slots no one is owed a slot; a newcomer then takes the place of an idle
+//!   connection of any principal holding more than it does.)
+//! - A newcomer at or above its share may only take the place of one of its own idle
+//!   connections; otherwise it is refused ([`Refused::CallerShare`]).
 //!
-//! One principal may hold at most [`share`] (half, rounded up) of an endpoint's slots and of the
-//! daemon's; beyond that its new connection can only take the place of one of its own idle ones.
-//! Half because the contest that matters is between two principals, the drivers' and a
-//! misbehaving one: each keeps at least half whatever the other does, and half of the default 256
-//! per endpoint is still far above what the drivers of a node use (grpc-go multiplexes every call
-//! of a client on one connection). A principal is the uid on unix (`SO_PEERCRED`), the user SID
-//! on Windows, or the process when the SID cannot be read: a user starting many processes is
-//! still one principal.
+//! Only a connection with no call in flight is ever taken, and a call is in flight only once its
+//! request has arrived (see [`crate::calls`]): a call whose HEADERS came but whose body does not
+//! protects nothing. Of a principal's connections, one that never completed the HTTP/2 handshake
+//! within [`SILENT_AFTER`] of its accept goes first, then the one idle longest, and last one
+//! accepted so recently that its preface may still be unread in the socket's buffer (the accept
+//! loop can run ahead of a new connection's task). A connection that shook hands is told with
+//! GOAWAY, so a gRPC client reconnects for its next call instead of failing one.
+//!
+//! A principal is the uid on unix (`SO_PEERCRED`), the user SID on Windows, or the process when
+//! the SID cannot be read: a user starting many processes is still one principal.
 //!
 //! Refusals and evictions are counted through the [`ConnectionObserver`] (the daemon's metrics)
 //! and logged at most once per [`Reports::EVERY`] per kind, with the count since the last line.
@@ -51,10 +59,15 @@ impl CallerKey {
     }
 }
 
-/// The most slots of `limit` one principal may hold: half, rounded up (and at least one).
-pub fn share(limit: usize) -> usize {
-    limit.div_ceil(2).max(1)
+/// What each of `principals` principals is owed of `limit` slots (or calls) when they contend
+/// for all of them: an equal part, rounded down, and at least one.
+pub fn fair_share(limit: usize, principals: usize) -> usize {
+    (limit / principals.max(1)).max(1)
 }
+
+/// How long a new connection may take to show its handshake before it counts as silent: its
+/// bytes may be in the socket's buffer while its task has not run yet.
+pub const SILENT_AFTER: Duration = Duration::from_millis(500);
 
 /// Where refusals, evictions and cancelled calls are reported (the daemon counts them in its
 /// metrics). `endpoint` is the pipe's or socket's name without directory and `.sock`; `reason` is
@@ -86,11 +99,13 @@ fn observer() -> Option<&'static Arc<dyn ConnectionObserver>> {
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
-    /// Its principal holds its share and none of its connections is idle.
+    /// Its principal holds its fair share and none of its connections is idle.
     CallerShare,
-    /// The endpoint is full and every connection on it has a call in flight.
+    /// The endpoint is full and every connection of the principals above their share has a call
+    /// in flight.
     EndpointFull,
-    /// The daemon is full and every connection has a call in flight.
+    /// The daemon is full and every connection of the principals above their share has a call in
+    /// flight.
     TotalFull,
 }
 
@@ -136,7 +151,24 @@ pub(crate) struct ConnShared {
 struct Entry {
     endpoint: Arc<str>,
     key: CallerKey,
+    accepted: tokio::time::Instant,
     conn: Arc<ConnShared>,
+}
+
+impl Entry {
+    /// Where this connection stands in its principal's line to be taken (lowest first), or
+    /// `None` while it has a call in flight: silent ones, then the longest idle, then the young
+    /// ones whose handshake may be waiting in the socket's buffer.
+    fn rank(&self, now: tokio::time::Instant) -> Option<(u8, tokio::time::Instant)> {
+        let idle = self.conn.in_flight.idle_since()?;
+        if self.conn.handshake_done.load(Ordering::Acquire) {
+            Some((1, idle))
+        } else if now.saturating_duration_since(self.accepted) >= SILENT_AFTER {
+            Some((0, self.accepted))
+        } else {
+            Some((2, self.accepted))
+        }
+    }
 }
 
 /// The slots of one [`crate::serve`] or [`crate::serve_apis`].
@@ -186,41 +218,27 @@ impl Admission {
     /// no free one (see the module documentation).
     pub fn admit(self: &Arc<Self>, endpoint: &Arc<str>, key: CallerKey) -> Result<Slot, Refused> {
         let mut table = self.table.lock_ignoring_poison();
-        let (mut here, mut mine_here, mut mine) = (0, 0, 0);
-        for e in table.entries.values() {
-            let (same_ep, same_key) = (*e.endpoint == **endpoint, e.key == key);
-            here += usize::from(same_ep);
-            mine_here += usize::from(same_ep && same_key);
-            mine += usize::from(same_key);
-        }
-        // Counts never exceed the limits (each admission keeps them), so one eviction is enough.
-        let over_share = mine_here >= share(self.per_endpoint) || mine >= share(self.total);
+        let here = table.entries.values().filter(|e| *e.endpoint == **endpoint).count();
         let endpoint_full = here >= self.per_endpoint;
-        let total_full = table.entries.len() >= self.total;
-        if over_share || endpoint_full || total_full {
-            let must_be_here = endpoint_full || mine_here >= share(self.per_endpoint);
-            let victim = table
-                .entries
-                .iter()
-                .filter(|(_, e)| !over_share || e.key == key)
-                .filter(|(_, e)| !must_be_here || *e.endpoint == **endpoint)
-                .filter_map(|(id, e)| {
-                    let idle = e.conn.in_flight.idle_since()?;
-                    Some(((e.conn.handshake_done.load(Ordering::Acquire), idle), *id))
-                })
-                .min()
-                .map(|((handshake, _), id)| (id, handshake));
-            let Some((id, handshake)) = victim else {
-                let why = if over_share {
-                    Refused::CallerShare
-                } else if endpoint_full {
-                    Refused::EndpointFull
-                } else {
-                    Refused::TotalFull
-                };
-                drop(table);
-                self.reports.refused(endpoint, why, self.per_endpoint, self.total);
-                return Err(why);
+        if endpoint_full || table.entries.len() >= self.total {
+            // The contest is over this endpoint's slots when it is full (a slot taken here frees
+            // one of the daemon's too), else over the daemon's.
+            let (scope, limit) = if endpoint_full { (Some(endpoint), self.per_endpoint) } else { (None, self.total) };
+            let chosen = table.victim(scope, &key, limit);
+            let (id, handshake) = match chosen {
+                Ok(v) => v,
+                Err(over_share) => {
+                    let why = if over_share {
+                        Refused::CallerShare
+                    } else if endpoint_full {
+                        Refused::EndpointFull
+                    } else {
+                        Refused::TotalFull
+                    };
+                    drop(table);
+                    self.reports.refused(endpoint, why, self.per_endpoint, self.total);
+                    return Err(why);
+                }
             };
             let gone = table.entries.remove(&id).expect("just found");
             drop(table);
@@ -232,12 +250,49 @@ impl Admission {
         let id = table.next;
         table.next += 1;
         let conn = Arc::new(ConnShared::default());
-        table.entries.insert(id, Entry { endpoint: endpoint.clone(), key, conn: conn.clone() });
+        let accepted = tokio::time::Instant::now();
+        table.entries.insert(id, Entry { endpoint: endpoint.clone(), key, accepted, conn: conn.clone() });
         drop(table);
         if let Some(o) = observer() {
             o.opened(endpoint);
         }
         Ok(Slot { admission: self.clone(), id, endpoint: endpoint.clone(), conn })
+    }
+}
+
+impl Table {
+    /// The connection to take for a newcomer of `key` among the full `limit` slots of `scope`
+    /// (one endpoint, or all): its id and whether it shook hands. `Err(true)` if `key` holds its
+    /// fair share and has no idle connection of its own, `Err(false)` if it is below its share
+    /// but every principal above theirs is busy.
+    fn victim(&self, scope: Option<&Arc<str>>, key: &CallerKey, limit: usize) -> Result<(u64, bool), bool> {
+        let in_scope = |e: &Entry| scope.is_none_or(|ep| *e.endpoint == **ep);
+        let mut held: HashMap<&CallerKey, usize> = HashMap::new();
+        for e in self.entries.values().filter(|e| in_scope(e)) {
+            *held.entry(&e.key).or_default() += 1;
+        }
+        let mine = held.get(key).copied().unwrap_or(0);
+        let principals = held.len() + usize::from(mine == 0);
+        let fair = fair_share(limit, principals);
+        let over_share = mine >= fair;
+        // At or above its share a principal only gives up its own; below, it takes from those
+        // above theirs, the largest holder first (who keep at least their share, so no two
+        // principals take the same slot back and forth). With more principals than slots no
+        // one can be owed one: the newcomer then takes from anyone holding more than it does.
+        let crowded = principals > limit;
+        let above = |k: &CallerKey| held[k] > fair || (crowded && held[k] > mine);
+        let now = tokio::time::Instant::now();
+        self.entries
+            .iter()
+            .filter(|(_, e)| in_scope(e))
+            .filter(|(_, e)| if over_share { e.key == *key } else { above(&e.key) })
+            .filter_map(|(id, e)| {
+                let rank = e.rank(now)?;
+                Some(((std::cmp::Reverse(held[&e.key]), rank), (*id, e.conn.handshake_done.load(Ordering::Acquire))))
+            })
+            .min_by_key(|(rank, _)| *rank)
+            .map(|(_, v)| v)
+            .ok_or(over_share)
     }
 }
 
@@ -287,7 +342,10 @@ impl Reports {
         }
         if let Some(n) = self.refused.tick() {
             let (limit, hint) = match why {
-                Refused::CallerShare => (share(per_endpoint), "one caller may hold half of an endpoint's connections"),
+                Refused::CallerShare => (
+                    per_endpoint,
+                    "a caller holding its fair share of the connections may only replace its own idle ones",
+                ),
                 Refused::EndpointFull => (per_endpoint, "raise -max-connections-per-endpoint"),
                 Refused::TotalFull => (total, "raise -max-connections"),
             };
@@ -334,7 +392,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_oldest_connection_without_handshake_goes_first_then_the_longest_idle() {
+    async fn a_silent_connection_goes_first_then_the_longest_idle_then_a_young_one() {
         let a = Admission::new(3, 100);
         let e = ep("fs");
         let s1 = a.admit(&e, CallerKey::Uid(1)).unwrap();
@@ -342,24 +400,27 @@ mod tests {
         let s2 = a.admit(&e, CallerKey::Uid(2)).unwrap();
         tokio::time::advance(Duration::from_secs(1)).await;
         let s3 = a.admit(&e, CallerKey::Uid(3)).unwrap();
+        tokio::time::advance(Duration::from_millis(100)).await;
         s1.conn.handshake_done.store(true, Ordering::Release);
-        // s2 never shook hands: it goes before s1, although s1 is older.
-        let _s4 = a.admit(&e, CallerKey::Uid(4)).unwrap();
+        // More principals than slots: a newcomer takes from anyone. s3 is too young to count as
+        // silent (its handshake may be in the socket's buffer); s2 never shook hands and is
+        // silent: it goes before s1, although s1 is older.
+        let s4 = a.admit(&e, CallerKey::Uid(4)).unwrap();
         assert!(futures_notified(&s2.conn));
-        assert!(!futures_notified(&s1.conn));
-        // A call in flight protects s1; s3 (no handshake) goes next.
+        assert!(!futures_notified(&s1.conn) && !futures_notified(&s3.conn));
+        // A call in flight protects s1; of s3 and s4, both young, the older goes.
         let call = s1.conn.in_flight.enter();
+        tokio::time::advance(Duration::from_millis(100)).await;
         let _s5 = a.admit(&e, CallerKey::Uid(5)).unwrap();
         assert!(futures_notified(&s3.conn));
         tokio::time::advance(Duration::from_secs(1)).await;
         drop(call);
-        s1.conn.handshake_done.store(true, Ordering::Release);
-        _s4.conn.handshake_done.store(true, Ordering::Release);
+        s4.conn.handshake_done.store(true, Ordering::Release);
         _s5.conn.handshake_done.store(true, Ordering::Release);
         // All shook hands and are idle: the one idle longest goes (s4, idle since its accept,
         // before s1's call ended; s5 came after it).
         let _s6 = a.admit(&e, CallerKey::Uid(6)).unwrap();
-        assert!(futures_notified(&_s4.conn));
+        assert!(futures_notified(&s4.conn));
     }
 
     #[tokio::test(start_paused = true)]
@@ -377,23 +438,59 @@ mod tests {
         a.admit(&e, CallerKey::Uid(3)).unwrap();
     }
 
-    /// One principal holding its half with calls in flight cannot take more, and cannot take
-    /// anyone else's idle connection; another principal still gets in.
+    /// A principal alone may take every slot; a newcomer takes one back from it, and the hog,
+    /// now above its share, can only replace its own idle connections, never the newcomer's.
     #[tokio::test(start_paused = true)]
-    async fn one_caller_holds_at_most_half_of_an_endpoint() {
+    async fn a_newcomer_takes_from_the_principal_above_its_share_and_keeps_it() {
         let a = Admission::new(4, 100);
         let e = ep("fs");
-        let hog: Vec<_> = (0..2).map(|_| a.admit(&e, CallerKey::Uid(65534)).unwrap()).collect();
-        let _busy: Vec<_> = hog.iter().map(|s| s.conn.in_flight.enter()).collect();
-        assert_eq!(a.admit(&e, CallerKey::Uid(65534)).unwrap_err(), Refused::CallerShare);
+        let hog: Vec<_> = (0..4).map(|_| a.admit(&e, CallerKey::Uid(65534)).unwrap()).collect();
+        tokio::time::advance(Duration::from_secs(1)).await;
         let d1 = a.admit(&e, CallerKey::Uid(0)).unwrap();
-        let _d2 = a.admit(&e, CallerKey::Uid(0)).unwrap();
-        // The hog cannot evict the drivers' idle connections.
-        assert_eq!(a.admit(&e, CallerKey::Uid(65534)).unwrap_err(), Refused::CallerShare);
+        assert_eq!(hog.iter().filter(|s| futures_notified(&s.conn)).count(), 1);
+        for _ in 0..20 {
+            let _churn = a.admit(&e, CallerKey::Uid(65534)).unwrap();
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
         assert!(!futures_notified(&d1.conn));
-        // Over its share, a principal takes its own idle connection's place.
-        let _d3 = a.admit(&e, CallerKey::Uid(0)).unwrap();
-        assert!(futures_notified(&d1.conn));
+        // The newcomer, below its share of two, takes a second slot from the hog.
+        let _d2 = a.admit(&e, CallerKey::Uid(0)).unwrap();
+        assert!(!futures_notified(&d1.conn));
+    }
+
+    /// 1, 2, 3 and 10 attacking principals holding every slot with idle, silent and busy
+    /// connections and churning: a victim always gets in, and its connection is never taken.
+    #[tokio::test(start_paused = true)]
+    async fn the_kth_caller_is_never_locked_out_or_evicted_by_the_others() {
+        for attackers in [1u32, 2, 3, 10] {
+            let a = Admission::new(64, 100_000);
+            let e = ep("fs");
+            let mut held = Vec::new();
+            let mut busy = Vec::new();
+            // Round-robin until every slot is taken: every third connection with a call in
+            // flight, every third one silent, the rest idle after their handshake.
+            for i in 0..64u32 {
+                let key = CallerKey::Uid(1000 + i % attackers);
+                let Ok(s) = a.admit(&e, key) else { continue };
+                match i % 3 {
+                    0 => busy.push(s.conn.in_flight.enter()),
+                    1 => {}
+                    _ => s.conn.handshake_done.store(true, Ordering::Release),
+                }
+                held.push(s);
+            }
+            tokio::time::advance(Duration::from_secs(1)).await;
+            let victim =
+                a.admit(&e, CallerKey::Uid(0)).unwrap_or_else(|r| panic!("{attackers}: victim refused: {r:?}"));
+            victim.conn.handshake_done.store(true, Ordering::Release);
+            for i in 0..500u32 {
+                let _ = a.admit(&e, CallerKey::Uid(1000 + i % attackers));
+                tokio::time::advance(Duration::from_millis(10)).await;
+            }
+            assert!(!futures_notified(&victim.conn), "{attackers}: the victim's connection was taken");
+            let fresh = a.admit(&e, CallerKey::Uid(0));
+            assert!(fresh.is_ok(), "{attackers}: the victim's second connection was refused");
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -416,7 +513,7 @@ mod tests {
         assert_eq!(CallerKey::of(&Caller::default()), CallerKey::Unknown);
         assert_eq!(&*endpoint_label("/run/csi-proxy/csi-proxy-filesystem-v1.sock"), "csi-proxy-filesystem-v1");
         assert_eq!(&*endpoint_label(r"\\.\pipe\csi-proxy-disk-v1"), "csi-proxy-disk-v1");
-        assert_eq!((share(256), share(3), share(1)), (128, 2, 1));
+        assert_eq!((fair_share(256, 2), fair_share(256, 3), fair_share(3, 10), fair_share(1, 0)), (128, 85, 1, 1));
     }
 
     /// Whether `conn` was told to go (consumes the notification).

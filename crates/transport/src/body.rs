@@ -8,6 +8,10 @@
 //! in all (unary requests), or without a frame for that long (a streaming request: reflection), is
 //! answered CANCELLED and its stream reset: its connection has no call in flight again, so the idle
 //! timeout and eviction apply to it.
+//!
+//! A unary request's end is held back from the service until the transport lets it through
+//! ([`BodyWait::open`], once the call has its permit, see [`crate::calls`]): the service, which
+//! reads a unary request to its end before it runs the call, starts no work before that.
 
 use bytes::Bytes;
 use csi_proxy_sync::LockExt;
@@ -28,6 +32,8 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: Incoming,
         wait: Arc<BodyWait>,
+        // The last poll's result, held until the gate opens (gated bodies only).
+        held: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
     }
 }
 
@@ -38,9 +44,10 @@ impl std::fmt::Debug for CallBody {
 }
 
 impl CallBody {
-    pub(crate) fn new(inner: Incoming) -> (Self, Arc<BodyWait>) {
-        let wait = Arc::new(BodyWait::default());
-        (CallBody { inner, wait: wait.clone() }, wait)
+    /// A body for `inner`; a `gated` one holds back its end until [`BodyWait::open`].
+    pub(crate) fn new(inner: Incoming, gated: bool) -> (Self, Arc<BodyWait>) {
+        let wait = Arc::new(BodyWait { gated, ..BodyWait::default() });
+        (CallBody { inner, wait: wait.clone(), held: None }, wait)
     }
 }
 
@@ -50,17 +57,32 @@ impl Body for CallBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let mut this = self.project();
-        let r = this.inner.as_mut().poll_frame(cx);
-        match &r {
-            Poll::Pending => this.wait.waiting(),
-            Poll::Ready(Some(Ok(_))) if !this.inner.is_end_stream() => this.wait.arrived(false),
-            Poll::Ready(_) => this.wait.arrived(true),
+        if this.held.is_none() {
+            let r = match this.inner.as_mut().poll_frame(cx) {
+                Poll::Pending => {
+                    this.wait.waiting();
+                    return Poll::Pending;
+                }
+                Poll::Ready(r) => r,
+            };
+            let ended = !matches!(r, Some(Ok(_))) || this.inner.is_end_stream();
+            this.wait.arrived(ended);
+            // An error goes through at once: the service fails the call without running it.
+            if !ended || !this.wait.gated || matches!(r, Some(Err(_))) {
+                return Poll::Ready(r);
+            }
+            *this.held = Some(r);
         }
-        r
+        if this.wait.let_through(cx) {
+            Poll::Ready(this.held.take().expect("held above"))
+        } else {
+            Poll::Pending
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        // Never "ended" while the end is held back, or a service could skip polling to it.
+        self.held.is_none() && !self.wait.shut() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -68,11 +90,21 @@ impl Body for CallBody {
     }
 }
 
-/// How long a service has waited for a request body.
+/// How long a service has waited for a request body, and the gate that holds back its end.
 #[derive(Debug, Default)]
 pub(crate) struct BodyWait {
     state: Mutex<WaitState>,
     started: Notify,
+    /// Whether the body's end is held back until [`BodyWait::open`].
+    gated: bool,
+    gate: Mutex<Gate>,
+    ended: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Gate {
+    open: bool,
+    waker: Option<std::task::Waker>,
 }
 
 #[derive(Debug, Default)]
@@ -100,6 +132,46 @@ impl BodyWait {
             s.waited += t.elapsed();
         }
         s.ended |= ended;
+        drop(s);
+        if ended {
+            self.ended.notify_waiters();
+        }
+    }
+
+    /// Completes once the whole request has arrived (its end is then held back if gated).
+    pub(crate) async fn request_arrived(&self) {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.state.lock_ignoring_poison().ended {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    /// Lets the held-back end of the request through to the service.
+    pub(crate) fn open(&self) {
+        let mut g = self.gate.lock_ignoring_poison();
+        g.open = true;
+        if let Some(w) = g.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Whether the end may go through now; if not, `cx` is woken when it may.
+    fn let_through(&self, cx: &mut Context<'_>) -> bool {
+        let mut g = self.gate.lock_ignoring_poison();
+        if !g.open {
+            g.waker = Some(cx.waker().clone());
+        }
+        g.open
+    }
+
+    /// A gated body whose gate is still shut.
+    fn shut(&self) -> bool {
+        self.gated && !self.gate.lock_ignoring_poison().open
     }
 
     /// Completes once the service has waited `limit` for the body: in all if `cumulative`, else

@@ -20,6 +20,7 @@ pub mod admission;
 pub mod authority;
 pub mod body;
 pub mod caller;
+mod calls;
 pub mod conn;
 pub mod frame;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -54,7 +55,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
-use tokio::sync::Semaphore;
 use tower::{Service, ServiceExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -111,23 +111,23 @@ impl From<ConnPolicy> for ServeOptions {
     }
 }
 
-/// Calls in flight over all endpoints of one [`serve`] or [`serve_apis`]; one more is answered
-/// RESOURCE_EXHAUSTED at once. With the per-connection limit on streams this bounds the memory
-/// streams can hold (see [`http2_builder`]).
+/// Calls in flight (their requests arrived) over all endpoints of one [`serve`] or
+/// [`serve_apis`], shared fairly among the callers (see [`calls`]): a caller at its share when
+/// none is free is answered RESOURCE_EXHAUSTED at once, one below it waits for the next one freed.
 pub const MAX_CALLS: usize = 4096;
 
 /// What every connection of one [`serve`] or [`serve_apis`] shares: the slots and the calls.
 #[derive(Debug, Clone)]
 struct Shared {
     admission: Arc<Admission>,
-    calls: Arc<Semaphore>,
+    calls: Arc<calls::Calls>,
 }
 
 impl Shared {
     fn new(options: &ServeOptions) -> Self {
         Shared {
             admission: Admission::new(options.max_connections_per_endpoint, options.max_connections),
-            calls: Arc::new(Semaphore::new(MAX_CALLS)),
+            calls: calls::Calls::new(MAX_CALLS),
         }
     }
 }
@@ -206,10 +206,10 @@ async fn serve_limited<L, S, B>(
 /// Memory streams can hold: per connection at most [`MAX_STREAMS`] open streams, each with a
 /// header list of at most 16 KiB (`max_header_list_size`) and some 10 KiB of state (measured:
 /// ~9 KB per half-open stream), and at most 1 MiB of request data not yet read (the connection's
-/// flow-control window; 1 MiB per stream within it); so about 7.5 MiB per connection. A stream
-/// lives past its HEADERS only as a call, and calls are at most [`MAX_CALLS`] over all endpoints,
-/// each waiting for its request at most `-progress-timeout`: about 105 MiB of streams in all,
-/// plus the unread request data of at most `-max-connections` windows.
+/// flow-control window; 1 MiB per stream within it); so about 1.4 MiB per connection and, with
+/// `-max-connections` of them (2,048 by default), at most about 2.8 GiB in the worst case the
+/// limits allow, which every stream waiting for its request at most `-progress-timeout` keeps
+/// from lasting.
 fn http2_builder() -> hyper::server::conn::http2::Builder<TokioExecutor> {
     let limits = authority::H2Limits::SERVER;
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
@@ -228,8 +228,10 @@ fn http2_builder() -> hyper::server::conn::http2::Builder<TokioExecutor> {
     builder
 }
 
-/// Concurrent streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS).
-pub const MAX_STREAMS: u32 = 256;
+/// Concurrent streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS): a handful is what a
+/// driver's client uses at once (a gRPC client queues calls beyond it on its side), and it bounds
+/// the half-open streams one connection can hold.
+pub const MAX_STREAMS: u32 = 16;
 
 /// A connection's share of the server: its slot (dropping it frees the slot), its state in the
 /// admission table, and the calls semaphore.
@@ -267,35 +269,49 @@ async fn serve_connection<IO, S, B>(
     // The connection's own copy; hyper creates every call on the connection's task, so the lock
     // is never contended.
     let service = std::sync::Mutex::new(service);
+    let key = CallerKey::of(&caller);
     let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
-        let guard = calls.enter();
-        let permit = shared.calls.clone().try_acquire_owned();
         // Reflection's request is a stream whose next message may come any time; every other
-        // request is one message, which must arrive whole in time.
+        // request is one message, which must arrive whole in time. A reflection stream does no
+        // host work: it takes no permit and does not keep its connection from being taken.
         let unary = !reflection::PATH_PREFIXES.iter().any(|p| req.uri().path().starts_with(p));
         let (mut parts, body) = req.into_parts();
         parts.extensions.insert(caller.clone());
-        let (body, wait) = CallBody::new(body);
+        let (body, wait) = CallBody::new(body, unary);
         let call = start_call(&service, http::Request::from_parts(parts, body));
-        let (endpoint, shared) = (endpoint.clone(), shared.clone());
+        let (endpoint, shared, calls, key) = (endpoint.clone(), shared.clone(), calls.clone(), key.clone());
         async move {
-            let mut answer = match permit {
-                Err(_) => {
-                    shared.admission.reports.cancelled(&endpoint, "too_many_calls");
-                    Ok(body::grpc_status(RESOURCE_EXHAUSTED, "too many calls in flight; try again"))
-                }
-                Ok(_permit) => tokio::select! {
-                    r = call => r.map(|r| r.map(|body| Answer::Service { body })),
+            tokio::pin!(call);
+            // The permit, once the request has arrived; the call counts as in flight from then.
+            let admitted = async {
+                wait.request_arrived().await;
+                shared.calls.take(&key, wait_limit).await
+            };
+            tokio::pin!(admitted);
+            let mut held = None;
+            let mut answer = loop {
+                tokio::select! {
+                    r = &mut call => break r.map(|r| r.map(|body| Answer::Service { body })),
                     () = wait.stalled(wait_limit, unary) => {
                         shared.admission.reports.cancelled(&endpoint, "request_timeout");
-                        Ok(body::grpc_status(CANCELLED, "the request did not arrive within the progress timeout"))
+                        break Ok(body::grpc_status(CANCELLED, "the request did not arrive within the progress timeout"));
                     }
-                },
+                    permit = &mut admitted, if unary && held.is_none() => match permit {
+                        Ok(permit) => {
+                            held = Some((permit, calls.enter()));
+                            wait.open();
+                        }
+                        Err(why) => {
+                            shared.admission.reports.cancelled(&endpoint, why.label());
+                            break Ok(body::grpc_status(RESOURCE_EXHAUSTED, why.message()));
+                        }
+                    },
+                }
             };
             if let Ok(r) = &mut answer {
                 r.headers_mut().insert(VERSION_HEADER_NAME, version_value());
             }
-            drop(guard);
+            drop(held);
             answer
         }
     });
@@ -999,8 +1015,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("csi-proxy-limits-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let apis = &csi_proxy_wire::APIS[..1];
-        // Four slots, two for this process's uid: its third connection takes its oldest's place.
-        let opts = ServeOptions { max_connections_per_endpoint: 4, ..options(Duration::from_secs(300)) };
+        // Two slots, both this process's uid's (no one else is there): its third connection
+        // takes its oldest's place.
+        let opts = ServeOptions { max_connections_per_endpoint: 2, ..options(Duration::from_secs(300)) };
         let (stop_tx, stop_rx) = watch::channel(false);
         let endpoints = Endpoints::UnixDir(dir.clone());
         let server = tokio::spawn(async move {
