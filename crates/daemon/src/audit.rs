@@ -17,6 +17,10 @@
 //! `"peer_at_connect":{"exe":"/usr/bin/driver","gid":0,"pid":4242,"uid":0},`
 //! `"request":{"diskNumber":3},"time":"2026-11-25T02:13:24.123456Z"}` and later
 //! `{"api":"v1.Disk","call":7,"code":"OK","duration_seconds":0.0123,"event":"end",…}`.
+//! An end record that could not be written when its call ended (a full filesystem) is written
+//! before the next record that can be, with `"written_late_because":"<the write's error>"`
+//! (its `time` is still when the call ended); past the server's bound of those kept, a
+//! `{"event":"lost","lost_records":N,…}` record counts the ones that are lost.
 //!
 //! `peer_at_connect` is what the kernel guarantees: the process that connected the call's
 //! connection, with the pid, uid and gid it had then (SO_PEERCRED; on Windows the pipe's client
@@ -113,6 +117,12 @@ pub fn json_line(r: &Record<'_>) -> String {
     if let Some(d) = r.duration {
         o.insert("duration_seconds".into(), json!(d.as_secs_f64()));
     }
+    if let Some(why) = r.late {
+        o.insert("written_late_because".into(), why.into());
+    }
+    if let Some(n) = r.lost {
+        o.insert("lost_records".into(), n.into());
+    }
     let mut line = Value::Object(o).to_string();
     line.push('\n');
     line
@@ -152,6 +162,8 @@ mod tests {
                 code: None,
                 message: None,
                 duration: None,
+                late: None,
+                lost: None,
             };
             sink.write(&r).unwrap();
         }
@@ -185,6 +197,8 @@ mod tests {
             code: None,
             message: None,
             duration: None,
+            late: None,
+            lost: None,
         }
     }
 
@@ -356,6 +370,8 @@ mod tests {
             code: Some("NotFound"),
             message: Some("disk 3 \"x\"\nnot found"),
             duration: Some(Duration::from_millis(1500)),
+            late: None,
+            lost: None,
         };
         let line = json_line(&r);
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'), "{line}");
@@ -369,6 +385,14 @@ mod tests {
         assert_eq!(v["message"], "disk 3 \"x\"\nnot found");
         assert_eq!(v["duration_seconds"], 1.5);
         assert!(v.get("request").is_none());
+        assert!(v.get("written_late_because").is_none() && v.get("lost_records").is_none(), "{line}");
+        let late: Value =
+            serde_json::from_str(&json_line(&Record { late: Some("No space left on device"), ..r.clone() })).unwrap();
+        assert_eq!(late["written_late_because"], "No space left on device");
+        assert_eq!((late["event"].clone(), late["code"].clone()), (json!("end"), json!("NotFound")));
+        let lost = Record { event: Event::Lost, lost: Some(4), ..r.clone() };
+        let lost: Value = serde_json::from_str(&json_line(&lost)).unwrap();
+        assert_eq!((lost["event"].clone(), lost["lost_records"].clone()), (json!("lost"), json!(4)));
         let unknown = Caller::default();
         let v: Value = serde_json::from_str(&json_line(&Record { peer_at_connect: Some(&unknown), ..r })).unwrap();
         assert_eq!(v["peer_at_connect"], Value::Null);

@@ -6,6 +6,7 @@ use csi_proxy_host::{FilesystemHost, Hosts};
 use csi_proxy_server::audit::{AuditSink, Event, Record};
 use csi_proxy_server::{Config, Context};
 use csi_proxy_wire::{v1, v1alpha2, Caller};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,18 +24,21 @@ struct Kept {
     code: Option<&'static str>,
     message: Option<String>,
     duration: Option<Duration>,
+    /// Why it was written late, if it was.
+    late: Option<String>,
 }
 
 #[derive(Default)]
 struct Sink {
     records: Mutex<Vec<Kept>>,
     read_only_calls: bool,
-    broken: bool,
+    /// Every write fails while set, as on a full filesystem.
+    broken: AtomicBool,
 }
 
 impl AuditSink for Sink {
     fn write(&self, r: &Record<'_>) -> std::io::Result<()> {
-        if self.broken {
+        if self.broken.load(Ordering::SeqCst) {
             return Err(std::io::Error::other("disk full"));
         }
         self.records.lock().unwrap().push(Kept {
@@ -47,6 +51,7 @@ impl AuditSink for Sink {
             code: r.code,
             message: r.message.map(str::to_string),
             duration: r.duration,
+            late: r.late.map(str::to_string),
         });
         Ok(())
     }
@@ -148,7 +153,7 @@ async fn a_request_that_cannot_be_read_is_recorded_as_refused_without_a_start() 
 
 #[tokio::test]
 async fn a_call_whose_start_record_fails_is_not_run() {
-    let (ctx, host, sink) = setup(Sink { broken: true, ..Sink::default() });
+    let (ctx, host, sink) = setup(Sink { broken: true.into(), ..Sink::default() });
     let e = mkdir(&ctx, r"C:\var\lib\kubelet\pods\a").await.unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
     assert!(e.message().contains("audit record could not be written (disk full)"), "{e:?}");
@@ -577,4 +582,139 @@ fn an_end_record_the_frozen_file_does_not_take_is_written_after_the_thaw() {
     let seen: Vec<_> = r.iter().map(|k| (k.event, k.code)).collect();
     assert_eq!(seen, [(Event::Start, None), (Event::End, Some("OK")), (Event::Start, None), (Event::End, Some("OK"))]);
     assert_eq!(r[0].call, r[1].call);
+}
+
+/// Every call that started has exactly one end record after its start record (which `code`
+/// and `late`, when given, it has is checked by the caller).
+fn assert_paired(r: &[Kept]) {
+    for k in r.iter().filter(|k| k.event == Event::Start) {
+        let mine: Vec<Event> = r.iter().filter(|x| x.call == k.call).map(|x| x.event).collect();
+        assert_eq!(mine, [Event::Start, Event::End], "call {}: {r:#?}", k.call);
+    }
+}
+
+/// While the file does not answer, more calls than the queue holds are refused, and a call that
+/// had started before, and ran, finishes: its end record is not lost (it was dropped for a full
+/// queue, which the refused calls' start records filled), and it is in the trail with its real
+/// outcome once the file answers again. The refused calls leave nothing behind: the trail holds
+/// the call that ran, the one start record the writer had in hand (followed by its "not run"),
+/// and the call after the thaw.
+#[test]
+fn a_call_that_ran_keeps_its_end_record_while_refused_calls_fill_the_queue() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let host = Arc::new(MemoryHost::new());
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let mut hosts = Hosts::from_one(host.clone());
+    hosts.filesystem =
+        Arc::new(SlowMkdir { inner: host.clone(), entered: Mutex::new(entered_tx), go: Mutex::new(go_rx) });
+    let sink = Arc::new(Freezable::default());
+    let ctx = Context::new(hosts, Config::default()).with_audit_within(sink.clone(), Duration::from_millis(200));
+    let thaw = Thaw(sink.clone());
+
+    let (ran_tx, ran_rx) = mpsc::channel();
+    let slow = ctx.clone();
+    rt.spawn(async move { ran_tx.send(mkdir(&slow, r"C:\var\lib\kubelet\slow").await).unwrap() });
+    within(&entered_rx, "the slow Mkdir's host work");
+    sink.set(true);
+    let (refused_tx, refused_rx) = mpsc::channel();
+    let (stuck, tx) = (ctx.clone(), refused_tx.clone());
+    rt.spawn(async move { tx.send(mkdir(&stuck, r"C:\var\lib\kubelet\stuck").await).unwrap() });
+    sink.wait_stuck();
+    // More than the queue's 1,024 records.
+    const REFUSED: usize = 1100;
+    for i in 0..REFUSED {
+        let (ctx, tx) = (ctx.clone(), refused_tx.clone());
+        rt.spawn(async move { tx.send(mkdir(&ctx, &format!(r"C:\var\lib\kubelet\refused{i}")).await).unwrap() });
+    }
+    for _ in 0..=REFUSED {
+        let e = within(&refused_rx, "Mkdir while the audit file is frozen").unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    }
+    go_tx.send(()).unwrap();
+    within(&ran_rx, "the slow Mkdir, its end record frozen").unwrap();
+    assert!(host.path_exists(r"C:\var\lib\kubelet\slow").unwrap(), "the slow Mkdir ran");
+
+    drop(thaw);
+    let (tx, rx) = mpsc::channel();
+    rt.spawn(async move { tx.send(mkdir(&ctx, r"C:\var\lib\kubelet\after").await).unwrap() });
+    within(&rx, "Mkdir after the thaw").unwrap();
+    let r = sink.inner.records();
+    let seen: Vec<_> = r.iter().map(|k| (k.event, k.code, k.request.as_deref().map(|q| q.contains("slow")))).collect();
+    assert_eq!(
+        seen,
+        [
+            (Event::Start, None, Some(true)),
+            (Event::Start, None, Some(false)),
+            (Event::End, Some("Unavailable"), None),
+            (Event::End, Some("OK"), None),
+            (Event::Start, None, Some(false)),
+            (Event::End, Some("OK"), None),
+        ],
+        "{r:#?}"
+    );
+    assert_eq!((r[3].call, r[3].late.as_deref()), (r[0].call, None), "the slow Mkdir's end record: {r:#?}");
+    assert!(r[4].request.as_deref().unwrap().contains("after"), "{:?}", r[4]);
+    assert_paired(&r);
+}
+
+/// End records that cannot be written (a full filesystem) are written once writes work again,
+/// before the next record, with the outcome they would have had and marked late with why; a call
+/// whose start record could not be written did not run and needs none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_records_that_fail_to_write_are_written_late_and_marked() {
+    let host = Arc::new(MemoryHost::new());
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let mut hosts = Hosts::from_one(host.clone());
+    hosts.filesystem =
+        Arc::new(SlowMkdir { inner: host.clone(), entered: Mutex::new(entered_tx), go: Mutex::new(go_rx) });
+    let sink = Arc::new(Sink::default());
+    let ctx = Context::new(hosts, Config::default()).with_audit(sink.clone());
+
+    let slow: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|name| {
+            let ctx = ctx.clone();
+            tokio::spawn(async move { mkdir(&ctx, &format!(r"C:\var\lib\kubelet\{name}\slow")).await })
+        })
+        .collect();
+    let entered_rx = tokio::task::spawn_blocking(move || {
+        entered_rx.recv().unwrap();
+        entered_rx.recv().unwrap();
+        entered_rx
+    })
+    .await
+    .unwrap();
+    sink.broken.store(true, Ordering::SeqCst);
+    let e = mkdir(&ctx, r"C:\var\lib\kubelet\refused").await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    go_tx.send(()).unwrap();
+    go_tx.send(()).unwrap();
+    for call in slow {
+        call.await.unwrap().unwrap();
+    }
+    drop(entered_rx);
+    assert_eq!(sink.records().len(), 2, "only the start records: {:#?}", sink.records());
+
+    sink.broken.store(false, Ordering::SeqCst);
+    mkdir(&ctx, r"C:\var\lib\kubelet\after").await.unwrap();
+    let r = sink.records();
+    let seen: Vec<_> = r.iter().map(|k| (k.event, k.code, k.late.as_deref())).collect();
+    assert_eq!(
+        seen,
+        [
+            (Event::Start, None, None),
+            (Event::Start, None, None),
+            (Event::End, Some("OK"), Some("disk full")),
+            (Event::End, Some("OK"), Some("disk full")),
+            (Event::Start, None, None),
+            (Event::End, Some("OK"), None),
+        ],
+        "{r:#?}"
+    );
+    assert!(r[4].request.as_deref().unwrap().contains("after"), "{:?}", r[4]);
+    assert!(r.iter().all(|k| !k.request.as_deref().is_some_and(|q| q.contains("refused"))), "{r:#?}");
+    assert!(!host.path_exists(r"C:\var\lib\kubelet\refused").unwrap(), "a refused call ran");
+    assert_paired(&r);
 }

@@ -4,7 +4,7 @@
 //! when the client cancels, whether the record says nothing was done or waits for the work's
 //! outcome.
 
-use super::{cancelled_before_work, timed_out_message, Event, Owned, StartFailed, Writer};
+use super::{cancelled_before_work, timed_out_message, EndSlot, Event, Owned, StartFailed, Writer};
 use crate::outcome::{error_outcome, outcome_of, panicked, Name};
 use crate::status::go_code_name;
 use csi_proxy_host::{Error, Result};
@@ -52,13 +52,15 @@ impl CallAudit {
     }
 
     /// Writes the start record; failing, or not written within the writer's wait, the call must
-    /// not run. Waits without holding the worker. Written, the call's end record is pending.
+    /// not run. Waits without holding the worker. Written, the call's end record is pending, with
+    /// room kept for it in the writer's queue.
     pub(crate) async fn started(self, request: serde_json::Value) -> Result<EndRecord> {
-        self.write_start(request).await?;
-        Ok(EndRecord(Arc::new(Pending { audit: self, stage: Mutex::new(Stage::Waiting) })))
+        let slot = self.write_start(request).await?;
+        let stage = Mutex::new(Stage::Waiting);
+        Ok(EndRecord(Arc::new(Pending { audit: self, stage, slot: Mutex::new(Some(slot)) })))
     }
 
-    async fn write_start(&self, request: serde_json::Value) -> Result<()> {
+    async fn write_start(&self, request: serde_json::Value) -> Result<EndSlot> {
         let record = Owned { request: Some(request), ..self.record(Event::Start) };
         self.writer.start_record(record, self.start).await.map_err(|failed| {
             let (service, method) = (self.service, self.method);
@@ -81,28 +83,30 @@ impl CallAudit {
     /// The record of a request that could not be read as an operation (no start record).
     pub(crate) async fn refused(&self, e: &Error) {
         let (code, message) = error_outcome(e);
-        self.write_last(Event::Refused, code, message).await;
+        self.write_last(Event::Refused, code, message, None).await;
     }
 
     /// Queues the end (or refused) record and waits, at most the writer's wait, until it is
     /// written, so that it is normally in the file before the client has its answer. Past the
     /// wait the answer goes out anyway; the record stays queued (see [`Writer::last_record`]).
-    async fn write_last(&self, event: Event, code: &'static str, message: Option<String>) {
-        if let Some(written) = self.queue_last(event, code, message) {
+    async fn write_last(&self, event: Event, code: &'static str, message: Option<String>, slot: Option<EndSlot>) {
+        if let Some(written) = self.queue_last(event, code, message, slot) {
             let _ = tokio::time::timeout(self.writer.wait(), written).await;
         }
     }
 
     /// Queues the end (or refused) record without waiting: for the paths that cannot wait (a
-    /// handler being dropped, a pool thread), which must not block on the file either.
+    /// handler being dropped, a pool thread), which must not block on the file either. An end
+    /// record spends the room its start record kept (`slot`).
     fn queue_last(
         &self,
         event: Event,
         code: &'static str,
         message: Option<String>,
+        slot: Option<EndSlot>,
     ) -> Option<tokio::sync::oneshot::Receiver<std::io::Result<()>>> {
         let duration = Some(self.start.elapsed());
-        self.writer.last_record(Owned { code: Some(code), message, duration, ..self.record(event) })
+        self.writer.last_record(Owned { code: Some(code), message, duration, ..self.record(event) }, slot)
     }
 }
 
@@ -128,6 +132,8 @@ enum Stage {
 pub(crate) struct Pending {
     audit: CallAudit,
     stage: Mutex<Stage>,
+    /// The room kept for the end record, spent by whoever writes it.
+    slot: Mutex<Option<EndSlot>>,
 }
 
 /// The message of an end record whose client did not wait for the outcome it records.
@@ -142,6 +148,10 @@ fn after_client_left(message: Option<String>) -> String {
 impl Pending {
     fn stage(&self) -> std::sync::MutexGuard<'_, Stage> {
         self.stage.lock_ignoring_poison()
+    }
+
+    fn slot(&self) -> Option<EndSlot> {
+        self.slot.lock_ignoring_poison().take()
     }
 
     /// The host work's thread, about to start it: false if the call was cancelled meanwhile
@@ -168,7 +178,7 @@ impl Pending {
         if matches!(*stage, Stage::Abandoned) {
             *stage = Stage::Ended;
             drop(stage);
-            self.audit.queue_last(Event::End, code, Some(after_client_left(message)));
+            self.audit.queue_last(Event::End, code, Some(after_client_left(message)), self.slot());
         } else {
             *stage = Stage::Finished(code, message);
         }
@@ -194,7 +204,7 @@ impl EndRecord {
     pub(crate) async fn finish<T>(self, result: &Result<T>) {
         *self.0.stage() = Stage::Ended;
         let (code, message) = outcome_of(result);
-        self.0.audit.write_last(Event::End, code, message).await;
+        self.0.audit.write_last(Event::End, code, message, self.0.slot()).await;
     }
 }
 
@@ -219,6 +229,6 @@ impl Drop for EndRecord {
             Stage::Finished(code, message) => (code, after_client_left(message)),
         };
         drop(stage);
-        self.0.audit.queue_last(Event::End, code, Some(message));
+        self.0.audit.queue_last(Event::End, code, Some(message), self.0.slot());
     }
 }
