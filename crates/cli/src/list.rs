@@ -2,7 +2,7 @@
 //! them), shown as a table or JSON.
 
 use crate::table::size;
-use crate::{rpc, Ctx, Failure};
+use crate::{rpc, term, Ctx, Failure};
 use csi_proxy_client::{find_api, v1, v1alpha1, v1alpha2, Api, APIS};
 use serde_json::json;
 use std::time::Duration;
@@ -114,8 +114,14 @@ fn cell<T: ToString>(r: &Result<T, tonic::Status>) -> String {
 /// Reports a failed per-item call on stderr, so the table keeps its shape.
 fn warn<T>(what: &str, r: &Result<T, tonic::Status>) {
     if let Err(s) = r {
-        eprintln!("warning: {what}: code {:?}: {}", s.code(), crate::term::printable(s.message()));
+        eprintln!("{}", warning(what, s));
     }
+}
+
+/// The warning line for the call `what` (which may quote a daemon's value, bounded by the
+/// caller) that failed with `s`: both escaped, the message bounded.
+fn warning(what: &str, s: &tonic::Status) -> String {
+    format!("warning: {}: code {:?}: {}", term::printable(what), s.code(), term::shown(s.message(), term::MESSAGE))
 }
 
 fn value<T: Into<serde_json::Value> + Clone>(r: &Result<T, tonic::Status>) -> serde_json::Value {
@@ -201,8 +207,7 @@ pub async fn volumes(ctx: &Ctx) -> Result<(), Failure> {
         let ids = match listed {
             Ok(r) => r.into_inner().volume_ids,
             Err(s) => {
-                let message = crate::term::printable(s.message());
-                eprintln!("warning: disk {n}: v1.Volume/ListVolumesOnDisk: code {:?}: {message}", s.code());
+                eprintln!("{}", warning(&format!("disk {n}: v1.Volume/ListVolumesOnDisk"), &s));
                 failed_disks += 1;
                 continue;
             }
@@ -216,8 +221,9 @@ pub async fn volumes(ctx: &Ctx) -> Result<(), Failure> {
                 .get_volume_stats(v1::GetVolumeStatsRequest { volume_id: id.clone() })
                 .await
                 .map(|r| r.into_inner());
-            warn(&format!("volume {id}: v1.Volume/IsVolumeFormatted"), &formatted);
-            warn(&format!("volume {id}: v1.Volume/GetVolumeStats"), &stats);
+            let shown_id = term::bounded(&id, term::VALUE);
+            warn(&format!("volume {shown_id}: v1.Volume/IsVolumeFormatted"), &formatted);
+            warn(&format!("volume {shown_id}: v1.Volume/GetVolumeStats"), &stats);
             failed_volumes += usize::from(formatted.is_err() || stats.is_err());
             let (total, used, total_bytes, used_bytes) = match &stats {
                 Ok(s) => (size(s.total_bytes), size(s.used_bytes), s.total_bytes.to_string(), s.used_bytes.to_string()),
@@ -285,4 +291,28 @@ pub async fn service(ctx: &Ctx, name: &str) -> Result<(), Failure> {
         json!({"name": name, "display_name": s.display_name, "start_type": start, "status": status}),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A volume ID and a message as a hostile daemon might send them: the warning is one line,
+    /// with no control or bidi character, and bounded.
+    #[test]
+    fn a_warning_escapes_and_bounds_the_daemons_value_and_message() {
+        let id =
+            format!("vol\u{1b}]0;x\u{7}\u{7f}\u{85}\u{9b}2J\r\nwarning: forged\u{202e}{}", "i".repeat(2 * term::VALUE));
+        let message = format!("gone\u{1b}[2J\u{9d}\n{}", "m".repeat(2 * term::MESSAGE));
+        let what = format!("volume {}: v1.Volume/GetVolumeStats", term::bounded(&id, term::VALUE));
+        let line = warning(&what, &tonic::Status::not_found(message));
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(!line.chars().any(term::escaped), "{line:?}");
+        assert!(
+            line.starts_with(r"warning: volume vol\u{1b}]0;x\u{7}\u{7f}\u{85}\u{9b}2J\r\nwarning: forged\u{202e}iii"),
+            "{line}"
+        );
+        assert!(line.contains(r"…: v1.Volume/GetVolumeStats: code NotFound: gone\u{1b}[2J\u{9d}\nmmm"), "{line}");
+        assert!(line.chars().count() < term::VALUE + term::MESSAGE + 200, "{}", line.chars().count());
+    }
 }

@@ -70,6 +70,7 @@ fn run_main() -> ExitCode {
         }
         Ok(Parsed::Run(o)) => *o,
         Err(e) => {
+            let e = term::shown(&e, term::MESSAGE);
             eprintln!("error: {e}\n\nRun 'csi-proxyctl --help' for the commands and options.");
             return ExitCode::from(USAGE);
         }
@@ -84,21 +85,21 @@ fn run_main() -> ExitCode {
     match rt.block_on(run(parsed)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Refused(msg) | Failure::Usage(msg)) => {
-            eprintln!("error: {}", term::printable(&msg));
+            eprintln!("error: {}", term::shown(&msg, term::MESSAGE));
             ExitCode::from(USAGE)
         }
         Err(Failure::Rpc { what, status }) => {
             // The code as gRPC names it, then the daemon's own message.
-            let message = term::printable(status.message());
+            let message = term::shown(status.message(), term::MESSAGE);
             eprintln!("error: {what}: code {:?} ({}): {message}", status.code(), status.code() as i32);
             ExitCode::from(FAILED)
         }
         Err(Failure::Other(e)) => {
-            eprintln!("error: {}", term::printable(&format!("{e:#}")));
+            eprintln!("error: {}", term::shown(&format!("{e:#}"), term::MESSAGE));
             ExitCode::from(FAILED)
         }
         Err(Failure::Partial(msg)) => {
-            eprintln!("error: {}", term::printable(&msg));
+            eprintln!("error: {}", term::shown(&msg, term::MESSAGE));
             ExitCode::from(FAILED)
         }
     }
@@ -165,7 +166,7 @@ impl Ctx {
     /// `-o wide`: all of them), or `json` (`-o json`).
     pub fn print(&self, header: &[&str], narrow: usize, rows: Vec<Vec<String>>, json: serde_json::Value) {
         match self.output {
-            args::Output::Json => println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default()),
+            args::Output::Json => println!("{}", term::json_pretty(&json)),
             args::Output::Wide => print!("{}", table::render(header, &rows)),
             args::Output::Table => {
                 let rows: Vec<Vec<String>> = rows.into_iter().map(|r| r.into_iter().take(narrow).collect()).collect();
@@ -274,7 +275,7 @@ async fn version(ctx: &Ctx) -> Result<(), Failure> {
     }
     let Some((endpoint, daemon)) = reached else {
         if ctx.json {
-            println!("{}", serde_json::json!({"client": {"version": client}}));
+            println!("{}", term::json(&serde_json::json!({"client": {"version": client}})));
         } else {
             println!("csi-proxyctl {client}");
         }
@@ -289,10 +290,10 @@ async fn version(ctx: &Ctx) -> Result<(), Failure> {
             "client": {"version": client},
             "daemon": {"version": daemon, "endpoint": endpoint},
         });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        println!("{}", term::json_pretty(&out));
     } else {
         println!("csi-proxyctl {client}");
-        println!("csi-proxy {}", term::printable(&shown));
+        println!("csi-proxy {}", term::shown(&shown, term::VALUE));
     }
     Ok(())
 }
@@ -359,16 +360,15 @@ fn read_bounded(from: impl std::io::Read, name: &str) -> Result<String, Failure>
     Ok(text)
 }
 
-/// At most 256 characters of `s`, for quoting what was given in a message.
+/// At most [`term::VALUE`] characters of `s`, for quoting what was given in a message.
 fn bounded(s: &str) -> String {
-    s.chars().take(256).collect()
+    term::bounded(s, term::VALUE).into_owned()
 }
 
 async fn call(ctx: &Ctx, api: csi_proxy_client::Api, p: Prepared) -> Result<(), Failure> {
     let channel = ctx.connect(api).await?;
     let answer = dynamic::call(channel, &p.method, p.request).await.map_err(rpc(p.what))?;
-    let text = serde_json::to_string_pretty(&dynamic::to_json(&answer)).context("printing the answer")?;
-    println!("{text}");
+    println!("{}", term::json_pretty(&dynamic::to_json(&answer)));
     Ok(())
 }
 
@@ -381,7 +381,7 @@ fn confirm(what: &str, request: &serde_json::Value) -> Result<(), Failure> {
         )));
     }
     let mut err = std::io::stderr();
-    let _ = write!(err, "{what} changes the host. Request: {request}\nRun it? [y/N] ");
+    let _ = write!(err, "{what} changes the host. Request: {}\nRun it? [y/N] ", term::json(request));
     let _ = err.flush();
     let mut line = String::new();
     stdin.lock().read_line(&mut line).context("reading the answer")?;

@@ -202,3 +202,26 @@ fn help_names_every_command() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("unknown command \"frobnicate\""));
 }
+
+/// The real daemon quotes a refused path in its message as it was asked; csi-proxyctl shows it
+/// escaped: ESC, BEL, CR LF, DEL, C1 and a bidi override reach the terminal as escapes, on one
+/// line.
+#[test]
+fn an_error_quoting_a_hostile_path_is_escaped() {
+    let d = Daemon::start("hostile-error");
+    let path = "/etc/x\u{1b}]0;pwned\u{7}\u{1b}[2J\r\nerror: forged\u{7f}\u{85}\u{9b}31m\u{202e}gpj.exe\u{202c}";
+    let req = serde_json::json!({ "path": path }).to_string();
+    let out = d.ctl(&["call", "filesystem/v1", "PathExists", &req]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let raw: Vec<char> = err
+        .chars()
+        .filter(|c| (c.is_control() && *c != '\n') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+        .collect();
+    assert!(raw.is_empty(), "raw {raw:?} in {err:?}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(r"code PermissionDenied (7): path /etc/x\u{1b}]0;pwned\u{7}\u{1b}[2J\r\nerror: forged\u{7f}\u{85}\u{9b}31m\u{202e}gpj.exe\u{202c} is not within"),
+        "{err}"
+    );
+}

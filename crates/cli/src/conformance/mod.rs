@@ -72,11 +72,7 @@ enum StepErr {
 }
 
 fn bounded(s: &str) -> String {
-    let mut out: String = s.chars().take(MAX_QUOTE).collect();
-    if out.len() < s.len() {
-        out.push('…');
-    }
-    out
+    crate::term::bounded(s, MAX_QUOTE).into_owned()
 }
 
 impl From<Status> for StepErr {
@@ -304,7 +300,7 @@ fn render(json: bool, report: &Report, stopped: Option<&'static str>) -> String 
             .collect();
         let doc = json!({"steps": steps, "passed": passed, "failed": failed, "skipped": skipped,
                          "needs_windows": needs_windows, "stopped_by": stopped});
-        return format!("{}\n", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        return format!("{}\n", crate::term::json_pretty(&doc));
     }
     // Long reasons would widen every line: the table shows their start, the failures follow
     // it in full (as bounded as the JSON's).
@@ -321,7 +317,9 @@ fn render(json: bool, report: &Report, stopped: Option<&'static str>) -> String 
         .collect();
     out.push_str(&table::render(&["CHECK", "STEP", "RESULT", "TIME"], &rows));
     for r in report.rows.iter().filter(|r| matches!(r.res, Res::Failed(_)) && r.res.text().chars().count() > CELL) {
-        let _ = writeln!(out, "{} / {}: {}", r.check, r.step, crate::term::printable(&r.res.text()));
+        let (step, res) = (crate::term::printable(&r.step), r.res.text());
+        let res = crate::term::printable(&res);
+        let _ = writeln!(out, "{} / {step}: {res}", r.check);
     }
     let mut last = format!("{passed} passed, {failed} failed, {skipped} skipped");
     if needs_windows > 0 {
@@ -724,6 +722,37 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&render(true, &report, None)).unwrap();
         assert_eq!(json["failed"], 2);
         assert_eq!(json["steps"][2]["detail"], format!("Internal: mount error with password={WITHHELD}"));
+    }
+
+    /// A daemon's message with ESC, CR LF, DEL, C1 and a bidi override in a failed step: the
+    /// table, the long failures after it and the JSON show none of them raw; the JSON still
+    /// decodes to the (bounded) message.
+    #[test]
+    fn a_daemons_message_reaches_no_report_raw() {
+        let hostile = format!(
+            "NotFound: disk\u{1b}]0;x\u{7}\r\nflow ebs  forged  ok\u{7f}\u{85}\u{9b}2J\u{202e}{}",
+            "m".repeat(100)
+        );
+        let mut report = Report { rows: Vec::new(), timeout: Duration::from_secs(1), running: None, secrets: vec![] };
+        let mut c = report.check("disk");
+        c.row("GetDiskStats", Res::Failed(hostile.clone()), Duration::ZERO);
+        c.row(&format!("step {hostile}"), Res::Skipped(hostile.clone()), Duration::ZERO);
+        for json in [false, true] {
+            let out = render(json, &report, None);
+            assert!(!out.chars().any(|c| crate::term::escaped(c) && c != '\n'), "{out:?}");
+        }
+        let table = render(false, &report, None);
+        assert_eq!(table.lines().count(), 5, "header, 2 rows, the long failure, the counts: {table}");
+        assert!(
+            table.contains(
+                r"FAILED: NotFound: disk\u{1b}]0;x\u{7}\r\nflow ebs  forged  ok\u{7f}\u{85}\u{9b}2J\u{202e}mm"
+            ),
+            "{table}"
+        );
+        let json = render(true, &report, None);
+        assert!(json.contains(r"forged  ok\u007f\u0085\u009b2J\u202emm"), "{json}");
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(doc["steps"][0]["detail"], hostile);
     }
 
     /// Without the flags each check is one row naming them.

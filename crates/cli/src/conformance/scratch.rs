@@ -96,7 +96,7 @@ impl Drop for Made {
     fn drop(&mut self) {
         if !self.cleaned {
             for p in self.clean() {
-                eprintln!("conformance cleanup: {p}");
+                eprintln!("conformance cleanup: {}", crate::term::printable(&p));
             }
         }
     }
