@@ -42,6 +42,7 @@ pub use build_info::BUILD_INFO;
 use csi_proxy_sync::LockExt;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,8 +78,11 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections handled at once; further ones wait in the accept backlog.
 const MAX_CONNECTIONS: usize = 256;
 /// Connections still waiting for their request head. At this many, a new connection closes the
-/// one that has waited longest: a client that connects and says nothing can hold no slot a probe
-/// needs (the kubelet sends its request at once, so a probe waits microseconds, not seconds).
+/// silent one that has waited longest: a client that connects and says nothing can hold no slot a
+/// probe needs (the kubelet sends its request at once, so a probe waits microseconds, not
+/// seconds). Silent means read and found empty: a connection whose task has not read it yet may
+/// have its whole request in the socket's buffer (the accept loop can run ahead of the tasks), so
+/// it is never closed as silent; the queue then grows past this, within [`MAX_CONNECTIONS`].
 const MAX_WAITING_FOR_HEAD: usize = 64;
 /// Pause after a failed accept (for example when out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -385,8 +389,8 @@ struct Waiting {
 struct WaitingInner {
     cap: usize,
     next: u64,
-    /// By arrival: a connection's number and what closes it.
-    queue: std::collections::BTreeMap<u64, Arc<Notify>>,
+    /// By arrival: a connection's number, what closes it and whether it was read and found empty.
+    queue: std::collections::BTreeMap<u64, (Arc<Notify>, Arc<AtomicBool>)>,
 }
 
 /// One connection's place in [`Waiting`]: left when its head arrives or it ends.
@@ -394,6 +398,7 @@ struct WaitingTicket {
     waiting: Waiting,
     id: u64,
     evicted: Arc<Notify>,
+    silent: Arc<AtomicBool>,
 }
 
 impl Waiting {
@@ -406,22 +411,69 @@ impl Waiting {
         self.inner.lock_ignoring_poison()
     }
 
-    /// Queues a new connection, closing the one waiting longest if the queue is full (counted
-    /// in `metrics`).
+    /// Queues a new connection, closing the silent one waiting longest if the queue is full
+    /// (counted in `metrics`).
     fn admit(&self, metrics: &Metrics) -> WaitingTicket {
         let mut w = self.lock();
         if w.queue.len() >= w.cap {
-            if let Some((_, oldest)) = w.queue.pop_first() {
+            let oldest_silent =
+                w.queue.iter().find(|(_, (_, silent))| silent.load(Ordering::Acquire)).map(|(id, _)| *id);
+            if let Some((evicted, _)) = oldest_silent.and_then(|id| w.queue.remove(&id)) {
                 // notify_one keeps the wake-up even if that task is not yet waiting for it.
-                oldest.notify_one();
+                evicted.notify_one();
                 metrics.connection_evicted(METRICS_ENDPOINT, NO_REQUEST);
             }
         }
         let id = w.next;
         w.next += 1;
-        let evicted = Arc::new(Notify::new());
-        w.queue.insert(id, evicted.clone());
-        WaitingTicket { waiting: self.clone(), id, evicted }
+        let (evicted, silent) = (Arc::new(Notify::new()), Arc::new(AtomicBool::new(false)));
+        w.queue.insert(id, (evicted.clone(), silent.clone()));
+        WaitingTicket { waiting: self.clone(), id, evicted, silent }
+    }
+}
+
+/// A connection's stream that marks its ticket silent when a read finds nothing there.
+struct Heard<'a> {
+    inner: TcpStream,
+    silent: &'a AtomicBool,
+}
+
+impl tokio::io::AsyncRead for Heard<'_> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if r.is_pending() {
+            this.silent.store(true, Ordering::Release);
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Heard<'_> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -454,6 +506,7 @@ async fn handle_connection(stream: TcpStream, metrics: Metrics, ticket: &Waiting
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(false)
         .title_case_headers(true);
+    let stream = Heard { inner: stream, silent: &ticket.silent };
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::select! {
         done = tokio::time::timeout(CONNECTION_TIMEOUT, conn) => match done {
@@ -787,6 +840,21 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         drop(silent);
+    }
+
+    /// A full queue closes the silent connection waiting longest, never one not read yet: its
+    /// request may be in the socket's buffer (the probe's was, while one process opened 8,000
+    /// silent connections a second and the oldest waiting was closed whatever it held).
+    #[test]
+    fn a_connection_not_read_yet_is_never_closed_as_silent() {
+        let metrics = Metrics::new().unwrap();
+        let w = Waiting::new(2);
+        let unread: Vec<_> = (0..3).map(|_| w.admit(&metrics)).collect();
+        assert_eq!(w.lock().queue.len(), 3, "an unread connection was closed to make room");
+        unread[1].silent.store(true, Ordering::Release);
+        let _fourth = w.admit(&metrics);
+        let q = w.lock();
+        assert!(!q.queue.contains_key(&unread[1].id) && q.queue.contains_key(&unread[0].id));
     }
 
     #[tokio::test]
