@@ -195,7 +195,7 @@ impl Metrics {
         )?;
         let calls_cancelled = counter(
             "csi_proxy_calls_cancelled_total",
-            "Calls the transport ended itself (reason: request_timeout, too_many_calls).",
+            "Calls the transport ended itself (reason: request_timeout, too_many_calls, no_call_slot).",
             &CONNECTION_LABELS,
         )?;
         register_process_metrics(&registry)?;
