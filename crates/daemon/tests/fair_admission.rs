@@ -100,11 +100,13 @@ fn three_thousand_idle_connections_do_not_lock_out_another_client() {
     drop(held);
 }
 
-/// 256 connections, each with a call whose HEADERS came and whose body never does: once
-/// `-progress-timeout` (2 s here) has passed, another client's PathExists succeeds within a
-/// second. Before issue 28 such calls counted as in flight forever.
+/// 256 connections (every slot of the endpoint), each with 16 calls (every stream) whose HEADERS
+/// came and whose body never does: another client's PathExists succeeds at once, without waiting
+/// for `-progress-timeout` (2 s here). Such calls hold no permit and keep no connection from being
+/// taken (issue 38); before, they counted as in flight until the timeout (before issue 28,
+/// forever).
 #[test]
-fn two_hundred_fifty_six_half_open_calls_do_not_lock_out_another_client() {
+fn four_thousand_half_open_calls_do_not_lock_out_another_client() {
     raise_fd_limit();
     let (dir, root) = (tempdir("halfopen"), tempdir("halfopen-root"));
     let _d = start(&dir, &root, &["-progress-timeout=2s"]);
@@ -114,14 +116,17 @@ fn two_hundred_fifty_six_half_open_calls_do_not_lock_out_another_client() {
         let mut s = UnixStream::connect(&socket).unwrap();
         let mut bytes = PREFACE.to_vec();
         write_frame(TYPE_SETTINGS, 0, 0, &[], &mut bytes);
-        bytes.extend(half_open_headers(1));
+        for id in (1..32).step_by(2) {
+            bytes.extend(half_open_headers(id));
+        }
         // A connection the daemon refused may already be closed: that is fine.
         let _ = s.write_all(&bytes);
         held.push(s);
     }
-    std::thread::sleep(Duration::from_secs(3));
+    // Long enough for the daemon to read every HEADERS, well short of the progress timeout.
+    std::thread::sleep(Duration::from_millis(300));
     let took = path_exists(&socket, &root);
-    eprintln!("PathExists with 256 half-open calls held: {took:?}");
+    eprintln!("PathExists with 4,096 half-open calls held: {took:?}");
     assert!(took <= Duration::from_secs(1), "{took:?}");
     drop(held);
 }

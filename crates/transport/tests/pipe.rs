@@ -414,29 +414,34 @@ async fn three_thousand_idle_pipe_connections_do_not_lock_out_another_client() {
     tokio::time::timeout(Duration::from_secs(10), server).await.expect("serve stops").unwrap();
 }
 
-/// 256 pipe connections, each with a call whose HEADERS came and whose body never does: once the
-/// progress timeout (2 s) has passed, another client's call succeeds within a second. Before
-/// issue 28 such calls counted as in flight forever.
+/// 256 pipe connections (every slot of the endpoint), each with 16 calls (every stream) whose
+/// HEADERS came and whose body never does: another client's call succeeds at once, without
+/// waiting for the progress timeout (2 s). Such calls hold no permit and keep no connection from
+/// being taken (issue 38); before, they counted as in flight until the timeout, and before issue
+/// 28 forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_hundred_fifty_six_half_open_pipe_calls_do_not_lock_out_another_client() {
+async fn four_thousand_half_open_pipe_calls_do_not_lock_out_another_client() {
     let (path, stop_tx, server) = serve_fair("halfopen");
-    // PREFACE, SETTINGS, then HEADERS for POST /x on stream 1 without END_STREAM.
+    // PREFACE, SETTINGS, then HEADERS for POST /x on streams 1, 3, ... 31 without END_STREAM.
     let mut bytes = frame::PREFACE.to_vec();
     frame::write_frame(frame::TYPE_SETTINGS, 0, 0, &[], &mut bytes);
     let mut block = vec![0x83, 0x86, 0x04, 2, b'/', b'x', 0x01, 9];
     block.extend_from_slice(b"localhost");
-    frame::write_frame(frame::TYPE_HEADERS, frame::FLAG_END_HEADERS, 1, &block, &mut bytes);
+    for id in (1..32).step_by(2) {
+        frame::write_frame(frame::TYPE_HEADERS, frame::FLAG_END_HEADERS, id, &block, &mut bytes);
+    }
     let mut held = Vec::with_capacity(256);
     for _ in 0..256 {
         let mut c = dial(&path).await.unwrap();
         let _ = c.write_all(&bytes).await; // a refused connection may be closed already
         held.push(c);
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Long enough for the server to read every HEADERS, well short of the progress timeout.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let start = Instant::now();
     assert_eq!(tokio::time::timeout(Duration::from_secs(5), h2_get(&path, "/y")).await.expect("answer"), "hello /y");
     let took = start.elapsed();
-    eprintln!("call with 256 half-open pipe calls held: {took:?}");
+    eprintln!("call with 4,096 half-open pipe calls held: {took:?}");
     assert!(took <= Duration::from_secs(1), "{took:?}");
     drop(held);
     let _ = stop_tx.send(());
