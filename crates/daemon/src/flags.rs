@@ -242,14 +242,15 @@ const FLAGS: &[Spec] = &[
         kind: Kind::String,
         target: Target::KubeletPath,
         default: DEFAULT_KUBELET_PATH,
-        help: "Prefix of the kubelet directory on the host; paths under it are allowed in filesystem and SMB calls",
+        help: "The kubelet's directory on the host, an allowed root: every path a request carries must resolve, \
+               links followed, to inside a root (compared by whole path components); must be absolute",
     },
     Spec {
         name: "working-dir",
         kind: Kind::StringList,
         target: Target::WorkingDir,
         default: "",
-        help: "Further allowed path prefix on the host; repeat the flag for several",
+        help: "A further allowed root on the host, as -kubelet-path; must be absolute; repeat the flag for several",
     },
     Spec {
         name: "windows-service",
@@ -431,14 +432,16 @@ const FLAGS: &[Spec] = &[
         kind: Kind::Uint,
         target: Target::MaxConnectionsPerEndpoint,
         default: "256",
-        help: "Open client connections allowed on one pipe or socket; further ones are closed at once and logged",
+        help: "Open client connections allowed on one pipe or socket; when full, a new one takes the place of an idle \
+               one (shared fairly among callers) or is closed, and logged",
     },
     Spec {
         name: "max-connections",
         kind: Kind::Uint,
         target: Target::MaxConnections,
         default: "2048",
-        help: "Open client connections allowed over all pipes or sockets; further ones are closed at once and logged",
+        help: "Open client connections allowed over all pipes or sockets; when full, a new one takes the place of an \
+               idle one (shared fairly among callers) or is closed, and logged",
     },
     Spec {
         name: "allowed-service",
@@ -461,8 +464,8 @@ const FLAGS: &[Spec] = &[
         kind: Kind::String,
         target: Target::LinuxSmbDir,
         default: DEFAULT_LINUX_SMB_DIR,
-        help: "Folder under which the Linux backend mounts SMB shares, one folder per share (created \
-               owner-only); ignored on Windows",
+        help: "Folder under which the Linux backend mounts SMB shares, one folder per share (created 0700 when \
+               missing; an existing one must be the daemon user's and writable by nobody else); ignored on Windows",
     },
     Spec {
         name: "audit-log",
