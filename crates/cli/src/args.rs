@@ -59,6 +59,10 @@ Node check (changes the host: run it on a node you may test on, as root on Linux
     -kubelet-path <dir>   The daemon's -kubelet-path (default /var/lib/kubelet, on Windows
                           C:\\var\\lib\\kubelet); the scratch directory is made inside it.
     -scratch-dir <dir>    Where the disks' backing files go (default the temp directory).
+    -cleanup              Only remove what earlier runs killed outright left (each run writes
+                          down what it is about to make in -kubelet-path's
+                          .csi-proxyctl-conformance directory; every run does this first). Only
+                          what a marker names is removed, and nothing of a run still running.
     -audit-log <file>     The daemon's -audit-log file: on Windows the audit-file-dacl check
                           reads its DACL (SYSTEM and Administrators only). Without it: skipped.
                           The -timeout applies to each step.
@@ -135,6 +139,8 @@ pub enum Command {
         remote: Remote,
         /// The daemon's -audit-log file, whose DACL the audit-file-dacl check reads (Windows).
         audit_log: Option<std::path::PathBuf>,
+        /// `-cleanup`: only remove what runs killed outright left (by their markers).
+        cleanup: bool,
     },
 }
 
@@ -323,6 +329,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
     let mut kubelet_path = None;
     let mut scratch_dir = None;
     let mut audit_log = None;
+    let mut cleanup = None;
     // The conformance run's test share and target.
     let (mut smb_share_, mut smb_user, mut smb_password) = (None, None, None);
     let (mut portal, mut target, mut chap_user, mut chap_secret) = (None, None, None, None);
@@ -378,6 +385,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
             "kubelet-path" => kubelet_path = Some(std::path::PathBuf::from(value("dir")?)),
             "scratch-dir" => scratch_dir = Some(std::path::PathBuf::from(value("dir")?)),
             "audit-log" => audit_log = Some(std::path::PathBuf::from(value("file")?)),
+            "cleanup" => cleanup = Some(bool_flag(name, inline.as_deref())?),
             "smb-share" => smb_share_ = Some(smb_share(&value("\\\\host\\share")?)?),
             "smb-user" => smb_user = Some(value("name")?),
             "smb-password-file" => smb_password = Some(SecretSource::new(value("file, or - for standard input")?)),
@@ -417,11 +425,14 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
             scratch_dir: scratch_dir.take().unwrap_or_else(std::env::temp_dir),
             remote: remote.clone(),
             audit_log: audit_log.take(),
+            cleanup: cleanup.take().unwrap_or(false),
         },
         other => return Err(format!("unknown command {:?}", bounded(other))),
     };
-    if kubelet_path.is_some() || scratch_dir.is_some() || audit_log.is_some() {
-        return Err("-kubelet-path, -scratch-dir and -audit-log are options of the conformance command".into());
+    if kubelet_path.is_some() || scratch_dir.is_some() || audit_log.is_some() || cleanup.is_some() {
+        return Err(
+            "-kubelet-path, -scratch-dir, -audit-log and -cleanup are options of the conformance command".into()
+        );
     }
     if remote != Remote::default() && !matches!(command, Command::Conformance { .. }) {
         return Err("-smb-* and -iscsi-* are options of the conformance command".into());
@@ -636,7 +647,16 @@ mod tests {
         let o = run(&["conformance", "-kubelet-path=/k", "-scratch-dir", "/s", "-json"]).unwrap();
         assert_eq!(o.output, Output::Json);
         let (kubelet_path, scratch_dir, remote) = ("/k".into(), "/s".into(), Remote::default());
-        assert_eq!(o.command, Command::Conformance { kubelet_path, scratch_dir, remote, audit_log: None });
+        assert_eq!(
+            o.command,
+            Command::Conformance { kubelet_path, scratch_dir, remote, audit_log: None, cleanup: false }
+        );
+        let o = run(&["conformance", "-cleanup", "-kubelet-path=/k"]).unwrap();
+        assert!(matches!(o.command, Command::Conformance { cleanup: true, .. }), "{:?}", o.command);
+        let o = run(&["-cleanup=false", "conformance"]).unwrap();
+        assert!(matches!(o.command, Command::Conformance { cleanup: false, .. }), "{:?}", o.command);
+        assert!(run(&["disks", "-cleanup"]).unwrap_err().contains("conformance"));
+        assert!(run(&["conformance", "-cleanup=maybe"]).unwrap_err().contains("\"maybe\""));
         let o = run(&["conformance", "-kubelet-path=/k", "-audit-log", "/var/log/audit.log"]).unwrap();
         assert!(
             matches!(o.command, Command::Conformance { audit_log: Some(a), .. } if a == std::path::Path::new("/var/log/audit.log"))

@@ -187,7 +187,10 @@ async fn run(o: args::Options) -> Result<(), Failure> {
     // A call's request is read and confirmed before the time limit starts: it bounds the
     // daemon's answer, not the person at the prompt.
     // Its -timeout bounds each step; the whole run takes as long as its steps.
-    if let Command::Conformance { kubelet_path, scratch_dir, remote, audit_log } = &o.command {
+    if let Command::Conformance { kubelet_path, cleanup: true, .. } = &o.command {
+        return conformance::cleanup(&ctx, kubelet_path);
+    }
+    if let Command::Conformance { kubelet_path, scratch_dir, remote, audit_log, .. } = &o.command {
         let given = conformance::Given::read(remote).map_err(Failure::Usage)?;
         return conformance::run(&ctx, kubelet_path, scratch_dir, given, audit_log.as_deref()).await;
     }

@@ -201,3 +201,79 @@ fn usage_errors_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
     }
 }
+
+/// The markers of runs in the kubelet directory (each run writes one before it makes anything).
+fn markers(kubelet: &Path) -> Vec<PathBuf> {
+    match std::fs::read_dir(kubelet.join(".csi-proxyctl-conformance")) {
+        Ok(r) => r.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "marker")).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Starts a run and SIGKILLs it once a loop device over its file exists and a volume is mounted
+/// below the kubelet directory; returns once it is dead, with everything it made still there.
+fn killed_run(d: &Daemon, kubelet: &Path, scratch: &Path) {
+    let mut run = conformance(d, kubelet, scratch, false).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if !loops_below(scratch).is_empty() && !mounts_below(kubelet).is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run made no loop device and mounted nothing");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    run.kill().unwrap();
+    run.wait().unwrap();
+    // The daemon finishes the call it was in (a format or a mount at the run's paths).
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!loops_below(scratch).is_empty(), "the killed run left its loop device");
+    assert!(!mounts_below(kubelet).is_empty(), "the killed run left its mount");
+}
+
+/// SIGKILL: the run cannot clean up, but its marker names what it made; `conformance -cleanup`
+/// removes exactly that (the mount, the loop device, both directories, the marker).
+#[test]
+fn a_sigkilled_runs_leftovers_are_removed_by_cleanup() {
+    needs_root!();
+    let (d, scratch) = daemon("conformance-kill");
+    let kubelet = d.dir.join("kubelet");
+    // Not named by any marker: stays.
+    std::fs::create_dir(kubelet.join("csi-proxy-conformance-1-1")).unwrap();
+    killed_run(&d, &kubelet, &scratch);
+    let marker = markers(&kubelet);
+    assert_eq!(marker.len(), 1, "the killed run's marker");
+    let marker = std::fs::read_to_string(&marker[0]).unwrap();
+    assert!(marker.lines().any(|l| l.starts_with(r#"{"loop":"#)), "{marker}");
+    let mut cleanup = Command::new(CTL);
+    cleanup.args(["-json", "conformance", "-cleanup", "-kubelet-path"]).arg(&kubelet).stdin(Stdio::null());
+    let out = cleanup.output().unwrap();
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(0), "{r:#}{}", text(&out.stderr));
+    let steps = r["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "{r:#}");
+    assert!(steps[0]["check"] == "leftovers" && steps[0]["result"] == "ok", "{r:#}");
+    assert!(steps[0]["step"].as_str().unwrap().starts_with("remove what run csi-proxy-conformance-"), "{r:#}");
+    assert_eq!(entries(&kubelet), ["csi-proxy-conformance-1-1"]);
+    std::fs::remove_dir(kubelet.join("csi-proxy-conformance-1-1")).unwrap();
+    assert_nothing_left(&d, &scratch);
+    // Nothing more to do: said so.
+    let out = cleanup.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(report(&out)["steps"][0]["step"].as_str().unwrap().starts_with("no marker of a stopped run"));
+}
+
+/// The next run removes what a killed one left before it makes anything, says so in the
+/// check `leftovers`, and passes.
+#[test]
+fn the_next_run_removes_what_a_sigkilled_run_left() {
+    needs_root!();
+    let (d, scratch) = daemon("conformance-kill-next");
+    let kubelet = d.dir.join("kubelet");
+    killed_run(&d, &kubelet, &scratch);
+    let out = conformance(&d, &kubelet, &scratch, true).output().unwrap();
+    let r = report(&out);
+    assert_nothing_left(&d, &scratch);
+    assert_eq!(out.status.code(), Some(0), "{r:#}{}", text(&out.stderr));
+    let first = &r["steps"][0];
+    assert!(first["check"] == "leftovers" && first["result"] == "ok", "{r:#}");
+}

@@ -4,6 +4,7 @@
 //! made by this run and removed by it (see [`scratch`]). A step that fails ends its check (the
 //! rest of it is listed as skipped); the other checks still run.
 
+mod marker;
 mod named;
 mod remote;
 mod scratch;
@@ -243,9 +244,12 @@ pub async fn run(
         }
     };
     let mut remote = Remote::new(given, iscsi);
+    // What earlier runs killed outright left, before this run makes anything.
+    let leftovers = marker::clean_dead(kubelet_path);
     let mut made = Made::new(kubelet_path, scratch_dir)?;
     let secrets = remote.secrets();
     let mut report = Report { rows: Vec::new(), timeout: ctx.timeout, running: None, secrets };
+    leftover_rows(&mut report, leftovers);
     let stopped = tokio::select! {
         () = checks(&mut report, &mut proxy, &mut made, &mut remote, audit_log) => None,
         sig = stop.recv() => Some(sig),
@@ -271,6 +275,37 @@ pub async fn run(
     match report.count("failed") {
         0 => Ok(()),
         n => Err(Failure::Other(anyhow::anyhow!("{n} step(s) failed"))),
+    }
+}
+
+/// `conformance -cleanup`: only removes what runs killed outright left (found by their markers
+/// in the kubelet path), and reports it as the run's report does.
+pub fn cleanup(ctx: &Ctx, kubelet_path: &Path) -> Result<(), Failure> {
+    let mut report = Report { rows: Vec::new(), timeout: ctx.timeout, running: None, secrets: vec![] };
+    let leftovers = marker::clean_dead(kubelet_path);
+    if leftovers.is_empty() {
+        let step = format!("no marker of a stopped run in {}", kubelet_path.join(marker::DIR).display());
+        report.check("leftovers").row(&step, Res::Ok, Duration::ZERO);
+    }
+    leftover_rows(&mut report, leftovers);
+    print(ctx, &report, None);
+    match report.count("failed") {
+        0 => Ok(()),
+        n => Err(Failure::Other(anyhow::anyhow!("{n} run(s) left what could not be removed"))),
+    }
+}
+
+/// One row of the check `leftovers` per marker found: removed (ok), its run still running
+/// (skipped), or left in place (failed, with why).
+fn leftover_rows(report: &mut Report, leftovers: Vec<marker::Leftover>) {
+    let mut c = report.check("leftovers");
+    for l in leftovers {
+        let (step, res) = match l.outcome {
+            marker::Outcome::Removed(dirs) => (format!("remove what run {} left: {}", l.run, dirs.join(", ")), Res::Ok),
+            marker::Outcome::Running(why) => (format!("run {}", l.run), Res::Skipped(why)),
+            marker::Outcome::Failed(why) => (format!("remove what run {} left", l.run), Res::Failed(why)),
+        };
+        c.row(&step, res, Duration::ZERO);
     }
 }
 

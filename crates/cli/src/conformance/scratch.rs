@@ -4,13 +4,19 @@
 //! [`Made`] guard that removes disks, mounts and directories at the end, on failure, on a signal
 //! and when dropped.
 //!
+//! Each thing is recorded in the run's [`Marker`] before it is made, so that what a run killed
+//! outright leaves is removed by a later one ([`super::marker`]).
+//!
 //! A disk is ours only while its backing file is a file we created in a directory we created
 //! (Linux: a loop device's backing file, created with `O_EXCL`, looked up before it is grown and
 //! when it is removed; Windows: every call goes through the handle CreateVirtualDisk gave for
 //! our file), so no other disk is ever grown, unmounted or detached.
 
+use super::marker::Marker;
 use anyhow::{Context as _, Result};
 use std::path::{Path, PathBuf};
+
+pub use platform::{detach_backing, mounts_below, unmount_below};
 
 /// Why a disk step cannot run here.
 #[derive(Debug, Clone)]
@@ -42,6 +48,8 @@ pub struct Made {
     /// device's backing file).
     pub scratch_dir: PathBuf,
     pub disks: Box<dyn ScratchDisks + Send>,
+    /// What was about to be made, for a later run if this one is killed.
+    marker: Marker,
     cleaned: bool,
 }
 
@@ -52,22 +60,36 @@ fn run_name() -> String {
 }
 
 impl Made {
-    /// Creates the two scratch directories (they must not exist yet: nothing in them is
-    /// someone else's).
+    /// Writes the run's marker, then creates the two scratch directories (they must not exist
+    /// yet: nothing in them is someone else's).
     pub fn new(kubelet_path: &Path, scratch_base: &Path) -> Result<Made> {
         let name = run_name();
         let kubelet_dir = kubelet_path.join(&name);
         let scratch_dir = scratch_base.join(&name);
-        std::fs::create_dir(&kubelet_dir)
-            .with_context(|| format!("making the scratch directory {}", kubelet_dir.display()))?;
-        if let Err(e) = std::fs::create_dir(&scratch_dir) {
-            let _ = std::fs::remove_dir(&kubelet_dir);
-            return Err(e).with_context(|| format!("making the scratch directory {}", scratch_dir.display()));
+        let marker = Marker::create(kubelet_path, &name)?;
+        let made = marker.dir(&kubelet_dir).and_then(|()| marker.dir(&scratch_dir)).and_then(|()| {
+            std::fs::create_dir(&kubelet_dir)
+                .with_context(|| format!("making the scratch directory {}", kubelet_dir.display()))?;
+            if let Err(e) = std::fs::create_dir(&scratch_dir) {
+                let _ = std::fs::remove_dir(&kubelet_dir);
+                return Err(e).with_context(|| format!("making the scratch directory {}", scratch_dir.display()));
+            }
+            Ok(())
+        });
+        if let Err(e) = made {
+            marker.remove();
+            return Err(e);
         }
         let real = |dir: &Path| std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
-        let (kubelet_real, scratch_dir) = (real(&kubelet_dir), real(&scratch_dir));
-        let disks: Box<dyn ScratchDisks + Send> = Box::new(platform::Disks::new(scratch_dir.clone()));
-        Ok(Made { kubelet_dir, kubelet_real, scratch_dir, disks, cleaned: false })
+        let (kubelet_real, scratch_real) = (real(&kubelet_dir), real(&scratch_dir));
+        // The loop devices' files are named below the resolved path (as the kernel names them).
+        for (dir, real) in [(&kubelet_dir, &kubelet_real), (&scratch_dir, &scratch_real)] {
+            if dir != real {
+                marker.dir(real)?;
+            }
+        }
+        let disks = platform::disks(scratch_real.clone(), marker.clone());
+        Ok(Made { kubelet_dir, kubelet_real, scratch_dir: scratch_real, disks, marker, cleaned: false })
     }
 
     /// Removes everything: mounts below the kubelet scratch directory (deepest first), the
@@ -87,6 +109,9 @@ impl Made {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => problems.push(format!("removing {}: {e}", dir.display())),
             }
+        }
+        if problems.is_empty() {
+            self.marker.remove();
         }
         problems
     }
@@ -138,13 +163,14 @@ mod platform {
         dir: PathBuf,
         made: Vec<Loop>,
         next: u32,
+        marker: Marker,
+    }
+
+    pub fn disks(dir: PathBuf, marker: Marker) -> Box<dyn ScratchDisks + Send> {
+        Box::new(Disks { dir, made: Vec::new(), next: 0, marker })
     }
 
     impl Disks {
-        pub fn new(dir: PathBuf) -> Disks {
-            Disks { dir, made: Vec::new(), next: 0 }
-        }
-
         fn find(&self, disk: u32) -> Result<&Loop> {
             self.made.iter().find(|l| l.number == disk).with_context(|| format!("disk {disk} is not one this run made"))
         }
@@ -194,6 +220,8 @@ mod platform {
         fn create(&mut self, size: u64) -> Result<Result<u32, Unavailable>> {
             let file = self.dir.join(format!("disk-{}.img", self.next));
             self.next += 1;
+            // Before the file: a run killed after losetup leaves a device a later run finds.
+            self.marker.loop_file(&file)?;
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -253,6 +281,10 @@ mod platform {
 
     /// Unmounts what is mounted from the loop devices backed by `file`, detaches them, and
     /// deletes the file.
+    pub fn detach_backing(file: &Path) -> Result<()> {
+        detach(file)
+    }
+
     fn detach(file: &Path) -> Result<()> {
         for name in loops_backed_by(file) {
             let mut points: Vec<PathBuf> =
@@ -341,7 +373,18 @@ mod platform {
 /// (see [`super::vhd`]); mounts are volume mount points in folders.
 #[cfg(windows)]
 mod platform {
-    pub use super::super::vhd::{mounts_below, unmount_below, Disks};
+    pub use super::super::vhd::{mounts_below, unmount_below};
+    use super::*;
+
+    /// The VHDX files are in the scratch directory, and a disk detaches when the run's handle
+    /// closes (killed or not): the marker's directories are all a later run needs.
+    pub fn disks(dir: PathBuf, _marker: Marker) -> Box<dyn ScratchDisks + Send> {
+        Box::new(super::super::vhd::Disks::new(dir))
+    }
+
+    pub fn detach_backing(file: &Path) -> Result<()> {
+        anyhow::bail!("{}: no loop devices on Windows", file.display())
+    }
 }
 
 /// Elsewhere no scratch disk can be made.
@@ -352,10 +395,12 @@ mod platform {
 
     pub struct Disks;
 
-    impl Disks {
-        pub fn new(_dir: PathBuf) -> Disks {
-            Disks
-        }
+    pub fn disks(_dir: PathBuf, _marker: Marker) -> Box<dyn ScratchDisks + Send> {
+        Box::new(Disks)
+    }
+
+    pub fn detach_backing(file: &Path) -> Result<()> {
+        bail!("{}: no loop devices on this OS", file.display())
     }
 
     impl ScratchDisks for Disks {
