@@ -7,8 +7,11 @@
 //! is in the file (the OS's cache) when the call goes on: a daemon killed mid-call leaves the
 //! start record behind.
 //!
-//! The file is opened without following links and must be a regular file owned by the daemon's
-//! user that nobody else can write to, or the daemon does not start ([`open_audit_file`]). Before
+//! The file is opened without following links and must be a regular file with one name (no
+//! other hard link), owned by the daemon's user that nobody else can write to, in a directory
+//! that is the daemon's user's and that nobody else can write to, or the daemon does not start
+//! ([`open_audit_file`]). A file others can read is made 0600 (logged), as are rotated files
+//! left readable by others. Before
 //! each record the path must still name the open file (same device and inode): one renamed or
 //! removed by someone else is noticed there, and the file is opened (created) at the path again.
 //!
@@ -260,6 +263,128 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The mode bits of `path` (not following a link).
+    #[cfg(unix)]
+    fn mode(path: &std::path::Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// An existing file others may read (but not write) is made the daemon's alone, its records
+    /// kept (it was used as it was, world-readable).
+    #[cfg(unix)]
+    #[test]
+    fn a_file_others_can_read_is_made_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("readable");
+        let path = dir.join("audit.log");
+        for was in [0o644, 0o604, 0o640] {
+            std::fs::write(&path, "{\"call\":1}\n").unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(was)).unwrap();
+            let sink = AuditFile::open(&path, 0, FIVE, false).unwrap();
+            assert_eq!(mode(&path), 0o600, "was {was:04o}");
+            sink.write(&record(2, &json!("x"))).unwrap();
+            assert_eq!(calls(&std::fs::read_to_string(&path).unwrap()), [1, 2], "was {was:04o}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A file with a second name (a hard link) is refused, naming the path and the count, at the
+    /// first open and when the file is opened again at the path (it was accepted).
+    #[cfg(unix)]
+    #[test]
+    fn a_hard_linked_file_is_refused() {
+        let dir = temp_dir("hardlink");
+        let path = dir.join("audit.log");
+        std::fs::write(&path, "").unwrap();
+        std::fs::hard_link(&path, dir.join("other-name")).unwrap();
+        let e = format!("{:#}", AuditFile::open(&path, 0, FIVE, false).err().expect("a hard-linked file was opened"));
+        assert!(e.contains(&format!("audit file {} has 2 hard links", path.display())), "{e}");
+        assert!(e.contains("Expected 1 link"), "{e}");
+        std::fs::remove_file(dir.join("other-name")).unwrap();
+        let sink = AuditFile::open(&path, 0, FIVE, false).unwrap();
+        // One put in its place later is refused when the file is opened again.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(dir.join("planted"), "").unwrap();
+        std::fs::hard_link(dir.join("planted"), &path).unwrap();
+        let e = sink.write(&record(1, &json!("x"))).unwrap_err().to_string();
+        assert!(e.contains("has 2 hard links"), "{e}");
+        assert_eq!(std::fs::read_to_string(dir.join("planted")).unwrap(), "", "written to the planted file");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The file's directory must be the daemon's and writable by it alone, as the socket
+    /// directory must: one others can write to, one owned by another user (root only), and a
+    /// link are refused, naming the directory, what it is and what is expected (any was used).
+    /// A directory the daemon creates is its own alone.
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_others_can_change_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("dir");
+        let logs = dir.join("logs");
+        std::fs::create_dir(&logs).unwrap();
+        let path = logs.join("audit.log");
+        for (dir_mode, needle) in [(0o777, "has mode 0777"), (0o1777, "has mode 1777"), (0o775, "has mode 0775")] {
+            std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(dir_mode)).unwrap();
+            let e = format!("{:#}", AuditFile::open(&path, 0, FIVE, false).err().expect("an open directory was used"));
+            assert!(
+                e.contains(&format!("directory {} of audit file {} {needle}", logs.display(), path.display())),
+                "{e}"
+            );
+            assert!(e.contains("Expected a directory owned by uid"), "{e}");
+            assert!(!path.exists(), "a file was created in it");
+        }
+        std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&logs, Some(65534), None).unwrap();
+            let e = format!(
+                "{:#}",
+                AuditFile::open(&path, 0, FIVE, false).err().expect("another user's directory was used")
+            );
+            assert!(e.contains("is owned by uid 65534") && e.contains(&logs.display().to_string()), "{e}");
+            std::os::unix::fs::chown(&logs, Some(0), None).unwrap();
+        }
+        AuditFile::open(&path, 0, FIVE, false).unwrap();
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&logs, &link).unwrap();
+        let e =
+            format!("{:#}", AuditFile::open(&link.join("audit.log"), 0, FIVE, false).err().expect("a link was used"));
+        assert!(e.contains("is a symbolic link"), "{e}");
+        let created = dir.join("new/sub");
+        AuditFile::open(&created.join("audit.log"), 0, FIVE, false).unwrap();
+        assert_eq!((mode(&dir.join("new")), mode(&created)), (0o700, 0o700));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Rotated files are the daemon's alone like the file, also when the file and an older
+    /// rotated one were readable by others before the daemon started (their records stayed
+    /// readable after the rotation).
+    #[cfg(unix)]
+    #[test]
+    fn rotated_files_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("rotated-mode");
+        let path = dir.join("audit.log");
+        std::fs::write(&path, format!("{}\n", json!({"call": 0}))).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // One rotated before, also readable by others.
+        let old = dir.join("audit.log.1");
+        std::fs::write(&old, format!("{}\n", json!({"call": -1}))).unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let sink = AuditFile::open(&path, 300, FIVE, false).unwrap();
+        let request = json!("z".repeat(150));
+        for call in 1..=4 {
+            sink.write(&record(call, &request)).unwrap();
+        }
+        let rotated: Vec<_> = (1..=5).map(|n| dir.join(format!("audit.log.{n}"))).filter(|p| p.exists()).collect();
+        assert!(rotated.len() >= 3, "{rotated:?}");
+        for p in rotated.iter().chain([&path]) {
+            assert_eq!(mode(p), 0o600, "{}", p.display());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A new file is the daemon's own, readable and writable by it alone.
     #[cfg(unix)]
     #[test]
@@ -309,7 +434,7 @@ mod tests {
         }
         let dir = temp_dir("full");
         let status = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+            .args(["-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs"])
             .arg(&dir)
             .status()
             .unwrap();

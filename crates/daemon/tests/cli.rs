@@ -535,8 +535,10 @@ fn audit_log_records_who_called_what_and_no_secret() {
     let dir = tempdir("audit");
     let root = tempdir("audit-root");
     std::fs::create_dir_all(&root).unwrap();
-    let audit = root.with_extension("audit.log");
-    let _ = std::fs::remove_file(&audit);
+    // In a directory of its own: /tmp, which everyone can write to, is refused.
+    let audit = root.with_extension("audit").join("audit.log");
+    let _ = std::fs::remove_dir_all(audit.parent().unwrap());
+    std::fs::create_dir_all(audit.parent().unwrap()).unwrap();
     std::fs::write(&audit, "kept from before\n").unwrap();
     let smb_dir = root.with_extension("smb");
     let args = [
@@ -594,7 +596,7 @@ fn audit_log_records_who_called_what_and_no_secret() {
     drop(d);
     let text = std::fs::read_to_string(&audit).unwrap();
     let _ = std::fs::remove_dir_all(&root);
-    let _ = std::fs::remove_file(&audit);
+    let _ = std::fs::remove_dir_all(audit.parent().unwrap());
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("kept from before"), "appended, not truncated");
     assert!(!text.contains(password) && !text.contains(chap), "a secret in the audit log:\n{text}");
@@ -635,7 +637,8 @@ fn the_audit_file_rotates_by_its_own_flags() {
     let dir = tempdir("audit-rotate");
     let root = tempdir("audit-rotate-root");
     std::fs::create_dir_all(&root).unwrap();
-    let audit = root.with_extension("audit.log");
+    // In a directory of its own: /tmp, which everyone can write to, is refused.
+    let audit = root.with_extension("audit").join("audit.log");
     let args = [
         "-kubelet-path",
         root.to_str().unwrap(),
@@ -673,9 +676,7 @@ fn the_audit_file_rotates_by_its_own_flags() {
     assert!(std::fs::metadata(name(1)).unwrap().len() > 1000 * 1024, "rotated only when full");
     assert!(!name(2).exists(), "-audit-log-maxbackup=1 keeps one rotated file");
     assert!(records < 2 * 2_400, "older records were rotated away: {records}");
-    for f in files {
-        let _ = std::fs::remove_file(f);
-    }
+    let _ = std::fs::remove_dir_all(audit.parent().unwrap());
     let _ = std::fs::remove_dir_all(&root);
 }
 
@@ -691,8 +692,9 @@ fn the_audit_record_names_the_peer_as_it_connected() {
     let dir = tempdir("audit-peer");
     let root = tempdir("audit-peer-root");
     std::fs::create_dir_all(&root).unwrap();
-    let audit = root.with_extension("audit.log");
-    let _ = std::fs::remove_file(&audit);
+    // In a directory of its own: /tmp, which everyone can write to, is refused.
+    let audit = root.with_extension("audit").join("audit.log");
+    let _ = std::fs::remove_dir_all(audit.parent().unwrap());
     let d = start(&dir, &["-kubelet-path", root.to_str().unwrap(), "-audit-log", audit.to_str().unwrap()]);
 
     let socket = socket_with(AddressFamily::UNIX, SocketType::STREAM, SocketFlags::CLOEXEC, None).unwrap();
@@ -729,7 +731,7 @@ fn the_audit_record_names_the_peer_as_it_connected() {
     assert!(made.is_dir());
     let text = std::fs::read_to_string(&audit).unwrap();
     let _ = std::fs::remove_dir_all(&root);
-    let _ = std::fs::remove_file(&audit);
+    let _ = std::fs::remove_dir_all(audit.parent().unwrap());
     let records: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let events: Vec<_> = records.iter().map(|r| (r["method"].as_str(), r["event"].as_str())).collect();
     assert_eq!(events, [(Some("Mkdir"), Some("start")), (Some("Mkdir"), Some("end"))], "{text}");
@@ -928,6 +930,17 @@ fn unsafe_audit_files_are_refused_at_start() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("is a symbolic link"), "{err}");
     assert!(!base.join("elsewhere").exists(), "the link was followed");
+    // Its directory is checked too.
+    std::fs::remove_file(&audit).unwrap();
+    let logs = base.join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, err) = start_with(&base, "-audit-log", &logs.join("audit.log"));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!("directory {} of audit file", logs.display())) && err.contains("has mode 0777"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&base);
 }
 

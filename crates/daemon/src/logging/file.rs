@@ -92,6 +92,8 @@ impl LogFile {
             reported: false,
         };
         log.reopen()?;
+        #[cfg(unix)]
+        super::private_file::make_rotated_private(path);
         Ok(log)
     }
 

@@ -1,22 +1,39 @@
-//! Opening the audit file so that only the daemon can change it.
+//! Opening the audit file so that only the daemon can change it, or read it.
 
 use std::fs::File;
 use std::path::Path;
 
 use anyhow::Context as _;
 
-/// How the audit file is opened: never through a link, and only a regular file that nobody but
-/// the daemon's user can change (as the socket directory is checked, by
-/// `csi_proxy_transport::unix::check_private`). On Windows: without following a reparse point
-/// (one at the path is refused), without delete sharing, so that nobody renames or removes it
-/// while it is open, and with a DACL for SYSTEM and Administrators only (see `audit_acl`). The
-/// error says which it is.
+/// A path as an error or a log line quotes it: bounded (see `csi_proxy_host::error::clip`).
+fn shown(path: &Path) -> String {
+    csi_proxy_host::error::clip(&path.display().to_string()).into_owned()
+}
+
+/// How the audit file is opened: never through a link, in a directory that nobody but the
+/// daemon's user can change (else they could remove the trail or put a file of theirs in its
+/// place), and only a regular file that nobody but the daemon's user can change, with one name
+/// (a second hard link would keep the records where a rotation or removal does not reach), both
+/// checked as the socket directory is (`csi_proxy_transport::unix::check_private`). A file that
+/// others may read is made owner-only (0600), and that is logged. On Windows: without following
+/// a reparse point (one at the path is refused), without delete sharing, so that nobody renames
+/// or removes it while it is open, and with a DACL for SYSTEM and Administrators only (see
+/// `audit_acl`). The error says which it is.
 pub fn open_audit_file(path: &Path) -> anyhow::Result<File> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| {
-            format!("cannot create directory {} for audit file {}", parent.display(), path.display())
-        })?;
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(parent) = parent {
+        #[cfg(unix)]
+        let created = {
+            use std::os::unix::fs::DirBuilderExt;
+            // New directories are the daemon's alone; existing ones are checked below.
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)
+        };
+        #[cfg(windows)]
+        let created = std::fs::create_dir_all(parent);
+        created.with_context(|| format!("cannot create directory {} for audit file {}", shown(parent), shown(path)))?;
     }
+    #[cfg(unix)]
+    check_directory(parent.unwrap_or(Path::new(".")), path)?;
     #[cfg(unix)]
     let opened = {
         use std::os::unix::fs::OpenOptionsExt;
@@ -33,7 +50,7 @@ pub fn open_audit_file(path: &Path) -> anyhow::Result<File> {
     #[cfg(windows)]
     let opened = super::audit_acl::open(path);
     let refused = |why: &str| {
-        anyhow::anyhow!("audit file {} {why}; refusing to write the audit trail there (another user could rewrite or remove records)", path.display())
+        anyhow::anyhow!("audit file {} {why}; refusing to write the audit trail there (another user could rewrite or remove records)", shown(path))
     };
     let file = match opened {
         Ok(f) => f,
@@ -41,17 +58,35 @@ pub fn open_audit_file(path: &Path) -> anyhow::Result<File> {
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
             return Err(refused("is a symbolic link"))
         }
-        Err(e) => return Err(e).with_context(|| format!("cannot open audit file {}", path.display())),
+        Err(e) => return Err(e).with_context(|| format!("cannot open audit file {}", shown(path))),
     };
-    let meta = file.metadata().with_context(|| format!("cannot inspect audit file {}", path.display()))?;
+    let meta = file.metadata().with_context(|| format!("cannot inspect audit file {}", shown(path)))?;
     #[cfg(unix)]
-    if let Err(e) = csi_proxy_transport::unix::check_private(&meta, csi_proxy_transport::unix::Private::File) {
-        return Err(anyhow::anyhow!(
-            "{}. Use a file owned by uid {} that only it can write to (e.g. chown {} and chmod 0600 it), or remove it and let the daemon create it",
-            refused(&e.why),
-            e.uid,
-            e.uid
-        ));
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        if let Err(e) = csi_proxy_transport::unix::check_private(&meta, csi_proxy_transport::unix::Private::File) {
+            return Err(anyhow::anyhow!(
+                "{}. Use a file owned by uid {} that only it can write to (e.g. chown {} and chmod 0600 it), or remove it and let the daemon create it",
+                refused(&e.why),
+                e.uid,
+                e.uid
+            ));
+        }
+        if meta.nlink() != 1 {
+            return Err(anyhow::anyhow!(
+                "{}. Expected 1 link: remove the other names of the file, or remove it and let the daemon create it",
+                refused(&format!("has {} hard links", meta.nlink()))
+            ));
+        }
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            // The records quote requests and callers: for the daemon's user alone, as a new file is.
+            file.set_permissions(std::fs::Permissions::from_mode(0o600)).with_context(|| {
+                format!("audit file {} has mode {mode:04o}, readable by others, and cannot be made 0600", shown(path))
+            })?;
+            tracing::warn!(target: "csi_proxy::audit", file = %shown(path), was = %format_args!("{mode:04o}"),
+                "the audit file could be read by other users; its mode is now 0600");
+        }
     }
     #[cfg(windows)]
     {
@@ -68,4 +103,52 @@ pub fn open_audit_file(path: &Path) -> anyhow::Result<File> {
         }
     }
     Ok(file)
+}
+
+/// The audit file's directory must be a real directory (not a link) owned by the daemon's user
+/// and writable by nobody else, by the socket directory's rule: whoever can write to it can
+/// remove or replace the audit file.
+#[cfg(unix)]
+fn check_directory(dir: &Path, path: &Path) -> anyhow::Result<()> {
+    let meta = std::fs::symlink_metadata(dir)
+        .with_context(|| format!("cannot inspect directory {} of audit file {}", shown(dir), shown(path)))?;
+    csi_proxy_transport::unix::check_private(&meta, csi_proxy_transport::unix::Private::Dir).map_err(|e| {
+        anyhow::anyhow!(
+            "directory {} of audit file {} {}; refusing to write the audit trail there (another user could remove the records or put a file of theirs in their place). Expected a directory owned by uid {} that only it can write to (e.g. chown {} and chmod go-w it)",
+            shown(dir),
+            shown(path),
+            e.why,
+            e.uid,
+            e.uid
+        )
+    })
+}
+
+/// Makes the rotated files of the audit file at `path` (`<path>.1` and on, up to the first
+/// missing number) the daemon's alone, as the file itself is made at its open: files rotated
+/// before the daemon checked modes keep old records. Only regular files of the daemon's user
+/// are changed (its directory is the daemon's alone, so nobody swaps one for a link meanwhile);
+/// what cannot be changed is logged.
+#[cfg(unix)]
+pub fn make_rotated_private(path: &Path) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let uid = rustix::process::geteuid().as_raw();
+    for n in 1.. {
+        let rotated = super::file::rotated_name(path, n);
+        let Ok(meta) = std::fs::symlink_metadata(&rotated) else { break };
+        let mode = meta.mode() & 0o7777;
+        if !meta.is_file() || meta.uid() != uid || mode & 0o077 == 0 {
+            continue;
+        }
+        match std::fs::set_permissions(&rotated, std::fs::Permissions::from_mode(0o600)) {
+            Ok(()) => {
+                tracing::warn!(target: "csi_proxy::audit", file = %shown(&rotated), was = %format_args!("{mode:04o}"),
+                "the rotated audit file could be read by other users; its mode is now 0600")
+            }
+            Err(e) => {
+                tracing::error!(target: "csi_proxy::audit", file = %shown(&rotated), mode = %format_args!("{mode:04o}"),
+                error = %e, "the rotated audit file can be read by other users and cannot be made 0600")
+            }
+        }
+    }
 }
