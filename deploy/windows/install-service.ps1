@@ -4,13 +4,20 @@
   with a restart policy, and starts it. Run from an elevated PowerShell on the node.
 
 .DESCRIPTION
-  Install: copies csi-proxy.exe to -BinDir, registers the service and starts it.
+  Install: copies csi-proxy.exe and csi-proxyctl.exe to -BinDir, registers the service and starts it.
   Upgrade (the service exists): the service keeps its flags unless -Flags or -LogFile is given. The
   service is stopped, the installed exe is kept as csi-proxy.exe.previous, the new one is put in
   its place and started; if it is not Running within -StartTimeout seconds, the previous exe (and
   flags) are put back and started, and the script fails saying so.
   -Rollback puts csi-proxy.exe.previous back in place and restarts the service, with the flags the
   service has now (a flag only the newer exe knows makes the rollback fail, and be undone).
+  Switching over (the service runs an exe from another folder, e.g. upstream's): that exe is left
+  where it is, and the service's whole command line is kept in
+  -BinDir\csiproxy.previous-command-line.txt. -Rollback with no csi-proxy.exe.previous to go back
+  to (or after going back to it) puts that command line back, so the service runs the old exe with
+  its old flags again.
+  Stopping: a process still running the service's exe after the service reports Stopped (upstream's
+  does, holding the pipes and its exe) is given 20 s to exit, then stopped.
   Running any of these twice changes nothing the second time.
 
 .EXAMPLE
@@ -37,6 +44,11 @@ $ErrorActionPreference = 'Stop'
 $Name = 'csiproxy'
 $exe = Join-Path $BinDir 'csi-proxy.exe'
 $previous = "$exe.previous"
+# csi-proxyctl.exe, the node's CLI, beside the daemon (the zip holds it beside csi-proxy.exe).
+$ctlSource = Join-Path (Split-Path -Parent $Source) 'csi-proxyctl.exe'
+$ctl = Join-Path $BinDir 'csi-proxyctl.exe'
+# The command line of a service this script took over from an exe in another folder.
+$savedCommandLine = Join-Path $BinDir 'csiproxy.previous-command-line.txt'
 
 function Invoke-Sc {
     & sc.exe @args
@@ -46,15 +58,54 @@ function Invoke-Sc {
 # The service's command line (exe and flags), as the service control manager holds it.
 function Get-BinPath { (Get-CimInstance -ClassName Win32_Service -Filter "Name='$Name'").PathName }
 
-function Stop-Csiproxy {
-    if ((Get-Service -Name $Name).Status -eq 'Stopped') { return }
-    # Stopping drains open calls: at most 5 s for connections, 10 s for host calls.
-    Stop-Service -Name $Name -NoWait -ErrorAction SilentlyContinue
-    $deadline = (Get-Date).AddSeconds(30)
-    while ((Get-Service -Name $Name).Status -ne 'Stopped') {
-        if ((Get-Date) -gt $deadline) { throw "service $Name did not stop within 30 s; stop its process and run this again" }
+# The exe of a command line: the first word, quoted or not.
+function Get-ExeOf([string]$CommandLine) {
+    if ($CommandLine -match '^\s*"([^"]*)"') { return $Matches[1] }
+    if ($CommandLine -match '^\s*(\S+)') { return $Matches[1] }
+    ''
+}
+
+# Processes still running $Path (upstream's exe keeps serving after its service reports Stopped).
+function Stop-Leftover([string]$Path) {
+    if (-not $Path) { return }
+    $deadline = (Get-Date).AddSeconds(20)
+    while ($true) {
+        $left = @(Get-CimInstance -ClassName Win32_Process | Where-Object { $_.ExecutablePath -and ($_.ExecutablePath -eq $Path) })
+        if ($left.Count -eq 0) { return }
+        if ((Get-Date) -gt $deadline) { break }
         Start-Sleep -Milliseconds 500
     }
+    foreach ($p in $left) {
+        Write-Warning "process $($p.ProcessId) still runs $Path after service $Name stopped; stopping it"
+        Stop-Process -Id $p.ProcessId -Force -ErrorAction SilentlyContinue
+    }
+    Start-Sleep -Seconds 1
+}
+
+# Copies csi-proxyctl.exe from beside -Source into -BinDir, keeping the one it replaces.
+function Copy-Ctl {
+    if (-not (Test-Path -PathType Leaf $ctlSource)) {
+        Write-Warning "no csi-proxyctl.exe beside $Source; the CLI is not installed"
+        return
+    }
+    if ((Test-Path -PathType Leaf $ctl) -and -not (Test-SameFile $ctlSource $ctl)) {
+        Copy-Item -Force -Path $ctl -Destination "$ctl.previous"
+    }
+    Copy-Item -Force -Path $ctlSource -Destination $ctl
+}
+
+function Stop-Csiproxy {
+    $running = Get-ExeOf (Get-BinPath)
+    if ((Get-Service -Name $Name).Status -ne 'Stopped') {
+        # Stopping drains open calls: at most 5 s for connections, 10 s for host calls.
+        Stop-Service -Name $Name -NoWait -ErrorAction SilentlyContinue
+        $deadline = (Get-Date).AddSeconds(30)
+        while ((Get-Service -Name $Name).Status -ne 'Stopped') {
+            if ((Get-Date) -gt $deadline) { throw "service $Name did not stop within 30 s; stop its process and run this again" }
+            Start-Sleep -Milliseconds 500
+        }
+    }
+    Stop-Leftover $running
 }
 
 # $true once the service reports Running; $false if it stops or is still not Running at the timeout.
@@ -77,15 +128,16 @@ function Start-Csiproxy {
 function Update-Csiproxy([string]$From, [string]$KeepAs, [string]$BinPath) {
     $oldBinPath = Get-BinPath
     Stop-Csiproxy
+    $kept = $false
     if ($From) {
-        Copy-Item -Force -Path $exe -Destination $KeepAs
+        if (Test-Path -PathType Leaf $exe) { Copy-Item -Force -Path $exe -Destination $KeepAs; $kept = $true }
         Copy-Item -Force -Path $From -Destination $exe
     }
     if ($BinPath -ne $oldBinPath) { Invoke-Sc config $Name binPath= $BinPath }
     if (Start-Csiproxy) { return }
 
     Stop-Csiproxy
-    if ($From) { Copy-Item -Force -Path $KeepAs -Destination $exe }
+    if ($From -and $kept) { Copy-Item -Force -Path $KeepAs -Destination $exe }
     if ($BinPath -ne $oldBinPath) { Invoke-Sc config $Name binPath= $oldBinPath }
     $what = if ($From) { $From } else { 'the new flags' }
     $state = if (Start-Csiproxy) { 'it is Running again' } else { 'it did not start either' }
@@ -113,14 +165,25 @@ if ($Uninstall) {
 
 if ($Rollback) {
     if (-not $installed) { throw "service $Name is not installed: nothing to roll back" }
-    if (-not (Test-Path -PathType Leaf $previous)) { throw "no $previous to roll back to (an upgrade by this script leaves it)" }
-    if (Test-SameFile $exe $previous) {
-        Write-Host "$exe is already the previous version"
-    } else {
+    $havePrevious = (Test-Path -PathType Leaf $previous) -and -not (Test-SameFile $exe $previous)
+    if ($havePrevious) {
         $kept = "$exe.rollback"
         Update-Csiproxy -From $previous -KeepAs $kept -BinPath (Get-BinPath)
         Remove-Item -Force $kept
+        if (Test-Path -PathType Leaf "$ctl.previous") { Copy-Item -Force -Path "$ctl.previous" -Destination $ctl }
         Write-Host "rolled back: $exe is now $previous"
+    } elseif (Test-Path -PathType Leaf $savedCommandLine) {
+        # Back to the exe (and flags) the service ran before this script took it over.
+        $old = (Get-Content -Raw -LiteralPath $savedCommandLine).Trim()
+        $oldExe = Get-ExeOf $old
+        if (-not (Test-Path -PathType Leaf $oldExe)) { throw "the service ran $oldExe before, which is no longer there; put it back, then run -Rollback again" }
+        if ($old -ne (Get-BinPath)) { Update-Csiproxy -BinPath $old }
+        Remove-Item -Force -LiteralPath $savedCommandLine
+        Write-Host "rolled back: service $Name runs $old again"
+    } elseif (Test-Path -PathType Leaf $previous) {
+        Write-Host "$exe is already the previous version"
+    } else {
+        throw "no $previous and no $savedCommandLine to roll back to (an upgrade by this script leaves the first, taking over a service whose exe is in another folder the second)"
     }
 } else {
     if (-not (Test-Path -PathType Leaf $Source)) { throw "no csi-proxy.exe at $Source (pass -Source PATH)" }
@@ -133,11 +196,19 @@ if ($Rollback) {
     }
     $binPath = "$exe $arguments".TrimEnd()
     New-Item -ItemType Directory -Force -Path $BinDir | Out-Null
+    Copy-Ctl
 
     if (-not $installed) {
         Copy-Item -Force -Path $Source -Destination $exe
         # Upstream's line. The daemon reports Running only once all 23 pipes exist.
         Invoke-Sc create $Name start= auto binPath= $binPath
+    } elseif ((Get-ExeOf (Get-BinPath)) -ne $exe) {
+        # The service runs an exe from elsewhere (upstream's, in its own folder): keep its whole
+        # command line for -Rollback, leave that exe where it is, and switch the service to ours.
+        $old = Get-BinPath
+        if (-not (Test-Path -PathType Leaf $savedCommandLine)) { Set-Content -LiteralPath $savedCommandLine -Value $old -Encoding UTF8 }
+        Write-Host "service $Name ran: $old (kept in $savedCommandLine for -Rollback)"
+        Update-Csiproxy -From $Source -KeepAs $previous -BinPath $binPath
     } elseif (-not (Test-Path -PathType Leaf $exe)) {
         Stop-Csiproxy
         Copy-Item -Force -Path $Source -Destination $exe
@@ -159,3 +230,4 @@ if ((Get-Service -Name $Name).Status -ne 'Running' -and -not (Start-Csiproxy)) {
     throw "service $Name did not reach Running within $StartTimeout s; see the daemon's log and the System event log"
 }
 Get-Service -Name $Name
+if (Test-Path -PathType Leaf $ctl) { Write-Host "csi-proxyctl: $ctl (for example: & '$ctl' apis)" }

@@ -172,3 +172,34 @@ def test_every_manifest_parses():
     assert MANIFESTS, "no manifests under deploy/"
     for path in MANIFESTS:
         assert documents(path), f"{path} holds no document"
+
+
+def test_linux_audit_log_and_smb_dir_are_on_the_host(daemon_flags):
+    """-audit-log must land on the node, not in the container's writable layer; -linux-smb-dir
+    must be made by the daemon (owner-only), not by the kubelet as a 0755 hostPath."""
+    ds = the_daemonset(LINUX)
+    c = the_container(ds)
+    args = parse_args(c.get("args", []))
+    # The documented audit path (commented out in the manifest) and any given one.
+    for path in {args.get("audit-log", ""), "/var/log/csi-proxy/audit.log"} - {""}:
+        _, host = host_mount(ds, c, os.path.dirname(path))
+        assert host == os.path.dirname(path), f"-audit-log={path} is not on the host's {os.path.dirname(path)}"
+    smb = args.get("linux-smb-dir", daemon_flags["linux-smb-dir"])
+    volumes = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+    for m in c.get("volumeMounts", []):
+        assert m["mountPath"].rstrip("/") != smb.rstrip("/"), (
+            f"-linux-smb-dir={smb} is a hostPath of its own ({volumes[m['name']]['hostPath']}): the kubelet creates it "
+            "0755, open to every local user; mount its parent so the daemon creates it 0700"
+        )
+
+
+def test_images_are_marked_as_placeholders():
+    """No image is published: each DaemonSet's image is the reserved example registry, marked as
+    a placeholder right above it."""
+    for path in (LINUX, WINDOWS):
+        text = path.read_text()
+        image = the_container(the_daemonset(path))["image"]
+        assert image.startswith("registry.example.com/"), f"{path.name}: {image} is not the documented placeholder"
+        lines = text.splitlines()
+        (at,) = [i for i, line in enumerate(lines) if line.strip() == f"image: {image}"]
+        assert "PLACEHOLDER" in lines[at - 1], f"{path.name}: the image line is not marked as a placeholder"
