@@ -4,7 +4,8 @@
 #                            bindgen) and pkg-config
 #   scripts/deps.sh images   the container images' tools (scripts/images.sh): mmdebstrap, umoci,
 #                            skopeo, and hivex's tools to check the Windows image's hives
-#   scripts/deps.sh test     all of the above, the mkfs and grow tools of every -linux-fs-type, and
+#   scripts/deps.sh test     all of the above, the mkfs and grow tools of every -linux-fs-type, lvm2
+#                            (the interlock tests make LVM volumes), and
 #                            zip/unzip for the release packages (scripts/release.sh)
 set -euo pipefail
 pkgs=()
@@ -12,7 +13,7 @@ images=(mmdebstrap umoci skopeo libhivex-bin)
 case "${1:-}" in
   "") pkgs=(libblkid-dev libclang-dev pkg-config) ;;
   images) pkgs=("${images[@]}") ;;
-  test) pkgs=(libblkid-dev libclang-dev pkg-config xfsprogs btrfs-progs ntfs-3g zip unzip "${images[@]}") ;;
+  test) pkgs=(libblkid-dev libclang-dev pkg-config xfsprogs btrfs-progs ntfs-3g lvm2 zip unzip "${images[@]}") ;;
   *) echo "usage: scripts/deps.sh [images|test]" >&2; exit 2 ;;
 esac
 need=()

@@ -11,7 +11,8 @@
 # library's VM-only unit test (a deleted SCSI disk is back when the SCSI rescan returns), and
 # crates/stack-tests/tests/linux_volumes.rs again on Debian's kernel, which has what this machine's
 # lacks (online ext4 growth with CAP_SYS_RESOURCE, the ntfs3 driver, partition-table parsers and
-# udev).
+# udev), and crates/stack-tests/tests/linux_interlocks.rs with device-mapper (a dm table and an
+# LVM logical volume over a partition refuse every call that would change the disk).
 #
 # Then, each in a VM of its own (they start their own peers through storage-vm-peers and run one
 # test at a time): crates/stack-tests/tests/smb_vm.rs (SMB mappings through the kernel's cifs
@@ -50,7 +51,8 @@ echo "== storage VM: build the test binaries"
 # The executables, from cargo's JSON messages: "<target name> <path>" per test binary.
 bins=$({
   cargo test -p csi-proxy-host --lib --no-run --message-format=json
-  cargo test -p csi-proxy-stack-tests --test scsi_vm --test linux_volumes --test smb_vm --test iscsi_vm \
+  cargo test -p csi-proxy-stack-tests --test scsi_vm --test linux_volumes --test linux_interlocks --test smb_vm \
+    --test iscsi_vm \
     --no-run --message-format=json
   cargo test -p csi-proxyctl --test conformance --test conformance_remote_vm --no-run --message-format=json
 } | python3 -c '
@@ -62,13 +64,14 @@ for line in sys.stdin:
 scsi_vm=$(awk '$1 == "scsi_vm" {print $2}' <<<"$bins")
 lib=$(awk '$1 == "csi_proxy_host" {print $2}' <<<"$bins")
 volumes=$(awk '$1 == "linux_volumes" {print $2}' <<<"$bins")
+interlocks=$(awk '$1 == "linux_interlocks" {print $2}' <<<"$bins")
 smb_vm=$(awk '$1 == "smb_vm" {print $2}' <<<"$bins")
 iscsi_vm=$(awk '$1 == "iscsi_vm" {print $2}' <<<"$bins")
 conformance=$(awk '$1 == "conformance" {print $2}' <<<"$bins")
 conformance_remote=$(awk '$1 == "conformance_remote_vm" {print $2}' <<<"$bins")
 # The conformance test runs the daemon and csi-proxyctl binaries beside its own target dir.
 cargo build -q -p csi-proxy -p csi-proxyctl
-for b in "$scsi_vm" "$lib" "$volumes" "$smb_vm" "$iscsi_vm" "$conformance" "$conformance_remote"; do
+for b in "$scsi_vm" "$lib" "$volumes" "$interlocks" "$smb_vm" "$iscsi_vm" "$conformance" "$conformance_remote"; do
   [ -x "$b" ] || { echo "test binaries not found in: $bins" >&2; exit 1; }
 done
 
@@ -81,9 +84,10 @@ echo "== storage VM: scsi_debug (2 hosts x 2 targets x 2 LUNs), run the tests"
   echo "scsi_debug disks: $SCSI_DEBUG_DEVS"
   "$1" --test-threads=2
   "$2" --exact linux::block::disks::tests::vm_rescan_brings_back_a_deleted_scsi_disk
-  modprobe -a loop ext4 xfs btrfs ntfs3 fuse
+  modprobe -a loop ext4 xfs btrfs ntfs3 fuse dm_mod
   "$3" --test-threads=2
-' sh "$scsi_vm" "$lib" "$volumes"
+  "$4" --test-threads=1
+' sh "$scsi_vm" "$lib" "$volumes" "$interlocks"
 echo "== storage VM: Samba on 127.0.0.1, SMB mappings through the kernel's cifs client"
 "$VM" run -- "$smb_vm" --test-threads=1
 echo "== storage VM: iSCSI (tgtd target, open-iscsi initiator)"

@@ -8,8 +8,8 @@
 //! * `--` ends the flags; the first argument that is not a flag ends them too — upstream takes no
 //!   positional arguments, so any is an error here rather than being silently ignored;
 //! * `-h`, `-help`, `--help` ask for the usage text;
-//! * a flag given twice keeps its last value, except `-working-dir` and `-allowed-service`,
-//!   which collect all.
+//! * a flag given twice keeps its last value, except `-working-dir`, `-allowed-service` and
+//!   `-protected-disk`, which collect all.
 //!
 //! Besides upstream's own flags, every flag klog registers is accepted; `-log_file_max_size`
 //! rotates the log file, the others that only tune klog's headers, thresholds or per-module
@@ -80,6 +80,9 @@ pub struct Options {
     /// `None` when the flag is absent (any service, as upstream); an empty value adds no name, so
     /// `-allowed-service=` alone allows none.
     pub allowed_services: Option<Vec<String>>,
+    /// `-protected-disk` (repeatable): disks no call may partition, format, resize or take
+    /// offline.
+    pub protected_disks: Vec<csi_proxy_host::interlock::ProtectedDisk>,
     /// `-linux-fs-type`: the filesystem FormatVolume creates on Linux.
     pub linux_fs_type: FsType,
     /// `-linux-smb-dir`: where the Linux backend mounts SMB shares (one folder per share).
@@ -117,6 +120,7 @@ impl Default for Options {
             max_connections_per_endpoint: DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             allowed_services: None,
+            protected_disks: Vec::new(),
             linux_fs_type: FsType::default(),
             linux_smb_dir: PathBuf::from(DEFAULT_LINUX_SMB_DIR),
             audit_log: None,
@@ -212,6 +216,7 @@ enum Target {
     MaxConnectionsPerEndpoint,
     MaxConnections,
     AllowedService,
+    ProtectedDisk,
     LinuxFsType,
     LinuxSmbDir,
     AuditLog,
@@ -452,6 +457,15 @@ const FLAGS: &[Spec] = &[
                started or stopped; an empty value allows none (GetService is never restricted)",
     },
     Spec {
+        name: "protected-disk",
+        kind: Kind::StringList,
+        target: Target::ProtectedDisk,
+        default: "",
+        help: "Disk that PartitionDisk, FormatVolume, ResizeVolume and SetDiskState(offline) must never change, \
+               besides the disks found holding the running system: a disk number, serial=PATTERN or \
+               location=PATTERN (adapter:bus:target:lun; PATTERN a glob with * ? [...]); repeatable",
+    },
+    Spec {
         name: "linux-fs-type",
         kind: Kind::String,
         target: Target::LinuxFsType,
@@ -614,6 +628,9 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
                 list.push(value);
             }
         }
+        Target::ProtectedDisk => opts.protected_disks.push(value.parse().map_err(|_| {
+            invalid("a disk number (e.g. 0), serial=PATTERN or location=PATTERN (PATTERN a glob with * ? [...])")
+        })?),
         Target::LinuxFsType => {
             opts.linux_fs_type = value.parse().map_err(|_| invalid("one of ext4, xfs, btrfs, ntfs"))?;
         }
@@ -797,6 +814,19 @@ mod tests {
         let o = run(&["-working-dir", "a", "-working-dir=b", "--working-dir", "c"]);
         assert_eq!(o.working_dirs, ["a", "b", "c"]);
         assert_eq!(o.allowed_prefixes(), ["a", "b", "c", DEFAULT_KUBELET_PATH]);
+    }
+
+    #[test]
+    fn protected_disks_accumulate_and_bad_ones_are_named() {
+        let o = run(&["-protected-disk", "0", "-protected-disk=serial=OS*", "--protected-disk=location=*:0:0:0"]);
+        let shown: Vec<String> = o.protected_disks.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["0", "serial=OS*", "location=*:0:0:0"]);
+        assert!(run(&["-v=1"]).protected_disks.is_empty());
+        let e = fail(&["-protected-disk=sda"]);
+        assert!(
+            e.to_string().starts_with(r#"invalid value "sda" for flag -protected-disk: expected a disk number"#),
+            "{e}"
+        );
     }
 
     #[test]

@@ -176,6 +176,7 @@ async fn serve(
         working_dirs = %opts.allowed_prefixes().join(","),
         require_privacy = opts.require_privacy,
         allowed_services = %opts.allowed_services.as_ref().map_or("(any)".to_string(), |s| s.join(",")),
+        protected_disks = %opts.protected_disks.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
         "starting csi-proxy"
     );
     // Every answer's csi-proxy-version header: what -version prints after the program's name.
@@ -194,6 +195,7 @@ async fn serve(
         roots: csi_proxy_host::paths::Roots::new(opts.allowed_prefixes()),
         fs_type: opts.linux_fs_type,
         smb_dir: opts.linux_smb_dir.clone(),
+        protected_disks: opts.protected_disks.clone(),
     });
     let config = Config { require_privacy: opts.require_privacy, allowed_services: opts.allowed_services.clone() };
 

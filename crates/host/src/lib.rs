@@ -20,6 +20,7 @@
 pub mod data_volume;
 pub mod error;
 pub mod formats;
+pub mod interlock;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -230,6 +231,9 @@ pub struct Config {
     /// `-linux-smb-dir`: where the Linux backend mounts SMB shares. Empty: not configured, and
     /// NewSmbGlobalMapping fails (FailedPrecondition).
     pub smb_dir: std::path::PathBuf,
+    /// `-protected-disk`: disks no call may partition, format, resize or take offline, besides
+    /// those the backend finds in use by the system ([`interlock`]).
+    pub protected_disks: Vec<interlock::ProtectedDisk>,
 }
 
 /// Name of the OS the native backend serves, for error messages.

@@ -64,7 +64,7 @@ fn parse_line(line: &[u8]) -> Option<Mount> {
 }
 
 /// Decodes the kernel's `\ooo` octal escapes; anything else is kept as it is.
-fn unescape(field: &[u8]) -> Vec<u8> {
+pub(crate) fn unescape(field: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(field.len());
     let mut i = 0;
     while i < field.len() {

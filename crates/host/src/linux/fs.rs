@@ -220,9 +220,14 @@ impl Filesystem {
         Filesystem { roots }
     }
 
+    /// The roots as configured.
+    pub(crate) fn roots(&self) -> &Roots {
+        &self.roots
+    }
+
     /// Canonical components of every root. A root that does not exist yet keeps its spelling,
     /// so paths below it can still be created.
-    fn canonical_roots(&self) -> Vec<Vec<String>> {
+    pub(crate) fn canonical_roots(&self) -> Vec<Vec<String>> {
         self.roots
             .as_slice()
             .iter()

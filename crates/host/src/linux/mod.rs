@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// Every group of the Linux host. The filesystem group and the volume group's mount targets
 /// share one containment model ([`fs::Filesystem`]).
 pub fn hosts(config: Config) -> Hosts {
-    let block = Arc::new(block::Block::new(config.roots.clone(), config.fs_type));
+    let block = Arc::new(block::Block::new(config.roots.clone(), config.fs_type).protecting(config.protected_disks));
     Hosts {
         disk: block.clone(),
         volume: block,

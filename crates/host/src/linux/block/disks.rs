@@ -16,6 +16,7 @@ mod vpd;
 mod tests;
 
 use super::{disk_number, split_disk_number, Block, Disk};
+use crate::interlock::Action;
 use crate::types::{DiskIds, DiskLocation};
 use crate::{DiskHost, Error, Result};
 use std::collections::BTreeMap;
@@ -158,6 +159,9 @@ impl DiskHost for Block {
         if now == want {
             return Ok(());
         }
+        if !online {
+            self.interlock(&disk, None, Action::SetDiskOffline)?;
+        }
         if now != "running" && now != "offline" {
             return Err(Error::precondition(format!(
                 "{} (disk {}) is in SCSI state {now:?}; only a running or offline disk can be set {}",
@@ -184,7 +188,9 @@ impl DiskHost for Block {
     }
 
     fn partition_disk(&self, disk: u32) -> Result<()> {
-        self.partition(&self.disk(disk)?)
+        let disk = self.disk(disk)?;
+        self.interlock(&disk, None, Action::PartitionDisk)?;
+        self.partition(&disk)
     }
 
     /// SCSI host scans and capacity re-reads (`rescan_scsi`); each disk's table is re-read
@@ -225,7 +231,7 @@ impl DiskHost for Block {
 
 impl Block {
     /// `<sysfs>/class/block/<name>`.
-    fn block_dir(&self, name: &str) -> PathBuf {
+    pub(super) fn block_dir(&self, name: &str) -> PathBuf {
         self.sysfs.join("class/block").join(name)
     }
 
@@ -344,7 +350,7 @@ impl Block {
     /// - loop: nothing identifies a place, so everything is empty.
     ///
     /// Whatever cannot be read is left empty (and logged).
-    fn location(&self, disk: &Disk) -> DiskLocation {
+    pub(super) fn location(&self, disk: &Disk) -> DiskLocation {
         let mut loc = DiskLocation::default();
         match bus_of(&disk.name) {
             Some(Bus::Scsi) => match self.parent_device(disk).as_deref().map(|d| (d, parse_hctl(d))) {
@@ -393,7 +399,7 @@ impl Block {
     ///   as `naa.…`, `eui.…`, `t10.…` (so it can differ from what upstream's rule picks);
     /// - serial: VPD page 0x80 (`device/vpd_pg80`), else `device/serial` (NVMe controllers and
     ///   subsystems), else the disk's own `serial` (virtio-blk); trimmed.
-    fn ids(&self, disk: &Disk) -> DiskIds {
+    pub(super) fn ids(&self, disk: &Disk) -> DiskIds {
         let dir = self.block_dir(&disk.name);
         if bus_of(&disk.name) == Some(Bus::Loop) {
             return DiskIds::default();

@@ -17,6 +17,8 @@
 //! - `disks`: sysfs enumeration and identity (locations, IDs, size, SCSI state);
 //! - `device`: a volume's partition device, opened and checked; `format`: probe and mkfs;
 //!   `mount`: the mount table (mount, unmount, stats, flush, path lookups); `resize`;
+//! - `interlock`: what the disk is found to hold (the running system, holders, mounts outside
+//!   the working directories, `-protected-disk`), checked before a call changes it;
 //! - `volumes`: the volume group's RPCs, each resolving its volume and calling the above.
 
 mod blkid;
@@ -25,6 +27,7 @@ mod device;
 mod disklock;
 pub mod disks;
 mod format;
+mod interlock;
 mod kernel;
 mod lookup;
 mod loopdev;
@@ -96,6 +99,8 @@ pub struct Block {
     pub(crate) sys: Arc<dyn sys::Sys>,
     /// The disk each volume GUID was last seen on (see [`lookup::LastSeen`]).
     pub(crate) seen: lookup::LastSeen,
+    /// `-protected-disk`: disks no call may change ([`crate::interlock`]).
+    pub(crate) protected: Vec<crate::interlock::ProtectedDisk>,
 }
 
 impl Block {
@@ -113,7 +118,14 @@ impl Block {
             fs_type,
             sys,
             seen: lookup::LastSeen::new(lookup::REMEMBERED),
+            protected: Vec::new(),
         }
+    }
+
+    /// This backend with `-protected-disk`'s disks.
+    pub fn protecting(mut self, disks: Vec<crate::interlock::ProtectedDisk>) -> Self {
+        self.protected = disks;
+        self
     }
 }
 

@@ -20,6 +20,7 @@ use rustix::io::Errno;
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::process::Output;
 
@@ -68,6 +69,9 @@ pub(crate) trait Sys: Send + Sync {
     /// The device number of the block device node at `path` (a final link not followed), if it
     /// is one.
     fn block_device_at(&self, path: &Path) -> Option<(u32, u32)>;
+    /// The block devices active swap is on (`/proc/swaps`; swap files are left out: their
+    /// filesystem's mount says where they are).
+    fn swaps(&self) -> std::io::Result<Vec<(u32, u32)>>;
 }
 
 /// An open descriptor of a whole disk; closing it (drop) releases its flock.
@@ -152,6 +156,27 @@ impl Sys for RealSys {
         (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice)
             .then(|| (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)))
     }
+    fn swaps(&self) -> std::io::Result<Vec<(u32, u32)>> {
+        let text = match std::fs::read_to_string("/proc/swaps") {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()), // no swap support
+            r => r?,
+        };
+        Ok(swap_partitions(&text).iter().filter_map(|p| self.block_device_at(p)).collect())
+    }
+}
+
+/// The device paths of the `partition` lines of `/proc/swaps` (after its header), their spaces
+/// and other octal escapes (`\040`) decoded.
+pub(crate) fn swap_partitions(text: &str) -> Vec<std::path::PathBuf> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (name, kind) = (fields.next()?, fields.next()?);
+            let name = crate::formats::mountinfo::unescape(name.as_bytes());
+            (kind == "partition").then(|| std::path::PathBuf::from(std::ffi::OsString::from_vec(name)))
+        })
+        .collect()
 }
 
 struct RealFd(File);

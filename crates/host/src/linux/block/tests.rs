@@ -569,3 +569,135 @@ mod resize {
         assert_eq!(fake.kernel("vda"), [(1, (MIB, 6 * MIB))].into());
     }
 }
+
+/// The interlocks (`interlock.rs`): on a disk holding the running system, held by another
+/// device, with a volume mounted outside the working directories, or named by
+/// `-protected-disk`, PartitionDisk, FormatVolume, ResizeVolume and SetDiskState(offline) are
+/// refused before anything is written, naming the call, the disk and the reason.
+mod interlocks {
+    use super::*;
+    use crate::interlock::ProtectedDisk;
+
+    type Call<'a> = (&'static str, Box<dyn Fn() -> crate::Result<()> + 'a>);
+
+    /// Every guarded call on `b`'s disk `disk` and its volume `v` (one partition) is refused
+    /// with a message containing `why`, and nothing is written.
+    fn all_refused(fake: &FakeSys, b: &Block, disk: &Disk, v: &Volume, why: &str) {
+        fake.take_log();
+        let before = fake.data(&disk.name);
+        let calls: [Call; 4] = [
+            ("PartitionDisk", Box::new(|| b.partition_disk(disk.number))),
+            ("FormatVolume", Box::new(|| b.format_volume(&v.id))),
+            ("ResizeVolume", Box::new(|| b.resize_volume(&disk.number.to_string(), 0))),
+            ("SetDiskState(offline)", Box::new(|| b.set_disk_state(disk.number, false))),
+        ];
+        for (name, call) in calls {
+            match call() {
+                Err(Error::FailedPrecondition(msg)) => assert!(
+                    msg.starts_with(&format!("refusing {name} on "))
+                        && msg.contains(why)
+                        && msg.contains(&format!("disk {}", disk.number))
+                        && msg.ends_with("nothing was changed"),
+                    "{name}: {msg}"
+                ),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        let log = fake.take_log();
+        assert!(changes(&log).is_empty(), "{log:?}");
+        assert!(fake.data(&disk.name) == before, "the disk was written");
+        assert_eq!(fake.read_state(&disk.name), "running", "the disk was taken offline");
+    }
+
+    /// A SCSI disk `sda` (online) partitioned by the backend, and its volume.
+    fn scsi_disk(fake: &FakeSys, b: &Block) -> (Disk, Volume) {
+        let disk = fake.add_disk("sda", 0, 64 * MIB);
+        fake.set_scsi_state("sda", "running");
+        b.partition(&disk).unwrap();
+        let v = b.volumes_of(&disk).unwrap().remove(0);
+        (disk, v)
+    }
+
+    #[test]
+    fn a_disk_holding_the_running_system_is_never_changed() {
+        for at in ["/", "/boot", "/boot/efi", "/usr", "/var"] {
+            let fake = FakeSys::new();
+            let b = fake.block();
+            let (disk, v) = scsi_disk(&fake, &b);
+            fake.add_mount("sda1", at);
+            all_refused(&fake, &b, &disk, &v, &format!("it holds the running system (sda1 is mounted at {at})"));
+        }
+    }
+
+    #[test]
+    fn active_swap_on_a_disk_refuses_it() {
+        let fake = FakeSys::new();
+        let b = fake.block();
+        let (disk, v) = scsi_disk(&fake, &b);
+        fake.add_swap("sda1");
+        all_refused(&fake, &b, &disk, &v, "swap is active on sda1");
+    }
+
+    #[test]
+    fn a_disk_another_device_is_built_on_is_never_changed() {
+        for (on, holder, dm, shown) in [
+            ("sda1", "dm-0", Some("vg0-root"), r#"sda1 is held by dm-0 (device-mapper "vg0-root""#),
+            ("sda", "dm-3", Some("mpatha"), r#"sda is held by dm-3 (device-mapper "mpatha""#),
+            ("sda1", "md127", None, "sda1 is held by md127 (md RAID)"),
+        ] {
+            let fake = FakeSys::new();
+            let b = fake.block();
+            let (disk, v) = scsi_disk(&fake, &b);
+            fake.add_holder("sda", on, holder, dm);
+            all_refused(&fake, &b, &disk, &v, shown);
+        }
+    }
+
+    #[test]
+    fn a_volume_mounted_outside_the_working_directories_is_never_changed() {
+        let fake = FakeSys::new();
+        let b = fake.block();
+        let (disk, v) = scsi_disk(&fake, &b);
+        fake.add_mount("sda1", "/mnt/data");
+        all_refused(&fake, &b, &disk, &v, "sda1 is mounted at /mnt/data, outside the working directories");
+    }
+
+    /// Mounted at a staging path inside the kubelet's directory is what a driver's own stage
+    /// leaves: every call goes on (here FormatVolume finds the filesystem and refuses for that
+    /// reason instead, and ResizeVolume finds nothing to grow).
+    #[test]
+    fn a_volume_mounted_inside_the_working_directories_passes_the_interlocks() {
+        let fake = FakeSys::new();
+        let b = fake.block();
+        let (disk, v) = scsi_disk(&fake, &b);
+        let staging = fake.kubelet().join("plugins/x/globalmount");
+        fake.add_mount("sda1", staging.to_str().unwrap());
+        b.interlock(&disk, Some(&v), crate::interlock::Action::FormatVolume).unwrap();
+        b.interlock(&disk, None, crate::interlock::Action::PartitionDisk).unwrap();
+        b.partition_disk(disk.number).unwrap();
+    }
+
+    #[test]
+    fn a_protected_disk_is_never_changed() {
+        for (flag, shown) in [("0", "matches -protected-disk=0"), ("serial=OS*", "matches -protected-disk=serial=OS*")]
+        {
+            let fake = FakeSys::new();
+            let b = fake.block();
+            let (disk, v) = scsi_disk(&fake, &b);
+            fake.set_serial("sda", "OS-DISK-1");
+            let protected: ProtectedDisk =
+                if flag == "0" { ProtectedDisk::Number(disk.number) } else { flag.parse().unwrap() };
+            let b = b.protecting(vec![protected]);
+            all_refused(&fake, &b, &disk, &v, if flag == "0" { "matches -protected-disk=" } else { shown });
+        }
+    }
+
+    #[test]
+    fn an_unprotected_idle_disk_can_be_taken_offline() {
+        let fake = FakeSys::new();
+        let b = fake.block().protecting(vec!["serial=OS*".parse().unwrap()]);
+        let (disk, _) = scsi_disk(&fake, &b);
+        b.set_disk_state(disk.number, false).unwrap();
+        assert_eq!(fake.read_state("sda"), "offline");
+    }
+}

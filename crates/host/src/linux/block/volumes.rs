@@ -66,6 +66,7 @@
 use super::disklock::Lock;
 use super::Block;
 use crate::data_volume::DiskNumber;
+use crate::interlock::Action;
 use crate::types::VolumeStats;
 use crate::{Error, Result, VolumeHost};
 
@@ -84,10 +85,14 @@ impl VolumeHost for Block {
         self.is_formatted(&self.hold_volume(volume_id, Lock::Shared)?)
     }
     fn format_volume(&self, volume_id: &str) -> Result<()> {
-        self.format(&self.hold_volume(volume_id, Lock::Exclusive)?)
+        let held = self.hold_volume(volume_id, Lock::Exclusive)?;
+        self.interlock(&held.lock.disk, Some(&held), Action::FormatVolume)?;
+        self.format(&held)
     }
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
-        self.resize(&self.hold_volume_by(volume_id, Lock::Exclusive, DiskNumber::DataVolume)?, size_bytes)
+        let held = self.hold_volume_by(volume_id, Lock::Exclusive, DiskNumber::DataVolume)?;
+        self.interlock(&held.lock.disk, Some(&held), Action::ResizeVolume)?;
+        self.resize(&held, size_bytes)
     }
     fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
         self.stats(&self.volume(volume_id)?)

@@ -69,6 +69,8 @@ struct State {
     /// What was mounted through the fake, in mount order (the real root mount, ID 1, is shown
     /// before them).
     mounts: Vec<Mount>,
+    /// Nodes with active swap.
+    swaps: Vec<String>,
 }
 
 struct FakeDisk {
@@ -226,6 +228,62 @@ impl FakeSys {
     }
 
     /// sysfs `ro`.
+    /// `node` (a disk's or a partition's) mounted at `at`, as if by someone else.
+    pub(crate) fn add_mount(&self, node: &str, at: &str) {
+        let (major, minor) =
+            self.device_of_node(&self.dev_dir().join(node)).unwrap_or_else(|| panic!("no fake node {node}"));
+        let mut state = self.0.state.lock_ignoring_poison();
+        let id = 100 + state.mounts.len() as u64;
+        state.mounts.push(Mount {
+            id,
+            parent: 1,
+            major,
+            minor,
+            root: "/".into(),
+            mount_point: at.into(),
+            fstype: "ext4".into(),
+            source: format!("/dev/{node}").into(),
+        });
+    }
+
+    /// A SCSI disk's `device/state` (`running`, `offline`, ...).
+    pub(crate) fn set_scsi_state(&self, name: &str, state: &str) {
+        let dir = self.sys_dir().join("class/block").join(name).join("device");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("state"), format!("{state}\n")).unwrap();
+    }
+
+    /// What a disk's `device/state` holds now (`running` for a disk without one).
+    pub(crate) fn read_state(&self, name: &str) -> String {
+        let path = self.sys_dir().join("class/block").join(name).join("device/state");
+        fs::read_to_string(path).map_or("running".into(), |s| s.trim().to_string())
+    }
+
+    /// A disk's serial number, as `device/serial` shows it.
+    pub(crate) fn set_serial(&self, name: &str, serial: &str) {
+        let dir = self.sys_dir().join("class/block").join(name).join("device");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("serial"), format!("{serial}\n")).unwrap();
+    }
+
+    /// Swap made active on `node`.
+    pub(crate) fn add_swap(&self, node: &str) {
+        self.0.state.lock_ignoring_poison().swaps.push(node.to_string());
+    }
+
+    /// `holder` (e.g. `dm-0`, with its dm name if given) built on `node` (a disk or partition of
+    /// `disk`), as sysfs shows it.
+    pub(crate) fn add_holder(&self, disk: &str, node: &str, holder: &str, dm_name: Option<&str>) {
+        let block = self.sys_dir().join("class/block");
+        let dir = if node == disk { block.join(disk) } else { block.join(disk).join(node) };
+        fs::create_dir_all(dir.join("holders")).unwrap();
+        fs::write(dir.join("holders").join(holder), "").unwrap();
+        if let Some(n) = dm_name {
+            fs::create_dir_all(block.join(holder).join("dm")).unwrap();
+            fs::write(block.join(holder).join("dm/name"), format!("{n}\n")).unwrap();
+        }
+    }
+
     pub(crate) fn set_read_only(&self, name: &str) {
         fs::write(self.sys_dir().join("class/block").join(name).join("ro"), "1\n").unwrap();
     }
@@ -453,6 +511,12 @@ impl Sys for FakeSys {
     }
     fn block_device_at(&self, path: &Path) -> Option<(u32, u32)> {
         self.device_of_node(path)
+    }
+    fn swaps(&self) -> std::io::Result<Vec<(u32, u32)>> {
+        let state = self.0.state.lock_ignoring_poison();
+        let nodes: Vec<PathBuf> = state.swaps.iter().map(|n| self.dev_dir().join(n)).collect();
+        drop(state);
+        Ok(nodes.iter().filter_map(|p| self.device_of_node(p)).collect())
     }
 }
 
