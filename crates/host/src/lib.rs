@@ -20,10 +20,10 @@
 pub mod data_volume;
 pub mod error;
 pub mod formats;
-pub mod interlock;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod interlock;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod memory;
