@@ -3,8 +3,8 @@
 #   scripts/release.sh [OUT]         build the binaries for both systems (release profile) and
 #                                    package them into OUT (default dist/):
 #       csi-proxy-<version>-windows-amd64.zip    csi-proxy.exe and csi-proxyctl.exe (cross-built),
-#                                                README.md, LICENSE, deploy/
-#       csi-proxy-<version>-linux-amd64.tar.gz   csi-proxy, csi-proxyctl, README.md, LICENSE, deploy/
+#                                                README.md, SECURITY.md, LICENSE, docs/, deploy/
+#       csi-proxy-<version>-linux-amd64.tar.gz   csi-proxy, csi-proxyctl, README.md, SECURITY.md, LICENSE, docs/, deploy/
 #       csi-proxy-<version>-linux-amd64.oci.tar  the Linux container image (OCI archive: Debian 12
 #                                                with the tools of every group, the binaries)
 #       csi-proxy-<version>-windows-amd64.oci.tar
@@ -41,7 +41,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 WC=$ROOT/../shared/tools/windows-cross
 # What goes into both packages besides the binaries.
-EXTRA=(README.md LICENSE deploy)
+EXTRA=(README.md SECURITY.md LICENSE docs deploy)
 
 die() { echo "release: $*" >&2; exit 1; }
 
