@@ -18,6 +18,7 @@ use csi_proxy_host::paths::Roots;
 use csi_proxy_host::types::{DiskIds, DiskLocation, SmbMapping, VolumeStats};
 use csi_proxy_host::windows::contain::Containment;
 use csi_proxy_host::windows::disks::Disks;
+use csi_proxy_host::windows::interlock;
 use csi_proxy_host::windows::script::{returned, Answer, Script};
 use csi_proxy_host::windows::smb::{ShareLinks, Smb};
 use csi_proxy_host::windows::volumes::Volumes;
@@ -311,6 +312,16 @@ impl Machine {
             on_volume(s, VOLUME, DISK, DATA_OFFSET, self.partition_size, 2);
         }
         s.on("volumes", Answer::Strings(all));
+        // Where the data volume is mounted (the interlocks of FormatVolume and ResizeVolume), and
+        // what the interlocks read of the data disk and of the OS disk, which is the system's.
+        let mounted = (self.tree.iter())
+            .filter(|(_, k)| **k == Kind::Mount(VOLUME.into()))
+            .map(|(p, _)| format!(r"{p}\"))
+            .collect();
+        s.on(format!("mount_points_of {VOLUME}"), Answer::Strings(mounted));
+        s.on_query(&interlock::disk_query(DISK), vec![interlock::data_disk_row(DISK)]);
+        let os = interlock::data_disk_row(0).with("IsBoot", true).with("IsSystem", true).with("BootFromDisk", true);
+        s.on_query(&interlock::disk_query(0), vec![os]);
         let fs = format!("filesystem_name {VOLUME}");
         if self.formatted {
             s.on(fs, Answer::Str("NTFS".into()));
@@ -1510,7 +1521,8 @@ async fn smb_and_azurefile_v1beta_node_flows() {
 /// A FormatVolume and then a MountVolume of the volume (every disk driver's stage when the
 /// volume is new): the mount reads the volume's disk extents once, under its disk's lock, on
 /// the disk the format found it on (the server's locks.rs remembers it); the first sight of the
-/// volume reads them twice, before the lock and under it.
+/// volume reads them twice, before the lock and under it, and FormatVolume once more in the
+/// host, for its interlock (the disk whose flags it checks).
 #[tokio::test]
 async fn mount_volume_reads_the_volume_disk_once() {
     let w = Win::start().await;
@@ -1527,7 +1539,7 @@ async fn mount_volume_reads_the_volume_disk_once() {
     assert_eq!(id, VOLUME);
     p.format_volume(&id).await.unwrap();
     let (line, n) = extents_read(&w);
-    assert!(line.contains("FormatVolume") && n == 2, "{line}: {n} reads");
+    assert!(line.contains("FormatVolume") && n == 3, "{line}: {n} reads");
     p.mount_volume(&id, &w.node.n(&v.staging)).await.unwrap();
     let (line, n) = extents_read(&w);
     assert!(line.contains("MountVolume") && n == 1, "{line}: {n} reads");

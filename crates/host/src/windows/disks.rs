@@ -26,6 +26,7 @@
 use super::ioctl::{self, DiskAttributes};
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::{code, Access, Win32};
+use crate::interlock::{Action, ProtectedDisk};
 use crate::types::{DiskIds, DiskLocation};
 use crate::{DiskHost, Error, Result};
 use std::collections::btree_map::{BTreeMap, Entry};
@@ -55,11 +56,24 @@ const ACCESS_PATH_IN_USE: u32 = 42002;
 pub struct Disks {
     win32: Arc<dyn Win32>,
     wmi: Arc<dyn Wmi>,
+    /// `-protected-disk` ([`crate::interlock`]).
+    protected: Vec<ProtectedDisk>,
 }
 
 impl Disks {
     pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>) -> Self {
-        Disks { win32, wmi }
+        Disks { win32, wmi, protected: Vec::new() }
+    }
+
+    /// This group with `-protected-disk`'s disks.
+    pub fn protecting(mut self, disks: Vec<ProtectedDisk>) -> Self {
+        self.protected = disks;
+        self
+    }
+
+    /// The interlocks ([`super::interlock`]) for `action` on disk `disk`.
+    fn interlock(&self, disk: u32, action: Action) -> Result<()> {
+        super::interlock::check_disk(&*self.wmi, &self.protected, disk, action, &format!("disk {disk}"))
     }
 
     fn drive(disk: u32) -> String {
@@ -364,6 +378,7 @@ impl DiskHost for Disks {
     }
 
     fn partition_disk(&self, disk: u32) -> Result<()> {
+        self.interlock(disk, Action::PartitionDisk)?;
         let mut row = self.disk_row(disk)?;
         let what = format!("disk {disk}");
         // Checked once, and only when there is something to write.
@@ -471,6 +486,9 @@ impl DiskHost for Disks {
         if now.0 & mask == attributes {
             tracing::debug!(disk, online, "the disk is already in the desired state");
             return Ok(());
+        }
+        if !online {
+            self.interlock(disk, Action::SetDiskOffline)?;
         }
         // SET_DISK_ATTRIBUTES (winioctl.h, learn.microsoft.com ns-winioctl-set_disk_attributes):
         // only the attributes whose bit is set in AttributesMask change, to their bit in

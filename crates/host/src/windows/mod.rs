@@ -148,6 +148,7 @@ pub mod attr {
 pub mod contain;
 pub mod disks;
 pub mod extents;
+pub mod interlock;
 pub mod ioctl;
 pub mod iscsi;
 pub mod remove;

@@ -138,6 +138,13 @@ impl Script {
         self.on(format!("associators {path} {assoc_class} {result_class}"), Answer::Rows(rows))
     }
 
+    /// Drops the first answer scripted for `key` (a fixture's default that a test replaces).
+    pub fn take_first(&self, key: &str) {
+        if let Some(q) = self.answers.lock().unwrap().get_mut(key) {
+            q.pop_front();
+        }
+    }
+
     /// Every call so far, in order.
     pub fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()

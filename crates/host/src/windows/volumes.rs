@@ -90,6 +90,7 @@ use super::wmi::{Namespace, Query, Row, Value, Wmi};
 use super::{attr, code, failure as os, Access, Win32};
 use crate::data_volume::{self, Candidate, DiskNumber};
 use crate::error::DOES_NOT_EXIST;
+use crate::interlock::{self, Action, ProtectedDisk};
 use crate::paths::windows as wp;
 use crate::types::VolumeStats;
 use crate::{Error, Result, VolumeHost};
@@ -118,6 +119,8 @@ pub struct Volumes<N: Nt> {
     win32: Arc<dyn Win32>,
     wmi: Arc<dyn Wmi>,
     contain: Containment<N>,
+    /// `-protected-disk` ([`crate::interlock`]).
+    protected: Vec<ProtectedDisk>,
 }
 
 /// A volume ID whose form was checked.
@@ -283,7 +286,43 @@ const MBR_DATA: [u8; 7] = [0x01, 0x04, 0x06, 0x07, 0x0b, 0x0c, 0x0e];
 impl<N: Nt> Volumes<N> {
     /// `contain` checks and holds the target paths (the roots are its).
     pub fn new(win32: Arc<dyn Win32>, wmi: Arc<dyn Wmi>, contain: Containment<N>) -> Self {
-        Volumes { win32, wmi, contain }
+        Volumes { win32, wmi, contain, protected: Vec::new() }
+    }
+
+    /// This group with `-protected-disk`'s disks.
+    pub fn protecting(mut self, disks: Vec<ProtectedDisk>) -> Self {
+        self.protected = disks;
+        self
+    }
+
+    /// The interlocks ([`super::interlock`]) for `action` on volume `v` of disk `disk`: the
+    /// disk's, then the volume's mount points, each of which must be inside the working
+    /// directories (a drive letter never is).
+    fn interlock(&self, v: &VolumeId, disk: u32, action: Action) -> Result<()> {
+        let what = format!("volume {v} (on disk {disk})");
+        super::interlock::check_disk(&*self.wmi, &self.protected, disk, action, &what)?;
+        let mounted = self.win32.mount_points_of(&v.id).map_err(|e| on_volume(v, "listing the mount points of", e))?;
+        if let Some(mp) = mounted.iter().find(|mp| self.contain.lexical(mp.trim_end_matches('\\')).is_err()) {
+            let why = format!(
+                "it is mounted at {}, outside the working directories {}",
+                crate::error::clip(mp),
+                self.contain.roots()
+            );
+            return Err(interlock::refusal(action, &what, &why));
+        }
+        Ok(())
+    }
+
+    /// The one disk a volume is on, for the calls that change it.
+    fn disk_of(&self, v: &VolumeId) -> Result<u32> {
+        match self.extents(v)?.as_slice() {
+            [(disk, _, _)] => Ok(*disk),
+            [] => Err(Error::precondition(format!("volume {v} has no disk extents, so no partition to change"))),
+            many => Err(Error::precondition(format!(
+                "volume {v} spans {} extents (a spanned, striped or dynamic volume); expected one partition",
+                many.len()
+            ))),
+        }
     }
 
     /// The extents of a volume, as (disk, offset, length).
@@ -586,6 +625,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
                 "volume {v} already holds a {fs} filesystem; refusing to format it, which would destroy its data"
             )));
         }
+        self.interlock(&v, self.disk_of(&v)?, Action::FormatVolume)?;
         let q = Query::select(Namespace::Storage, "MSFT_Volume", &["UniqueId", "FileSystemType"])
             .eq("UniqueId", v.id.as_str());
         let row = (self.wmi.query(&q)?.into_iter().next())
@@ -611,18 +651,8 @@ impl<N: Nt> VolumeHost for Volumes<N> {
 
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
         let v = self.volume_id(volume_id, DiskNumber::DataVolume)?;
-        let disk = match self.extents(&v)?.as_slice() {
-            [(disk, _, _)] => *disk,
-            [] => {
-                return Err(Error::precondition(format!("volume {v} has no disk extents, so no partition to resize")))
-            }
-            many => {
-                return Err(Error::precondition(format!(
-                "volume {v} spans {} extents (a spanned, striped or dynamic volume); expected one partition to resize",
-                many.len()
-            )))
-            }
-        };
+        let disk = self.disk_of(&v)?;
+        self.interlock(&v, disk, Action::ResizeVolume)?;
         let info = self.partition_info(&v)?;
         if info.number == 0 {
             return Err(Error::precondition(format!(

@@ -1,4 +1,6 @@
 use super::*;
+use crate::interlock::ProtectedDisk;
+use crate::windows::interlock;
 use crate::windows::ioctl::*;
 use crate::windows::script::{returned, Answer, Script};
 use proptest::prelude::*;
@@ -293,8 +295,18 @@ fn script_disk(s: &Script, i: u32, number: u32, ids: Answer, descriptor: Answer)
     s.on(format!("ioctl {} {QP}", iface(i)), descriptor);
 }
 
+/// The group over `s`, where disks 2 and 3 are data disks to the interlocks (a test may script
+/// them otherwise first: the first answer scripted is the one given).
 fn disks(s: &Arc<Script>) -> Disks {
+    for n in [2, 3] {
+        s.on_query(&interlock::disk_query(n), vec![interlock::data_disk_row(n)]);
+    }
     Disks::new(s.clone(), s.clone())
+}
+
+/// The interlock's query of disk 2 and of disk 3, as logged.
+fn il(n: u32) -> String {
+    interlock::disk_query_line(n)
 }
 
 fn ids(page83: &str, serial: &str) -> DiskIds {
@@ -430,7 +442,13 @@ fn set_state_changes_and_reads_back() {
         s.on(GET_ATTRS, Answer::Bytes(attributes_buf(after)));
         s.on(SET_ATTRS, Answer::Bytes(vec![]));
         disks(&s).set_disk_state(2, online).unwrap();
-        assert_eq!(s.log(), [GET_ATTRS, SET_ATTRS, GET_ATTRS]);
+        // Taking a disk offline asks the interlock first.
+        let expected: Vec<String> = if online {
+            vec![GET_ATTRS.into(), SET_ATTRS.into(), GET_ATTRS.into()]
+        } else {
+            vec![GET_ATTRS.into(), il(2), SET_ATTRS.into(), GET_ATTRS.into()]
+        };
+        assert_eq!(s.log(), expected);
     }
 }
 
@@ -576,6 +594,7 @@ fn a_raw_disk_is_initialized_as_gpt_and_partitioned() {
     assert_eq!(
         s.log(),
         [
+            il(3),
             "query SELECT Number, PartitionStyle, IsOffline, IsReadOnly FROM MSFT_Disk WHERE Number = 3".to_owned(),
             GET_ATTRS3.to_owned(),
             format!(r#"call {DISK_PATH} Initialize [("PartitionStyle", 2)]"#),
@@ -623,7 +642,7 @@ fn a_partitioned_disk_is_left_alone() {
         let s = partitioning(disk_row(style, true, true), parts, vec![], 0);
         disks(&s).partition_disk(3).unwrap();
         assert_eq!(calls(&s), Vec::<String>::new(), "style {style}");
-        assert_eq!(s.calls("query").len(), 2);
+        assert_eq!(s.calls("query").len(), 3, "the interlock's, the disk's and the partitions'");
     }
 }
 
@@ -726,7 +745,7 @@ fn a_disk_brought_online_by_ioctl_is_partitioned_though_the_cache_says_offline()
         assert!(at(GET_ATTRS3) < at(RESCAN), "{log:?}");
         let first_write = if style == 0 { "Initialize" } else { "CreatePartition" };
         assert!(at(RESCAN) < at(&format!("call {DISK_PATH} {first_write}")), "{log:?}");
-        assert_eq!(log.iter().filter(|l| l.starts_with("query SELECT Number")).count(), 2, "{log:?}");
+        assert_eq!(log.iter().filter(|l| l.starts_with("query SELECT Number, PartitionStyle")).count(), 2, "{log:?}");
         assert_eq!(calls(&s).last().unwrap(), "call part2 Online []");
     }
 }
@@ -882,4 +901,64 @@ fn list_disk_locations_leaves_out_what_does_not_parse() {
     assert_eq!(got.keys().copied().collect::<Vec<_>>(), [0, 5]);
     assert_eq!(got[&5], DiskLocation { adapter: "1".into(), bus: "".into(), target: "2".into(), lun_id: "3".into() });
     assert_eq!(s.log(), ["query SELECT Number, Location FROM MSFT_Disk"]);
+}
+
+// ---- interlocks ----
+
+/// PartitionDisk and SetDiskState(offline) on the system's disks (MSFT_Disk's IsBoot, IsSystem,
+/// BootFromDisk) and on a `-protected-disk` are refused before any write: the interlock's query
+/// is the first call, and no method or attribute change follows.
+#[test]
+fn the_systems_disks_and_protected_ones_are_never_changed() {
+    let flagged = |flag: &str| interlock::data_disk_row(3).with(flag, true);
+    let located = interlock::data_disk_row(3)
+        .with("SerialNumber", "  OS-DISK-7  ")
+        .with("Location", "PCI Slot 3 : Adapter 0 : Port 0 : Target 0 : LUN 0");
+    let cases: [(Row, Vec<ProtectedDisk>, &str); 6] = [
+        (flagged("IsBoot"), vec![], "it holds the boot volume"),
+        (flagged("IsSystem"), vec![], "it holds the system partition"),
+        (flagged("BootFromDisk"), vec![], "the firmware boots from it"),
+        (interlock::data_disk_row(3), vec![ProtectedDisk::Number(3)], "matches -protected-disk=3"),
+        (
+            located.clone(),
+            vec!["serial=OS-*".parse().unwrap()],
+            r#"matches -protected-disk=serial=OS-* (serial "OS-DISK-7""#,
+        ),
+        (located, vec!["location=0:*:0:0".parse().unwrap()], "matches -protected-disk=location=0:*:0:0"),
+    ];
+    for (row, protected, why) in cases {
+        let s = partitioning(disk_row(0, false, false), vec![], vec![], 0);
+        s.on_query(&interlock::disk_query(3), vec![row]);
+        s.on(GET_ATTRS3, Answer::Bytes(attributes_buf(0)));
+        let d = Disks::new(s.clone(), s.clone()).protecting(protected);
+        for (name, r) in [("PartitionDisk", d.partition_disk(3)), ("SetDiskState(offline)", d.set_disk_state(3, false))]
+        {
+            match r {
+                Err(Error::FailedPrecondition(m)) => assert!(
+                    m.starts_with(&format!("refusing {name} on disk 3: "))
+                        && m.contains(why)
+                        && m.ends_with("nothing was changed"),
+                    "{name}: {m}"
+                ),
+                other => panic!("{name} ({why}): {other:?}"),
+            }
+        }
+        assert_eq!(calls(&s), Vec::<String>::new(), "{why}");
+        assert!(!s.log().iter().any(|l| l.contains("0x7c0f4")), "an attribute was set ({why}): {:?}", s.log());
+    }
+}
+
+/// A data disk, protected or not by a pattern that names another, is partitioned as before.
+#[test]
+fn a_data_disk_not_named_by_a_protection_is_partitioned() {
+    let s = partitioning(
+        disk_row(2, false, false),
+        vec![gpt_partition(1, GPT_MSR)],
+        vec![gpt_partition(1, GPT_MSR), gpt_partition(2, GPT_BASIC_DATA)],
+        0,
+    );
+    s.on_query(&interlock::disk_query(3), vec![interlock::data_disk_row(3).with("SerialNumber", "DATA-1")]);
+    let d = Disks::new(s.clone(), s.clone()).protecting(vec!["serial=OS-*".parse().unwrap(), ProtectedDisk::Number(0)]);
+    d.partition_disk(3).unwrap();
+    assert_eq!(calls(&s).last().unwrap(), "call part2 Online []");
 }

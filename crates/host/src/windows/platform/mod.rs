@@ -30,8 +30,11 @@ pub fn hosts(config: Config) -> Hosts {
     let wmi: Arc<dyn super::wmi::Wmi> = WMI.get_or_init(|| Arc::new(wmi::ComWmi::new())).clone();
     let fs = Arc::new(fs::Filesystem::new(config.roots.clone()));
     Hosts {
-        disk: Arc::new(Disks::new(win32.clone(), wmi.clone())),
-        volume: Arc::new(Volumes::new(win32.clone(), wmi.clone(), Containment::new(real_nt::RealNt, config.roots))),
+        disk: Arc::new(Disks::new(win32.clone(), wmi.clone()).protecting(config.protected_disks.clone())),
+        volume: Arc::new(
+            Volumes::new(win32.clone(), wmi.clone(), Containment::new(real_nt::RealNt, config.roots))
+                .protecting(config.protected_disks),
+        ),
         smb: Arc::new(Smb::new(win32, wmi.clone(), fs.clone())),
         iscsi: Arc::new(Iscsi::new(wmi)),
         filesystem: fs,

@@ -1,6 +1,8 @@
 use super::*;
+use crate::interlock::ProtectedDisk;
 use crate::paths::Roots;
 use crate::windows::code::*;
+use crate::windows::interlock;
 use crate::windows::script::{returned, Answer, Script};
 
 const V1: &str = r"\\?\Volume{0a1b2c3d-0000-1111-2222-333344445555}\";
@@ -12,8 +14,22 @@ const MNT: &str = r"C:\root\pv\mnt";
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
+/// The group over `s`, where disks 0 to 7 are data disks to the interlocks and the test volumes
+/// have no mount point (a test may script its own answers after these: the first scripted is
+/// given first).
 fn volumes(s: &Arc<Script>) -> Volumes<Arc<Script>> {
+    for n in 0..8 {
+        s.on_query(&interlock::disk_query(n), vec![interlock::data_disk_row(n)]);
+    }
+    for id in [V1, V2, V3] {
+        s.on(format!("mount_points_of {id}"), Answer::Strings(vec![]));
+    }
     Volumes::new(s.clone(), s.clone(), Containment::new(s.clone(), Roots::new(vec![ROOT.into()])))
+}
+
+/// What the interlocks log for volume `id` on disk `disk`: the disk's query, the mount points.
+fn interlock_lines(id: &str, disk: u32) -> [String; 2] {
+    [interlock::disk_query_line(disk), format!("mount_points_of {id}")]
 }
 
 fn setup() -> (Arc<Script>, Volumes<Arc<Script>>) {
@@ -527,13 +543,18 @@ fn formatting_calls_msft_volume_format_with_upstreams_arguments() {
     let (s, v) = setup();
     let key = format!("filesystem_name {V1}");
     s.on(&key, Answer::Str("RAW".into())).on(&key, Answer::Str("NTFS".into()));
+    on_extents(&s, V1, &[(3, 16 << 20, 10 << 30)]);
     s.on_query(&volume_query(), vec![Row::new("MSFT_Volume", "VOL1").with("UniqueId", V1)]);
     s.on_call("VOL1", "Format", returned(0));
     v.format_volume(device(V1)).unwrap();
+    let [disk, mounted] = interlock_lines(V1, 3);
     assert_eq!(
         s.log(),
         [
             key.clone(),
+            format!("ioctl {} 0x560000", device(V1)),
+            disk,
+            mounted,
             format!(
                 r"query SELECT UniqueId, FileSystemType FROM MSFT_Volume WHERE UniqueId = '{}'",
                 V1.replace('\\', r"\\")
@@ -550,6 +571,7 @@ fn formatting_failures() {
     // A non-zero ReturnValue.
     let (s, v) = setup();
     s.on(format!("filesystem_name {V1}"), Answer::Str("RAW".into()));
+    on_extents(&s, V1, &[(3, 16 << 20, 10 << 30)]);
     s.on_query(&volume_query(), vec![Row::new("MSFT_Volume", "VOL1")]);
     s.on_call("VOL1", "Format", returned(43001));
     let err = v.format_volume(V1).unwrap_err().to_string();
@@ -559,6 +581,7 @@ fn formatting_failures() {
     // Success reported, but still RAW.
     let (s, v) = setup();
     s.on(format!("filesystem_name {V1}"), Answer::Str("RAW".into()));
+    on_extents(&s, V1, &[(3, 16 << 20, 10 << 30)]);
     s.on_query(&volume_query(), vec![Row::new("MSFT_Volume", "VOL1")]);
     s.on_call("VOL1", "Format", returned(0));
     assert!(matches!(v.format_volume(V1), Err(Error::Internal(m)) if m.contains(V1)));
@@ -566,6 +589,7 @@ fn formatting_failures() {
     // Not in MSFT_Volume.
     let (s, v) = setup();
     s.on(format!("filesystem_name {V1}"), Answer::Win32Error(ERROR_UNRECOGNIZED_VOLUME));
+    on_extents(&s, V1, &[(3, 16 << 20, 10 << 30)]);
     s.on_query(&volume_query(), vec![]);
     assert!(matches!(v.format_volume(V1), Err(Error::NotFound(m)) if m.contains(V1)));
     assert!(s.calls("call ").is_empty());
@@ -615,6 +639,7 @@ fn growing_resizes_the_partition_then_refreshes_its_disk() {
     assert_eq!(
         calls,
         [
+            interlock::disk_query_line(3),
             "query SELECT Size FROM MSFT_Partition WHERE DiskNumber = 3 AND PartitionNumber = 2".to_string(),
             format!(r#"call PART Resize [("Size", {})]"#, 20 * GIB),
             "query SELECT Number FROM MSFT_Disk WHERE Number = 3".into(),
@@ -622,6 +647,56 @@ fn growing_resizes_the_partition_then_refreshes_its_disk() {
         ]
     );
     s.assert_all_scripted();
+}
+
+/// FormatVolume and ResizeVolume (by volume ID and by disk number's data volume) on a volume of
+/// the system's disk, of a protected disk, or mounted outside the working directories (a drive
+/// letter: the temporary disk's `D:\`) are refused before any WMI method is called.
+#[test]
+fn a_volume_of_the_systems_disk_or_mounted_outside_the_roots_is_never_changed() {
+    let boot = interlock::data_disk_row(3).with("IsBoot", true);
+    // (the disk's row, where the volume is mounted, -protected-disk, why it is refused)
+    type Case = (Option<Row>, Vec<String>, Vec<ProtectedDisk>, &'static str);
+    let cases: [Case; 4] = [
+        (Some(boot), vec![], vec![], "it holds the boot volume"),
+        (None, vec![r"D:\".into()], vec![], r"it is mounted at D:\, outside the working directories"),
+        (None, vec![format!(r"{MNT}\"), r"C:\data\".into()], vec![], r"it is mounted at C:\data\, outside"),
+        (None, vec![], vec![ProtectedDisk::Number(3)], "matches -protected-disk=3"),
+    ];
+    for (disk_row, mounted, protected, why) in cases {
+        for call in ["format", "resize"] {
+            let (s, v) = resizable(10 * GIB);
+            let v = v.protecting(protected.clone());
+            s.on(format!("filesystem_name {V1}"), Answer::Str("RAW".into()));
+            if let Some(row) = &disk_row {
+                s.on_query(&interlock::disk_query(3), vec![row.clone()]);
+                // The default scripted by `volumes` comes first: use it up.
+                s.take_first(&interlock::disk_query_line(3));
+            }
+            if !mounted.is_empty() {
+                s.on(format!("mount_points_of {V1}"), Answer::Strings(mounted.clone()));
+                s.take_first(&format!("mount_points_of {V1}"));
+            }
+            let r = if call == "format" { v.format_volume(V1) } else { v.resize_volume(V1, 0) };
+            match r {
+                Err(Error::FailedPrecondition(m)) => assert!(
+                    m.starts_with("refusing ") && m.contains(&format!("volume {V1} (on disk 3)")) && m.contains(why),
+                    "{call}: {m}"
+                ),
+                other => panic!("{call} ({why}): {other:?}"),
+            }
+            assert!(s.calls("call ").is_empty(), "{call} ({why}): {:?}", s.log());
+        }
+    }
+}
+
+/// Mounted only inside the working directories (a staged volume), a volume passes.
+#[test]
+fn a_volume_mounted_inside_the_roots_passes_the_interlocks() {
+    let (s, v) = resizable(10 * GIB);
+    s.on(format!("mount_points_of {V1}"), Answer::Strings(vec![format!(r"{MNT}\")]));
+    s.take_first(&format!("mount_points_of {V1}"));
+    v.resize_volume(V1, 10 * GIB).unwrap();
 }
 
 /// A GPT entry (PARTITION_INFORMATION_EX) at `start`.
