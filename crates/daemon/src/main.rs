@@ -131,6 +131,9 @@ impl CallObserver for MetricsObserver {
     fn handled(&self, service: &str, method: &str, code: &str, elapsed: Duration) {
         self.0.handled(service, method, code, elapsed)
     }
+    fn joined(&self, service: &str, method: &str) {
+        self.0.joined(service, method)
+    }
 }
 
 /// Adapts the Prometheus metrics to the transport's admission reports.

@@ -5,7 +5,7 @@ use std::fmt;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// The request itself is wrong (bad path, bad ID, out-of-range value).
     #[error("{0}")]

@@ -27,7 +27,8 @@
 //! [`Metrics::set_build_info`]; `csi_proxy_connections_open` (label `endpoint`), and
 //! `csi_proxy_connections_refused_total`, `csi_proxy_connections_evicted_total` and
 //! `csi_proxy_calls_cancelled_total` (labels `endpoint`, `reason`), counted by the transport's fair
-//! admission. The metrics listener counts itself under `endpoint="metrics"`: its open connections,
+//! admission; `csi_proxy_calls_joined_total` (the gRPC labels), calls that joined an identical one
+//! in flight. The metrics listener counts itself under `endpoint="metrics"`: its open connections,
 //! and those it closes because they sent no request while newer ones waited (evicted,
 //! `reason="no_request"`).
 
@@ -124,6 +125,7 @@ struct Inner {
     connections_refused: IntCounterVec,
     connections_evicted: IntCounterVec,
     calls_cancelled: IntCounterVec,
+    calls_joined: IntCounterVec,
     /// Whether every API endpoint is bound and served (what `/readyz` answers).
     ready: std::sync::atomic::AtomicBool,
 }
@@ -198,6 +200,12 @@ impl Metrics {
             "Calls the transport ended itself (reason: request_timeout, too_many_calls, no_call_slot).",
             &CONNECTION_LABELS,
         )?;
+        let calls_joined = counter(
+            "csi_proxy_calls_joined_total",
+            "Mutating calls that waited for an identical call in flight (same caller, method and request) \
+             and got its result instead of running again.",
+            &GRPC_LABELS,
+        )?;
         register_process_metrics(&registry)?;
 
         Ok(Metrics {
@@ -212,6 +220,7 @@ impl Metrics {
                 connections_refused,
                 connections_evicted,
                 calls_cancelled,
+                calls_joined,
                 ready: std::sync::atomic::AtomicBool::new(false),
             }),
         })
@@ -240,6 +249,11 @@ impl Metrics {
             self.inner.msg_sent.with_label_values(&labels).inc();
         }
         self.inner.handling_seconds.with_label_values(&labels).observe(elapsed.as_secs_f64());
+    }
+
+    /// A call joined an identical one in flight instead of running.
+    pub fn joined(&self, service: &str, method: &str) {
+        self.inner.calls_joined.with_label_values(&[UNARY, service, method]).inc();
     }
 
     /// A connection on `endpoint` was admitted: one more open there.

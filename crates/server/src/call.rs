@@ -4,6 +4,7 @@
 
 use crate::audit::call::{CallAudit, Pending};
 use crate::audit::{is_read_only, AuditSink, Writer, RECORD_WAIT};
+use crate::join::{Entered, Interest, Joins, Publisher};
 use crate::locks::{Key, Locks, Serial};
 use crate::outcome::{panicked, payload_message, Name};
 use crate::pool::{Pool, Pools, Submitted, GROW_AFTER};
@@ -55,6 +56,8 @@ struct Inner {
     inline: inline::Inline,
     /// Numbers the audited calls, pairing start and end records.
     next_call: AtomicU64,
+    /// Mutating calls in flight, which an identical call joins ([`crate::join`]).
+    joins: Arc<Joins>,
 }
 
 /// Shared state of every service: the host backends, configuration, observers, and what the
@@ -87,6 +90,7 @@ impl Context {
             pools: Pools::default(),
             inline: inline::Inline::default(),
             next_call: AtomicU64::new(1),
+            joins: Arc::default(),
         }))
     }
 
@@ -130,9 +134,11 @@ impl Context {
 /// unrun); work already running finishes on its thread. With `pending`, the audited call's end
 /// record is settled with the job: the job does not start once the call is cancelled, and a job
 /// that ends after its caller has gone writes the end record itself (see [`Pending`]).
+/// `joined`, when given, must agree to the work's start (see [`Publisher::begin`]).
 async fn run_on<R: Send + 'static>(
     pool: &Pool,
     pending: Option<Arc<Pending>>,
+    joined: Option<Publisher>,
     work: impl FnOnce() -> Result<R> + Send + 'static,
 ) -> std::result::Result<Result<R>, String> {
     let (tx, mut rx) = tokio::sync::oneshot::channel();
@@ -141,7 +147,7 @@ async fn run_on<R: Send + 'static>(
             Some(pending) => pending.begin(),
             None => !tx.is_closed(),
         };
-        if !go {
+        if !go || joined.is_some_and(|p| !p.begin()) {
             return;
         }
         let done = catch_unwind(AssertUnwindSafe(work)).map_err(|p| payload_message(p.as_ref()));
@@ -174,21 +180,23 @@ impl Context {
     ) -> Result<Response<Resp>, Status>
     where
         Req: IntoOp + prost::Message,
-        Resp: FromOutput<<Req::Op as Op>::Output> + Send + 'static,
+        Resp: FromOutput<<Req::Op as Op>::Output> + Clone + Send + Sync + 'static,
     {
         let start = Instant::now();
         let _flying = self.0.inline.flying();
         if let Some(o) = &self.0.observer {
             o.started(service, method);
         }
+        let peer_at_connect = request.extensions().get::<Arc<Caller>>().cloned();
+        // Mutating calls may join an identical one in flight, by the same principal.
+        let principal = (!is_read_only(method)).then(|| principal(peer_at_connect.as_deref()));
         let audit = self.0.audit.as_ref().filter(|a| a.read_only_calls() || !is_read_only(method)).map(|writer| {
-            let peer_at_connect = request.extensions().get::<Arc<Caller>>().cloned();
             let call = self.0.next_call.fetch_add(1, Ordering::Relaxed);
             CallAudit::new(writer.clone(), call, peer_at_connect, (service, method), start)
         });
         // Also returns the request as logged, rendered only when it will be written (one line
         // per call, together with the outcome, after the work).
-        let (result, shown) = self.serve::<Req, Resp>((service, method), request.into_inner(), audit).await;
+        let (result, shown) = self.serve::<Req, Resp>((service, method), request.into_inner(), audit, principal).await;
         let elapsed = start.elapsed();
         let code = match &result {
             Ok(_) => Code::Ok,
@@ -227,15 +235,22 @@ impl Context {
         name: Name,
         message: Req,
         audit: Option<CallAudit>,
+        principal: Option<String>,
     ) -> (Result<Resp>, Option<String>)
     where
         Req: IntoOp + prost::Message,
-        Resp: FromOutput<<Req::Op as Op>::Output> + Send + 'static,
+        Resp: FromOutput<<Req::Op as Op>::Output> + Clone + Send + Sync + 'static,
     {
         // The request as the log and the audit record show it, rendered only when one of them
         // will be written.
         let logged = tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG);
         let shown = (logged || audit.is_some()).then(|| crate::shown::request_json(name.0, name.1, &message));
+        let join_key = principal.map(|principal| crate::join::Key {
+            principal,
+            service: name.0,
+            method: name.1,
+            request: message.encode_to_vec(),
+        });
         let prepared = catch_unwind(AssertUnwindSafe(|| -> Result<_> {
             let op = message.into_op()?;
             let serial = op.serial()?;
@@ -251,6 +266,46 @@ impl Context {
             }
         };
         let text = logged.then(|| shown.as_ref().map(|j| j.to_string())).flatten();
+        // A rescan (every disk, step by step) is cheap to repeat and not joined.
+        let join_key = join_key.filter(|_| !matches!(serial, Serial::EachDisk));
+        let mut interest = None;
+        if let Some(key) = join_key {
+            // Until this call either gets the result of an identical one or is the one to run.
+            loop {
+                match self.0.joins.enter(key.clone()) {
+                    Entered::Full => {
+                        let e = Error::Unavailable(format!(
+                            "{} identical {}.{} calls already wait for the one in flight; try again",
+                            crate::join::MAX_WAITERS,
+                            name.0,
+                            name.1
+                        ));
+                        if let Some(audit) = &audit {
+                            audit.refused(&e).await;
+                        }
+                        return (Err(e), text);
+                    }
+                    Entered::Joined(joined) => {
+                        // It does nothing itself: the log says it waits, the audit trail has
+                        // the call that ran.
+                        if let Some(o) = &self.0.observer {
+                            o.joined(name.0, name.1);
+                        }
+                        tracing::info!(target: "csi_proxy::call", service = name.0, method = name.1,
+                            "an identical call is in flight; waiting for its result instead of running again");
+                        match joined.result::<Result<Resp>>().await {
+                            Some(result) => return (result, text),
+                            // Its client left before any host work began: run it here.
+                            None => continue,
+                        }
+                    }
+                    Entered::First(first) => {
+                        interest = Some(first);
+                        break;
+                    }
+                }
+            }
+        }
         let end = match audit {
             None => None,
             Some(audit) => match audit.started(shown.unwrap_or_default()).await {
@@ -259,7 +314,11 @@ impl Context {
             },
         };
         let pending = end.as_ref().map(|e| e.pending());
-        let result = self.work::<Req::Op, Resp>(name, op, serial, pending).await;
+        let result = self.work::<Req::Op, Resp>(name, op, serial, pending, interest.as_ref()).await;
+        if let Some(interest) = &interest {
+            // For the calls waiting for it (the host work's thread may have done so already).
+            interest.publish(result.clone());
+        }
         if let Some(end) = end {
             end.finish(&result).await;
         }
@@ -267,10 +326,19 @@ impl Context {
     }
 
     /// The operation's host work, under the lock its `serial` names.
-    async fn work<O, Resp>(&self, name: Name, op: O, serial: Serial, pending: Option<Arc<Pending>>) -> Result<Resp>
+    /// With `joined`, the host work marks when it begins and publishes its result to the calls
+    /// that joined this one as soon as it ends, whether this call's client is still there or not.
+    async fn work<O, Resp>(
+        &self,
+        name: Name,
+        op: O,
+        serial: Serial,
+        pending: Option<Arc<Pending>>,
+        joined: Option<&Interest>,
+    ) -> Result<Resp>
     where
         O: Op,
-        Resp: FromOutput<O::Output> + Send + 'static,
+        Resp: FromOutput<O::Output> + Clone + Send + Sync + 'static,
     {
         let pools = &self.0.pools;
         let (pool, guard) = match serial {
@@ -287,7 +355,7 @@ impl Context {
                     let (ctx, volume) = (self.clone(), volume.clone());
                     async move {
                         let lookup = move || ctx.hosts().volume.get_disk_number_from_volume_id(&volume);
-                        run_on(&self.0.pools.unlocked, None, lookup).await.unwrap_or_else(|why| {
+                        run_on(&self.0.pools.unlocked, None, None, lookup).await.unwrap_or_else(|why| {
                             Err(Error::internal(format!("looking up the disk of a volume panicked ({why})")))
                         })
                     }
@@ -304,9 +372,17 @@ impl Context {
             }
         }
         let ctx = self.clone();
-        let done = run_on(pool, pending.clone(), move || {
+        let publisher = joined.map(Interest::publisher);
+        let done = run_on(pool, pending.clone(), joined.map(Interest::publisher), move || {
             let _held = guard;
-            op.run(&ctx).and_then(Resp::from_output)
+            let Some(publisher) = publisher else { return op.run(&ctx).and_then(Resp::from_output) };
+            // Published from here, for the calls that joined this one, even if its client left;
+            // a panic too, as the error its caller would get.
+            let run = || op.run(&ctx).and_then(Resp::from_output);
+            let result = catch_unwind(AssertUnwindSafe(run))
+                .unwrap_or_else(|p| Err(panicked(name, &payload_message(p.as_ref()))));
+            publisher.publish(result.clone());
+            result
         })
         .await;
         done.unwrap_or_else(|why| Err(panicked(name, &why)))
@@ -322,14 +398,14 @@ impl Context {
     {
         let pools = &self.0.pools;
         let (ctx, lister) = (self.clone(), self.clone());
-        let rescan = async move { run_on(&pools.locked, None, move || op.run(&ctx)).await.map_err(Panicked) };
+        let rescan = async move { run_on(&pools.locked, None, None, move || op.run(&ctx)).await.map_err(Panicked) };
         let disks = async move {
-            run_on(&pools.unlocked, None, move || lister.hosts().disk.disks_to_refresh()).await.map_err(Panicked)
+            run_on(&pools.unlocked, None, None, move || lister.hosts().disk.disks_to_refresh()).await.map_err(Panicked)
         };
         let refresh = |disk| async move {
             let held = self.locks().lock(Key::Disk(disk)).await;
             let ctx = self.clone();
-            run_on(&pools.locked, None, move || {
+            run_on(&pools.locked, None, None, move || {
                 let _held = held;
                 ctx.hosts().disk.refresh_disk(disk)
             })
@@ -338,6 +414,17 @@ impl Context {
         };
         let outcome = csi_proxy_host::rescan_in_order(rescan, disks, refresh).await?;
         Ok(outcome.and_then(Resp::from_output))
+    }
+}
+
+/// The principal a call is joined by: who connected (the uid on unix, the user SID on Windows,
+/// else the process), as the transport's fair admission counts callers.
+fn principal(caller: Option<&Caller>) -> String {
+    match caller {
+        Some(Caller { uid: Some(uid), .. }) => format!("uid {uid}"),
+        Some(Caller { user: Some(sid), .. }) => format!("sid {sid}"),
+        Some(Caller { pid: Some(pid), .. }) => format!("pid {pid}"),
+        _ => "unknown".to_string(),
     }
 }
 

@@ -17,6 +17,7 @@ pub mod audit;
 pub mod call;
 pub mod fields;
 mod inline;
+pub mod join;
 pub mod locks;
 pub mod ops;
 mod outcome;
@@ -43,6 +44,8 @@ pub trait CallObserver: Send + Sync {
     fn started(&self, service: &str, method: &str);
     /// `code` is the gRPC code name as Go spells it (`OK`, `InvalidArgument`, ...).
     fn handled(&self, service: &str, method: &str, code: &str, elapsed: Duration);
+    /// A call joined an identical one in flight instead of running ([`join`]).
+    fn joined(&self, _service: &str, _method: &str) {}
 }
 
 /// Settings of the server layer that come from the command line.

@@ -400,12 +400,15 @@ async fn a_call_cancelled_while_waiting_for_its_disk_is_recorded_as_not_done() {
     hosts.disk = disk.clone();
     let sink = Arc::new(Sink::default());
     let ctx = Context::new(hosts, Config::default()).with_audit(sink.clone());
-    let partition = |ctx: Context| async move {
-        let req = from_caller(v1::PartitionDiskRequest { disk_number: 0 });
+    // The second from another user: the same call of the same user would join the first
+    // (crate::join) instead of waiting for the disk.
+    let partition = |ctx: Context, uid: u32| async move {
+        let mut req = Request::new(v1::PartitionDiskRequest { disk_number: 0 });
+        req.extensions_mut().insert(Arc::new(csi_proxy_wire::Caller { uid: Some(uid), ..caller() }));
         ctx.unary::<_, v1::PartitionDiskResponse>("v1.Disk", "PartitionDisk", req).await
     };
 
-    let first = tokio::spawn(partition(ctx.clone()));
+    let first = tokio::spawn(partition(ctx.clone(), 0));
     let entered_rx = tokio::task::spawn_blocking(move || {
         entered_rx.recv().unwrap();
         entered_rx
@@ -413,7 +416,7 @@ async fn a_call_cancelled_while_waiting_for_its_disk_is_recorded_as_not_done() {
     .await
     .unwrap();
     // The second call on the same disk writes its start record, then waits for the first.
-    let second = tokio::spawn(partition(ctx.clone()));
+    let second = tokio::spawn(partition(ctx.clone(), 4242));
     let r = wait_for_records(&sink, 2).await;
     let second_call = r[1].call;
     second.abort();
