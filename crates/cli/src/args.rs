@@ -59,6 +59,9 @@ Node check (changes the host: run it on a node you may test on, as root on Linux
     -kubelet-path <dir>   The daemon's -kubelet-path (default /var/lib/kubelet, on Windows
                           C:\\var\\lib\\kubelet); the scratch directory is made inside it.
     -scratch-dir <dir>    Where the disks' backing files go (default the temp directory).
+    -list                 Only print every check it can run: name, OS (linux, windows or
+                          both) and what a pass settles (with -json: an array of {\"name\",
+                          \"os\", \"settles\"}). Runs nothing and contacts no daemon.
     -cleanup              Only remove what earlier runs killed outright left (each run writes
                           down what it is about to make in -kubelet-path's
                           .csi-proxyctl-conformance directory; every run does this first). Only
@@ -141,6 +144,8 @@ pub enum Command {
         audit_log: Option<std::path::PathBuf>,
         /// `-cleanup`: only remove what runs killed outright left (by their markers).
         cleanup: bool,
+        /// `-list`: only print the checks it can run.
+        list: bool,
     },
 }
 
@@ -330,6 +335,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
     let mut scratch_dir = None;
     let mut audit_log = None;
     let mut cleanup = None;
+    let mut list = None;
     // The conformance run's test share and target.
     let (mut smb_share_, mut smb_user, mut smb_password) = (None, None, None);
     let (mut portal, mut target, mut chap_user, mut chap_secret) = (None, None, None, None);
@@ -386,6 +392,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
             "scratch-dir" => scratch_dir = Some(std::path::PathBuf::from(value("dir")?)),
             "audit-log" => audit_log = Some(std::path::PathBuf::from(value("file")?)),
             "cleanup" => cleanup = Some(bool_flag(name, inline.as_deref())?),
+            "list" => list = Some(bool_flag(name, inline.as_deref())?),
             "smb-share" => smb_share_ = Some(smb_share(&value("\\\\host\\share")?)?),
             "smb-user" => smb_user = Some(value("name")?),
             "smb-password-file" => smb_password = Some(SecretSource::new(value("file, or - for standard input")?)),
@@ -426,13 +433,17 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
             remote: remote.clone(),
             audit_log: audit_log.take(),
             cleanup: cleanup.take().unwrap_or(false),
+            list: list.take().unwrap_or(false),
         },
         other => return Err(format!("unknown command {:?}", bounded(other))),
     };
-    if kubelet_path.is_some() || scratch_dir.is_some() || audit_log.is_some() || cleanup.is_some() {
+    if kubelet_path.is_some() || scratch_dir.is_some() || audit_log.is_some() || cleanup.is_some() || list.is_some() {
         return Err(
-            "-kubelet-path, -scratch-dir, -audit-log and -cleanup are options of the conformance command".into()
+            "-kubelet-path, -scratch-dir, -audit-log, -cleanup and -list are options of the conformance command".into(),
         );
+    }
+    if let Command::Conformance { cleanup: true, list: true, .. } = &command {
+        return Err("-list only prints the checks: it runs nothing, and so no -cleanup".into());
     }
     if remote != Remote::default() && !matches!(command, Command::Conformance { .. }) {
         return Err("-smb-* and -iscsi-* are options of the conformance command".into());
@@ -649,7 +660,7 @@ mod tests {
         let (kubelet_path, scratch_dir, remote) = ("/k".into(), "/s".into(), Remote::default());
         assert_eq!(
             o.command,
-            Command::Conformance { kubelet_path, scratch_dir, remote, audit_log: None, cleanup: false }
+            Command::Conformance { kubelet_path, scratch_dir, remote, audit_log: None, cleanup: false, list: false }
         );
         let o = run(&["conformance", "-cleanup", "-kubelet-path=/k"]).unwrap();
         assert!(matches!(o.command, Command::Conformance { cleanup: true, .. }), "{:?}", o.command);
@@ -657,6 +668,14 @@ mod tests {
         assert!(matches!(o.command, Command::Conformance { cleanup: false, .. }), "{:?}", o.command);
         assert!(run(&["disks", "-cleanup"]).unwrap_err().contains("conformance"));
         assert!(run(&["conformance", "-cleanup=maybe"]).unwrap_err().contains("\"maybe\""));
+        let o = run(&["conformance", "-list", "-json"]).unwrap();
+        assert!(matches!(o.command, Command::Conformance { list: true, cleanup: false, .. }), "{:?}", o.command);
+        assert_eq!(o.output, Output::Json);
+        let o = run(&["-list=false", "conformance"]).unwrap();
+        assert!(matches!(o.command, Command::Conformance { list: false, .. }), "{:?}", o.command);
+        assert!(run(&["disks", "-list"]).unwrap_err().contains("conformance"));
+        assert!(run(&["conformance", "-list=maybe"]).unwrap_err().contains("\"maybe\""));
+        assert!(run(&["conformance", "-list", "-cleanup"]).unwrap_err().contains("-cleanup"));
         let o = run(&["conformance", "-kubelet-path=/k", "-audit-log", "/var/log/audit.log"]).unwrap();
         assert!(
             matches!(o.command, Command::Conformance { audit_log: Some(a), .. } if a == std::path::Path::new("/var/log/audit.log"))

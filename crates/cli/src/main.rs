@@ -187,6 +187,11 @@ async fn run(o: args::Options) -> Result<(), Failure> {
     // A call's request is read and confirmed before the time limit starts: it bounds the
     // daemon's answer, not the person at the prompt.
     // Its -timeout bounds each step; the whole run takes as long as its steps.
+    // `-list` prints the table of checks: no daemon, no host, nothing run.
+    if let Command::Conformance { list: true, .. } = &o.command {
+        print!("{}", conformance::check::list(ctx.json));
+        return Ok(());
+    }
     if let Command::Conformance { kubelet_path, cleanup: true, .. } = &o.command {
         return conformance::cleanup(&ctx, kubelet_path);
     }

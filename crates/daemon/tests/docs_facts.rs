@@ -9,8 +9,8 @@
 //!   relative link (and its #anchor) leads somewhere;
 //! * every metric name they mention is one the daemon serves or the metrics crate registers, and
 //!   docs/operations.md names every one of those;
-//! * docs/conformance.md's table of checks is the list of checks csi-proxyctl's conformance code
-//!   has, both ways;
+//! * docs/conformance.md's table of checks is what `csi-proxyctl conformance -list` lists (names
+//!   and where each applies), both ways;
 //! * the shell examples marked `<!-- ci: run -->` run, taken from the documents themselves.
 
 use regex::Regex;
@@ -637,40 +637,32 @@ fn every_metric_the_documents_name_is_served() {
 // ---------------------------------------------------------------------------------------------
 // Conformance checks
 
-/// The names of the checks csi-proxyctl's conformance code has: `report.check("…")`, the driver
-/// flows' names and the named checks' constants.
-fn conformance_checks() -> BTreeSet<String> {
-    let every_file = [r#"\.check\("([^"]+)"\)"#, r#"=> "(flow [a-z-]+)""#];
-    let mut res: Vec<Regex> = every_file.iter().map(|p| Regex::new(p).unwrap()).collect();
-    // The named checks are named.rs's string constants.
-    let named = Regex::new(r#"const [A-Z_]+: &str = "([a-z0-9-]+)";"#).unwrap();
-    let mut out = BTreeSet::new();
-    for f in repo_files().iter().filter(|f| f.starts_with("crates/cli/src/conformance/") && f.ends_with(".rs")) {
-        let text = std::fs::read_to_string(root().join(f)).unwrap();
-        // Test modules' names are not the run's.
-        let text = text.split("#[cfg(test)]").next().unwrap();
-        if f.ends_with("/named.rs") {
-            res.push(named.clone());
-        }
-        for re in &res {
-            out.extend(re.captures_iter(text).map(|c| c[1].to_string()));
-        }
-        if f.ends_with("/named.rs") {
-            res.pop();
-        }
-    }
-    assert!(out.contains("filesystem") && out.contains("flow ebs"), "unexpected checks: {out:?}");
+/// The checks csi-proxyctl's conformance command can run, name to OS (linux, windows or both):
+/// what the built `csi-proxyctl conformance -list -json` prints (its one table of checks, which
+/// the run's rows are named from). Built afresh, so a rename in the code shows here.
+fn conformance_checks() -> BTreeMap<String, String> {
+    let ctl = csi_proxy_stack_tests::sibling::binary(BIN, "csi-proxyctl", "csi-proxyctl", true);
+    let doc: serde_json::Value =
+        serde_json::from_str(&run(Command::new(&ctl).args(["conformance", "-list", "-json"]))).unwrap();
+    let out: BTreeMap<String, String> = doc
+        .as_array()
+        .expect("conformance -list -json prints an array")
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap().to_owned(), c["os"].as_str().unwrap().to_owned()))
+        .collect();
+    assert!(out.contains_key("filesystem") && out.contains_key("flow ebs"), "unexpected checks: {out:?}");
     out
 }
 
-/// docs/conformance.md's table of checks (the first column of the table whose header starts
-/// `| check |`) is exactly the checks the code runs.
+/// docs/conformance.md's table of checks (the table whose header starts `| check |`: the first
+/// column's name, and the first word of "where it can pass", `both` or `Windows`) is exactly
+/// what `csi-proxyctl conformance -list` lists.
 #[test]
 fn conformance_md_lists_every_check() {
     let text = std::fs::read_to_string(root().join("docs/conformance.md")).unwrap();
-    let mut documented = BTreeSet::new();
+    let mut documented = BTreeMap::new();
     let mut in_table = false;
-    let cell = Regex::new(r"^\|\s*`([^`]+)`").unwrap();
+    let row = Regex::new(r"^\|\s*`([^`]+)`\s*\|.*\|\s*([A-Za-z]+)[^|]*\|\s*$").unwrap();
     for line in text.lines() {
         if line.starts_with("| check |") {
             in_table = true;
@@ -680,18 +672,25 @@ fn conformance_md_lists_every_check() {
             if !line.starts_with('|') {
                 break;
             }
-            if let Some(c) = cell.captures(line) {
-                documented.insert(c[1].to_string());
+            if let Some(c) = row.captures(line) {
+                documented.insert(c[1].to_string(), c[2].to_lowercase());
             }
         }
     }
-    let code = conformance_checks();
-    let missing: Vec<_> = code.difference(&documented).collect();
-    let stale: Vec<_> = documented.difference(&code).collect();
+    let listed = conformance_checks();
+    let missing: Vec<_> = listed.keys().filter(|k| !documented.contains_key(*k)).collect();
+    let stale: Vec<_> = documented.keys().filter(|k| !listed.contains_key(*k)).collect();
+    let other_os: Vec<_> = listed
+        .iter()
+        .filter_map(|(k, os)| {
+            documented.get(k).filter(|d| *d != os).map(|d| format!("{k}: {d} in the table, {os} listed"))
+        })
+        .collect();
     assert!(
-        missing.is_empty() && stale.is_empty(),
-        "docs/conformance.md's table of checks does not match crates/cli/src/conformance:\n\
-         checks the code runs that the table lacks: {missing:?}\nchecks the table names that the code lacks: {stale:?}"
+        missing.is_empty() && stale.is_empty() && other_os.is_empty(),
+        "docs/conformance.md's table of checks does not match `csi-proxyctl conformance -list`:\n\
+         checks listed that the table lacks: {missing:?}\nchecks the table names that are not listed: {stale:?}\n\
+         where they apply: {other_os:?}"
     );
 }
 

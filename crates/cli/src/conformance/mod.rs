@@ -4,6 +4,7 @@
 //! made by this run and removed by it (see [`scratch`]). A step that fails ends its check (the
 //! rest of it is listed as skipped); the other checks still run.
 
+pub mod check;
 mod marker;
 mod named;
 mod remote;
@@ -123,13 +124,14 @@ const WITHHELD: &str = "<withheld>";
 /// One named check: its steps run in order until one fails.
 struct Check<'r> {
     report: &'r mut Report,
-    name: &'static str,
+    name: check::Name,
     /// What the remaining steps get instead of running.
     blocked: Option<Res>,
 }
 
 impl Report {
-    fn check(&mut self, name: &'static str) -> Check<'_> {
+    /// The check `name` (one of [`check::CHECKS`]: there is no other way to make a name).
+    fn check(&mut self, name: check::Name) -> Check<'_> {
         Check { report: self, name, blocked: None }
     }
 
@@ -162,7 +164,7 @@ impl Report {
 
 impl Check<'_> {
     fn row(&mut self, step: &str, res: Res, time: Duration) {
-        self.report.push(self.name, step.to_owned(), res, time);
+        self.report.push(self.name.as_str(), step.to_owned(), res, time);
     }
 
     /// Runs `step` (bounded by the timeout) unless an earlier step failed; its value on success.
@@ -173,7 +175,7 @@ impl Check<'_> {
         }
         let start = Instant::now();
         let limit = self.report.timeout;
-        self.report.running = Some((self.name, step.to_owned(), start));
+        self.report.running = Some((self.name.as_str(), step.to_owned(), start));
         let answer = tokio::time::timeout(limit, fut).await;
         self.report.running = None;
         let (res, value) = match answer {
@@ -258,7 +260,7 @@ pub async fn run(
         let res = Res::Failed(format!("stopped by {sig}"));
         report.push(check, step, res, start.elapsed());
     }
-    let mut c = report.check("cleanup");
+    let mut c = report.check(check::CLEANUP);
     if let Some(sig) = stopped {
         c.row("run", Res::Failed(format!("stopped by {sig}")), Duration::ZERO);
     }
@@ -285,7 +287,7 @@ pub fn cleanup(ctx: &Ctx, kubelet_path: &Path) -> Result<(), Failure> {
     let leftovers = marker::clean_dead(kubelet_path);
     if leftovers.is_empty() {
         let step = format!("no marker of a stopped run in {}", kubelet_path.join(marker::DIR).display());
-        report.check("leftovers").row(&step, Res::Ok, Duration::ZERO);
+        report.check(check::LEFTOVERS).row(&step, Res::Ok, Duration::ZERO);
     }
     leftover_rows(&mut report, leftovers);
     print(ctx, &report, None);
@@ -298,7 +300,7 @@ pub fn cleanup(ctx: &Ctx, kubelet_path: &Path) -> Result<(), Failure> {
 /// One row of the check `leftovers` per marker found: removed (ok), its run still running
 /// (skipped), or left in place (failed, with why).
 fn leftover_rows(report: &mut Report, leftovers: Vec<marker::Leftover>) {
-    let mut c = report.check("leftovers");
+    let mut c = report.check(check::LEFTOVERS);
     for l in leftovers {
         let (step, res) = match l.outcome {
             marker::Outcome::Removed(dirs) => (format!("remove what run {} left: {}", l.run, dirs.join(", ")), Res::Ok),
@@ -435,14 +437,14 @@ async fn filesystem(report: &mut Report, p: &mut Proxy, node: &Node) {
     let base = format!("{}{}filesystem", node.publish_root, sep(node));
     let dir = format!("{base}{}dir", sep(node));
     let link = format!("{base}{}link", sep(node));
-    let mut c = report.check("filesystem");
+    let mut c = report.check(check::FILESYSTEM);
     c.run("Mkdir", async { Ok(p.mkdir(&dir).await?) }).await;
     c.run("PathExists", async { expect(p.path_exists(&dir).await?, true, "PathExists of the new directory") }).await;
     c.run("IsSymlink of a directory", async { expect(p.is_symlink(&dir).await?, false, "IsSymlink of a directory") })
         .await;
     let dirs_failed = c.failed();
 
-    let mut c = report.check("filesystem links");
+    let mut c = report.check(check::FILESYSTEM_LINKS);
     if dirs_failed {
         c.block(Res::Skipped("the filesystem check did not pass".into()));
     }
@@ -450,7 +452,7 @@ async fn filesystem(report: &mut Report, p: &mut Proxy, node: &Node) {
     c.run("IsSymlink", async { expect(p.is_symlink(&link).await?, true, "IsSymlink of the new link") }).await;
     c.run("Rmdir of the link", async { Ok(p.rmdir(&link, true).await?) }).await;
 
-    let mut c = report.check("filesystem");
+    let mut c = report.check(check::FILESYSTEM);
     if dirs_failed {
         c.block(Res::Skipped("an earlier step failed".into()));
     }
@@ -509,7 +511,7 @@ async fn the_one_volume(c: &mut Check<'_>, p: &mut Proxy, n: u32) -> String {
 }
 
 async fn disk_and_volume(report: &mut Report, p: &mut Proxy, made: &mut Made, node: &Node) {
-    let mut c = report.check("disk");
+    let mut c = report.check(check::DISK);
     let disk = new_disk(&mut c, made).await;
     let n = disk.unwrap_or(u32::MAX);
     c.run("ListDiskIDs lists it", async {
@@ -534,7 +536,7 @@ async fn disk_and_volume(report: &mut Report, p: &mut Proxy, made: &mut Made, no
     c.run("PartitionDisk", async { Ok(p.partition_disk(n).await?) }).await;
     let disk_blocked = c.blocked.clone();
 
-    let mut c = report.check("volume");
+    let mut c = report.check(check::VOLUME);
     match disk_blocked {
         Some(Res::NeedsWindows(api)) => c.block(Res::NeedsWindows(api)),
         Some(_) => c.block(Res::Skipped("the disk check did not pass".into())),
@@ -582,7 +584,7 @@ async fn disk_and_volume(report: &mut Report, p: &mut Proxy, made: &mut Made, no
 /// GetBIOSSerialNumber. A firmware without a serial is NotFound, as documented
 /// (docs/migrating.md): that is no failure, and no serial to check either.
 async fn system(report: &mut Report, p: &mut Proxy) {
-    let mut c = report.check("system");
+    let mut c = report.check(check::SYSTEM);
     c.run("GetBIOSSerialNumber", async {
         match p.bios_serial().await {
             Ok(s) if !s.is_empty() => Ok(()),
@@ -605,12 +607,12 @@ enum Driver {
 }
 
 impl Driver {
-    fn check(self) -> &'static str {
+    fn check(self) -> check::Name {
         match self {
-            Driver::AzureDisk => "flow azuredisk",
-            Driver::GcePd => "flow gce-pd",
-            Driver::Ebs => "flow ebs",
-            Driver::Vsphere => "flow vsphere",
+            Driver::AzureDisk => check::FLOW_AZUREDISK,
+            Driver::GcePd => check::FLOW_GCE_PD,
+            Driver::Ebs => check::FLOW_EBS,
+            Driver::Vsphere => check::FLOW_VSPHERE,
         }
     }
 
@@ -738,7 +740,7 @@ mod tests {
         assert_eq!(secrets.len(), 2, "the password and the wrong one");
         assert!(secrets[1].starts_with(PASSWORD) && secrets[1] != PASSWORD);
         let mut report = Report { rows: Vec::new(), timeout: Duration::from_secs(1), running: None, secrets };
-        let mut c = report.check("smb");
+        let mut c = report.check(check::SMB);
         c.row(r"NewSmbGlobalMapping of \\srv\data at a link", Res::Ok, Duration::ZERO);
         let long = format!("PermissionDenied: {} logon failure for {PASSWORD}", "x".repeat(MAX_QUOTE - 30));
         c.row("NewSmbGlobalMapping with a wrong password is refused", Res::Failed(long), Duration::ZERO);
@@ -769,7 +771,7 @@ mod tests {
             "m".repeat(100)
         );
         let mut report = Report { rows: Vec::new(), timeout: Duration::from_secs(1), running: None, secrets: vec![] };
-        let mut c = report.check("disk");
+        let mut c = report.check(check::DISK);
         c.row("GetDiskStats", Res::Failed(hostile.clone()), Duration::ZERO);
         c.row(&format!("step {hostile}"), Res::Skipped(hostile.clone()), Duration::ZERO);
         for json in [false, true] {

@@ -4,6 +4,10 @@
 //! state is skipped, naming it, when that one did not pass; all say "needs Windows: <API>" when
 //! no disk can be made). On Linux each is one row, skipped: Windows only.
 
+use super::check::{
+    Name, AUDIT_FILE_DACL, BELOW_STAGED, FORMAT_EMPTY_LABEL, LINK_NOT_MOUNT_POINT, ONLINE_CLEARS_READ_ONLY,
+    PARTITION_AFTER_ONLINE, PLAIN_PATHS, RESIZE_BY_DISK_NUMBER, RMDIR_SHARES, STORAGE_PROVIDER, UNKNOWN_MOUNT_POINT,
+};
 use super::{bounded, expect, new_disk, sep, the_one_volume, wrong, Check, Made, Report, Res, StepErr, MIB, SIZE};
 #[cfg(windows)]
 use csi_proxy_client::file_dacl::dacl_sddl;
@@ -12,40 +16,28 @@ use csi_proxy_flows::{Node, Proxy};
 use std::path::Path;
 use std::time::Duration;
 
-/// What each check settles (the step shown on Linux).
-pub const CHECKS: [(&str, &str); 10] = [
-    (PARTITION_AFTER_ONLINE, "R4: PartitionDisk right after SetDiskState brings the disk online"),
-    (FORMAT_EMPTY_LABEL, "R8: FormatVolume with an empty FileSystemLabel"),
-    (STORAGE_PROVIDER, "R1: Storage provider (MSFT_*) calls at the blanket's level"),
-    (PLAIN_PATHS, "R3: SetVolumeMountPointW and friends get plain C:\\…\\ paths"),
-    (BELOW_STAGED, "R7: paths below a staged volume are inside the roots"),
-    (LINK_NOT_MOUNT_POINT, "R3: GetVolumeNameForVolumeMountPointW of a link means not a mount point"),
-    (RMDIR_SHARES, "R3: Rmdir of a mounted folder shares it with the mount manager"),
-    (UNKNOWN_MOUNT_POINT, "R2: Rmdir removes a mount point the mount manager no longer knows"),
-    (ONLINE_CLEARS_READ_ONLY, "SetDiskState online clears the READ_ONLY attribute (IOCTL_DISK_SET_DISK_ATTRIBUTES)"),
-    (
-        RESIZE_BY_DISK_NUMBER,
-        "ResizeVolume(disk number, 0) grows from the disk's table (IOCTL_DISK_GET_DRIVE_LAYOUT_EX)",
-    ),
+/// The checks only a real Windows node settles, in the order they run; on Linux each is one row,
+/// what it settles as the step.
+const WINDOWS_ONLY: [Name; 10] = [
+    PARTITION_AFTER_ONLINE,
+    FORMAT_EMPTY_LABEL,
+    STORAGE_PROVIDER,
+    PLAIN_PATHS,
+    BELOW_STAGED,
+    LINK_NOT_MOUNT_POINT,
+    RMDIR_SHARES,
+    UNKNOWN_MOUNT_POINT,
+    ONLINE_CLEARS_READ_ONLY,
+    RESIZE_BY_DISK_NUMBER,
 ];
-const PARTITION_AFTER_ONLINE: &str = "partition-right-after-online";
-const FORMAT_EMPTY_LABEL: &str = "format-with-empty-label";
-const STORAGE_PROVIDER: &str = "storage-provider-accepts-calls";
-const PLAIN_PATHS: &str = "mount-point-calls-take-plain-paths";
-const BELOW_STAGED: &str = "paths-below-a-staged-volume-are-inside-the-roots";
-const LINK_NOT_MOUNT_POINT: &str = "get-volume-name-of-a-link-says-not-a-mount-point";
-const RMDIR_SHARES: &str = "rmdir-of-a-mounted-folder-shares-with-the-mount-manager";
-const UNKNOWN_MOUNT_POINT: &str = "mount-point-unknown-to-mount-manager-is-removed";
-const ONLINE_CLEARS_READ_ONLY: &str = "online-clears-read-only";
-const RESIZE_BY_DISK_NUMBER: &str = "resize-by-disk-number-from-the-table";
 
 /// What a check left its dependents: nothing (it passed) or what their steps get instead.
 #[derive(Default)]
-struct Outcomes(Vec<(&'static str, Option<Res>)>);
+struct Outcomes(Vec<(Name, Option<Res>)>);
 
 impl Outcomes {
     /// Blocks `c` if a check it needs did not pass.
-    fn gate(&self, c: &mut Check<'_>, needs: &[&str]) {
+    fn gate(&self, c: &mut Check<'_>, needs: &[Name]) {
         for (name, res) in &self.0 {
             if needs.contains(name) {
                 if let Some(res) = res {
@@ -67,8 +59,8 @@ impl Outcomes {
 
 pub async fn windows_checks(report: &mut Report, p: &mut Proxy, made: &mut Made, node: &Node) {
     if !cfg!(windows) {
-        for (name, what) in CHECKS {
-            report.check(name).row(what, Res::Skipped("Windows only".into()), Duration::ZERO);
+        for name in WINDOWS_ONLY {
+            report.check(name).row(name.info().settles, Res::Skipped("Windows only".into()), Duration::ZERO);
         }
         return;
     }
@@ -232,13 +224,12 @@ async fn read_only_and_resize_checks(report: &mut Report, p: &mut Proxy, made: &
     }
 }
 
+const AUDIT_FILE_DACL_STEP: &str = "GetNamedSecurityInfoW of the -audit-log file: SYSTEM and Administrators only";
+
 /// Issue 32: the daemon's audit file (its `-audit-log`) has a DACL of its own, SYSTEM and
 /// Administrators with full access, protected from inheritance, and nothing else (daemon's
 /// `logging/audit_acl.rs`). Wine keeps no DACL (it maps one to unix mode bits and reads back one
 /// made from them), so only Windows can show it; the check reads the live file's.
-pub const AUDIT_FILE_DACL: &str = "audit-file-dacl";
-const AUDIT_FILE_DACL_STEP: &str = "GetNamedSecurityInfoW of the -audit-log file: SYSTEM and Administrators only";
-
 pub async fn audit_file_dacl(report: &mut Report, audit_log: Option<&Path>) {
     let mut c = report.check(AUDIT_FILE_DACL);
     let Some(path) = audit_log.filter(|_| cfg!(windows)) else {

@@ -12,7 +12,7 @@
 //! The secrets are in no row: [`Remote::secrets`] go to the report, which withholds them from
 //! every result it records (a daemon that quoted one would still not show it).
 
-use super::{expect, wrong, Report, Res, Step, StepErr};
+use super::{check, expect, wrong, Report, Res, Step, StepErr};
 use crate::args::{read_secret, IscsiArgs, Secret, SmbArgs};
 use csi_proxy_client::{v1alpha2, Channel, Code, Status};
 use csi_proxy_flows::Proxy;
@@ -223,7 +223,7 @@ fn quotes(s: &Status, secrets: &[&str]) -> bool {
 /// keeps a share mounted while a link into it exists), RemoveSmbGlobalMapping, the link gone.
 pub async fn smb(report: &mut Report, p: &mut Proxy, r: &mut Remote, dir: &str, sep: char) {
     let timeout = report.timeout;
-    let mut c = report.check("smb");
+    let mut c = report.check(check::SMB);
     let (Some((a, password)), Some(wrong_password)) = (&r.given.smb, &r.wrong_password) else {
         c.row("map, write through, wrong password, unmap", Res::Skipped(SMB_SKIPPED.into()), Duration::ZERO);
         return;
@@ -320,7 +320,7 @@ async fn write_and_read(link: &str, file_slot: &mut Option<PathBuf>, timeout: Du
 /// touched), ConnectTarget, GetTargetDisks returns a disk, DisconnectTarget, RemoveTargetPortal
 /// (only of a portal this run added), and ListTargetPortals no longer lists it.
 pub async fn iscsi(report: &mut Report, r: &mut Remote) {
-    let mut c = report.check("iscsi");
+    let mut c = report.check(check::ISCSI);
     let (Some((a, secret)), Some(client)) = (&r.given.iscsi, r.iscsi.as_mut()) else {
         c.row("portal, discovery, login, disk, logout", Res::Skipped(ISCSI_SKIPPED.into()), Duration::ZERO);
         return;
