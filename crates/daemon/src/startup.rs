@@ -74,8 +74,12 @@ pub fn warn_missing_roots(opts: &Options) {
 
 /// `-linux-smb-dir`, if it exists already, gets the socket directory's check
 /// (`csi_proxy_transport::unix::check_private`): whoever else can write to it could swap a
-/// share's mount folder for a link or a mount of their own, and pods would be handed that. A
-/// directory that does not exist yet is made by the daemon itself, owner-only, at the first mount.
+/// share's mount folder for a link or a mount of their own, and pods would be handed that. Then
+/// it is made owner-only: the shares below are mounted open to every user (pods reach them
+/// through the kubelet's bind mounts), so this directory is what keeps other local users out of
+/// them; one others can read or enter (the kubelet makes a missing hostPath directory 0755) is
+/// chmod-ed 0700, and said so. A directory that does not exist yet is made by the daemon itself,
+/// owner-only, at the first mount.
 #[cfg(target_os = "linux")]
 pub fn check_smb_dir(dir: &Path) -> anyhow::Result<()> {
     use csi_proxy_transport::unix::{check_private, Private};
@@ -97,7 +101,24 @@ pub fn check_smb_dir(dir: &Path) -> anyhow::Result<()> {
             e.uid,
             e.uid
         )
-    })
+    })?;
+    use std::os::unix::fs::PermissionsExt;
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+            anyhow::anyhow!(
+                "-linux-smb-dir {} has mode {mode:04o} (other users can reach the shares mounted in it) and cannot be \
+                 made 0700: {e}",
+                dir.display()
+            )
+        })?;
+        tracing::warn!(
+            dir = %dir.display(),
+            was = format!("{mode:04o}"),
+            "made -linux-smb-dir owner-only (0700): other users could read and enter it, and so reach the shares mounted in it"
+        );
+    }
+    Ok(())
 }
 
 /// An error and its causes, `outer: inner: …`, leaving out a cause whose text the message before

@@ -964,3 +964,26 @@ fn unsafe_smb_directories_are_refused_at_start() {
     assert!(err.contains("is a symbolic link"), "{err}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A `-linux-smb-dir` others can read or enter (0755, as the kubelet makes a missing hostPath
+/// directory) is made 0700 at start and said so: the shares below are mounted open to every
+/// user, so this directory is what keeps other local users out. It stayed 0755 before.
+#[test]
+fn a_readable_smb_directory_is_made_owner_only_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = tempdir("readable-smb");
+    std::fs::create_dir_all(&base).unwrap();
+    let smb = base.join("smb");
+    std::fs::create_dir(&smb).unwrap();
+    std::fs::set_permissions(&smb, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A socket directory that is a file: the daemon stops at its bind, after the SMB check.
+    let not_a_dir = base.join("sock-file");
+    std::fs::write(&not_a_dir, "").unwrap();
+    let mut c = Command::new(BIN);
+    c.arg("-socket-dir").arg(&not_a_dir).arg("-linux-smb-dir").arg(&smb).arg("-kubelet-path").arg(&base);
+    let out = output_within(&mut c, Duration::from_secs(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(std::fs::metadata(&smb).unwrap().permissions().mode() & 0o7777, 0o700, "{err}");
+    assert!(err.contains("made -linux-smb-dir owner-only (0700)") && err.contains("0755"), "{err}");
+    let _ = std::fs::remove_dir_all(&base);
+}

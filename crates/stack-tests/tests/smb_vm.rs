@@ -148,6 +148,46 @@ async fn map_write_reuse_and_remove() {
     s.stop().await;
 }
 
+/// As another local user (uid 65534): nothing of a mapped share can be read or written through
+/// the SMB directory (it and the share's folder are 0700), while a pod's view of it, the bind
+/// mount the kubelet makes of its link, can be (the mount's own modes are open).
+#[tokio::test]
+async fn other_users_reach_no_share_but_a_pods_bind_mount_does() {
+    use std::os::unix::process::CommandExt;
+    let Some((data, _)) = shares() else { return };
+    let scratch = Scratch::new("modes");
+    std::fs::create_dir_all(data.join("modes")).unwrap();
+    std::fs::write(data.join("modes/secret.txt"), b"server data").unwrap();
+    let s = scratch.server(false).await;
+    let mut c = client(&s).await;
+    let link = scratch.kubelet("pv");
+    c.new_smb_global_mapping(request("//127.0.0.1/data/modes", &link, PASSWORD)).await.unwrap();
+    let target = std::fs::read_link(&link).unwrap();
+    let as_nobody = |argv: &[&str]| {
+        let out = Command::new(argv[0]).args(&argv[1..]).uid(65534).gid(65534).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let file = target.join("secret.txt");
+    assert!(!as_nobody(&["cat", file.to_str().unwrap()]).0, "another user read the share");
+    assert!(!as_nobody(&["ls", scratch.smb().to_str().unwrap()]).0, "another user listed the SMB directory");
+    let planted = target.join("planted.txt");
+    assert!(!as_nobody(&["touch", planted.to_str().unwrap()]).0, "another user wrote to the share");
+    // The pod's view: a bind mount of the link's target, as the kubelet makes for a container.
+    let pod = scratch.base.join("pod-volume");
+    std::fs::create_dir_all(&pod).unwrap();
+    let bound = Command::new("mount").arg("--bind").arg(&target).arg(&pod).status().unwrap();
+    assert!(bound.success());
+    let seen = as_nobody(&["cat", pod.join("secret.txt").to_str().unwrap()]);
+    let wrote = as_nobody(&["touch", pod.join("from-pod.txt").to_str().unwrap()]).0;
+    let _ = Command::new("umount").arg(&pod).status();
+    assert_eq!(seen, (true, "server data".to_string()), "the pod could not read its volume");
+    assert!(wrote, "the pod could not write to its volume");
+    assert!(data.join("modes/from-pod.txt").exists());
+    std::fs::remove_file(&link).unwrap();
+    c.remove_smb_global_mapping(remove("//127.0.0.1/data/modes")).await.unwrap();
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn wrong_password_is_denied_and_shown_nowhere() {
     let Some(_) = shares() else { return };

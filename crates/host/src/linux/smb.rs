@@ -51,8 +51,11 @@
 //!   already mounted (reuse, link, remove) do not.
 //! - **Rollback**: a link, record or mount folder this call made is undone when a later step
 //!   fails; a mount it made is unmounted when no other recorded link uses it.
-//! - Mounts get `file_mode=0777,dir_mode=0777`: a Windows global mapping is usable by every
-//!   process of the host; the share's own permissions still apply on the server.
+//! - Mounts get `file_mode=0777,dir_mode=0777`, so a pod whatever its uid can use the share
+//!   through the bind mount the kubelet makes of its link (a Windows global mapping is usable by
+//!   every process of the host); the share's own permissions still apply on the server. No other
+//!   local user reaches them: `-linux-smb-dir` and each share's folder in it are 0700 (the daemon
+//!   makes the directory owner-only at start).
 
 use super::fs::Filesystem;
 use crate::error::clip;
@@ -533,7 +536,7 @@ impl Smb {
                     .mode(0o700)
                     .create(base)
                     .map_err(|e| Error::io(format!("creating the SMB directory {}", base.display()), e))?;
-                match rustix::fs::mkdir(mount, Mode::from_bits_truncate(0o755)) {
+                match rustix::fs::mkdir(mount, Mode::from_bits_truncate(0o700)) {
                     Ok(()) => made_folder = true,
                     Err(Errno::EXIST) => {}
                     Err(e) => return Err(Error::io(format!("creating {}", mount.display()), e.into())),
