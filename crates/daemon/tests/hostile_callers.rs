@@ -2,7 +2,8 @@
 //! The real daemon against 1, 2, 3 and 10 hostile local users at once (issue 38). Each attacker
 //! is this test binary run again as its own uid (so each is its own principal), holding the
 //! endpoint's connections at its cap: idle ones, silent ones (never a byte), half-open calls
-//! (HEADERS on every stream, never a body) and churn (connect, preface, close). Meanwhile a victim
+//! (HEADERS on every stream, never a body) and churn (connect, preface, close), at 50 new
+//! connections a second each, and 3 and 10 of them at 500 (a flood). Meanwhile a victim
 //! (root, another principal) calls PathExists on a long-lived channel and on fresh connections:
 //! every call must succeed. The latencies are printed beside the unloaded ones (figures, not
 //! assertions). Needs root (other uids); skipped otherwise.
@@ -21,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_csi-proxy");
-/// Where an attacker process finds its orders: `<socket>|<seconds>|<cap>`.
+/// Where an attacker process finds its orders: `<socket>|<seconds>|<cap>|<pause in µs>`.
 const ORDERS: &str = "CSI_PROXY_TEST_ATTACK";
 /// Slots of the endpoint under attack (the default is 256; fewer keep the test quick).
 const SLOTS: usize = 64;
@@ -34,6 +35,7 @@ fn attacker() {
     let socket = PathBuf::from(parts.next().unwrap());
     let until = Instant::now() + Duration::from_secs(parts.next().unwrap().parse().unwrap());
     let cap: usize = parts.next().unwrap().parse().unwrap();
+    let pause = Duration::from_micros(parts.next().unwrap().parse().unwrap());
     let mut settings = PREFACE.to_vec();
     write_frame(TYPE_SETTINGS, 0, 0, &[], &mut settings);
     let mut half_open = settings.clone();
@@ -62,10 +64,10 @@ fn attacker() {
         if held.len() > cap {
             held.pop_front();
         }
-        // 500 connections a second per attacker: a flood, but one the daemon's accept loop can
-        // take (faster, 10 processes on this machine's 2 cores fill the kernel's accept queue
-        // whatever the daemon does, and connect() answers EAGAIN to everyone alike).
-        std::thread::sleep(Duration::from_millis(2));
+        // At most one connection per pause: unthrottled, 10 processes on this machine's 2 cores
+        // fill the kernel's accept queue whatever the daemon does, and connect() answers EAGAIN
+        // to everyone alike.
+        std::thread::sleep(pause);
     }
 }
 
@@ -109,7 +111,7 @@ fn start(tag: &str) -> (Daemon, PathBuf, PathBuf) {
     (d, socket, root)
 }
 
-fn attackers(socket: &Path, count: u32, seconds: u64) -> Vec<Child> {
+fn attackers(socket: &Path, count: u32, seconds: u64, pause: Duration) -> Vec<Child> {
     // A copy of this binary the other uids can run wherever the build tree is.
     let me = socket.parent().unwrap().parent().unwrap().join("attacker");
     std::fs::copy(std::env::current_exe().unwrap(), &me).unwrap();
@@ -118,7 +120,7 @@ fn attackers(socket: &Path, count: u32, seconds: u64) -> Vec<Child> {
         .map(|i| {
             Command::new(&me)
                 .args(["attacker", "--exact", "--nocapture", "--test-threads=1"])
-                .env(ORDERS, format!("{}|{seconds}|{SLOTS}", socket.display()))
+                .env(ORDERS, format!("{}|{seconds}|{SLOTS}|{}", socket.display(), pause.as_micros()))
                 .uid(20_000 + i)
                 .gid(20_000 + i)
                 .stdout(Stdio::null())
@@ -166,6 +168,8 @@ fn percentile(times: &mut [Duration], p: f64) -> Duration {
     times[((times.len() as f64 * p).ceil() as usize).clamp(1, times.len()) - 1]
 }
 
+/// Latencies are printed per case, against the same daemon's unloaded ones: figures, not
+/// assertions.
 #[test]
 fn a_victim_is_served_whatever_1_2_3_or_10_attacker_uids_hold() {
     if std::env::var_os(ORDERS).is_some() {
@@ -177,10 +181,13 @@ fn a_victim_is_served_whatever_1_2_3_or_10_attacker_uids_hold() {
     }
     csi_proxy_transport::limits::raise_nofile_limit().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    for count in [1u32, 2, 3, 10] {
-        let (_d, socket, root) = start(&format!("k{count}"));
+    // Each attacker opening 50 connections a second (churn), then 500 (a flood).
+    for (count, pause) in [1u32, 2, 3, 10].map(|c| (c, 20)).into_iter().chain([(3, 2), (10, 2)]) {
+        let pause = Duration::from_millis(pause);
+        let rate = 1000 / pause.as_millis();
+        let (_d, socket, root) = start(&format!("k{count}-{rate}"));
         let mut base = rt.block_on(victim(&socket, &root, 80, 40, Duration::ZERO));
-        let mut hostile = attackers(&socket, count, 8);
+        let mut hostile = attackers(&socket, count, 8, pause);
         // Let them fill the endpoint.
         std::thread::sleep(Duration::from_secs(2));
         let mut loaded = rt.block_on(victim(&socket, &root, 80, 40, Duration::from_millis(20)));
@@ -195,7 +202,8 @@ fn a_victim_is_served_whatever_1_2_3_or_10_attacker_uids_hold() {
             let (b50, b99, l50, l99) =
                 (percentile(b, 0.5), percentile(b, 0.99), percentile(l, 0.5), percentile(l, 0.99));
             eprintln!(
-                "{count:>2} attacker uid(s), {what:>10}: all {} calls succeeded; p50 {:.2} -> {:.2} ms, p99 {:.2} -> {:.2} ms ({:.1}x)",
+                "{count:>2} attacker uid(s) at {rate:>3} connections/s each, {what:>10}: all {} calls succeeded; \
+                 p50 {:.2} -> {:.2} ms, p99 {:.2} -> {:.2} ms ({:.1}x)",
                 l.len(),
                 ms(b50),
                 ms(l50),
