@@ -91,8 +91,19 @@ fn format(ctx: &Context, volume: &str, uid: u32) -> impl std::future::Future<Out
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_format_retried_three_times_runs_once_and_answers_all() {
+/// A server over the memory host with disk 0 partitioned, its volume's FormatVolume slow.
+struct Setup {
+    host: Arc<MemoryHost>,
+    volume: String,
+    slow: Arc<SlowFormat>,
+    joined: Arc<Joined>,
+    ctx: Context,
+    /// Told when a format has begun; `go_tx` lets it go on.
+    entered_rx: mpsc::Receiver<()>,
+    go_tx: mpsc::Sender<()>,
+}
+
+fn setup() -> Setup {
     let host = Arc::new(MemoryHost::sample());
     host.partition_disk(0).unwrap();
     let volume = host.list_volumes_on_disk(0, 0).unwrap().remove(0);
@@ -108,6 +119,12 @@ async fn a_slow_format_retried_three_times_runs_once_and_answers_all() {
     hosts.volume = slow.clone();
     let joined = Arc::new(Joined::default());
     let ctx = Context::with_observer(hosts, Config::default(), joined.clone());
+    Setup { host, volume, slow, joined, ctx, entered_rx, go_tx }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_format_retried_three_times_runs_once_and_answers_all() {
+    let Setup { host, volume, slow, joined, ctx, entered_rx, go_tx } = setup();
 
     let first = tokio::spawn(format(&ctx, &volume, 1000));
     let entered_rx = tokio::task::spawn_blocking(move || {
@@ -153,22 +170,7 @@ async fn a_slow_format_retried_three_times_runs_once_and_answers_all() {
 /// to a retry waiting for it, which runs it: nothing is lost, nothing runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_call_cancelled_before_its_work_hands_it_to_the_retry() {
-    let host = Arc::new(MemoryHost::sample());
-    host.partition_disk(0).unwrap();
-    host.partition_disk(1).unwrap();
-    let volume = host.list_volumes_on_disk(0, 0).unwrap().remove(0);
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel();
-    let slow = Arc::new(SlowFormat {
-        inner: host.clone(),
-        formats: AtomicU32::new(0),
-        entered: Mutex::new(entered_tx),
-        go: Mutex::new(go_rx),
-    });
-    let mut hosts = Hosts::from_one(host.clone());
-    hosts.volume = slow.clone();
-    let joined = Arc::new(Joined::default());
-    let ctx = Context::with_observer(hosts, Config::default(), joined.clone());
+    let Setup { volume, slow, joined, ctx, entered_rx, go_tx, .. } = setup();
     // Another user's format of the same volume holds its disk.
     let holder = tokio::spawn(format(&ctx, &volume, 3000));
     let entered_rx = tokio::task::spawn_blocking(move || {
