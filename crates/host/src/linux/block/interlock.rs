@@ -33,8 +33,9 @@ impl Block {
         let refuse = |why: String| Err(refusal(action, &what, &why));
         if !self.protected.is_empty() {
             let serial = self.ids(disk).serial_number;
-            if let Some(p) = protected_by(&self.protected, disk.number, &serial, &self.location(disk)) {
-                let loc = location_text(&self.location(disk));
+            let location = self.location(disk);
+            if let Some(p) = protected_by(&self.protected, disk.number, &serial, &location) {
+                let loc = location_text(&location);
                 return refuse(format!(
                     "{} matches -protected-disk={p} (serial {serial:?}, location {loc})",
                     Self::disk_label(disk)
@@ -70,10 +71,13 @@ impl Block {
                 return refuse(format!("swap is active on {name}"));
             }
         }
-        let ours = |m: &&Mount| match volume {
-            Some(v) if !action.whole_disk() => self.device_number(&v.name) == Some((m.major, m.minor)),
-            _ => true,
+        // The volume calls look at the volume's own mounts (its device, read once), the
+        // whole-disk ones at every partition's.
+        let only = match volume {
+            Some(v) if !action.whole_disk() => Some(self.device_number(&v.name)),
+            _ => None,
         };
+        let ours = |m: &&Mount| only.is_none_or(|dev| dev == Some((m.major, m.minor)));
         let roots = self.fs.canonical_roots();
         let outside = |m: &&Mount| {
             let Some(text) = m.mount_point.to_str() else { return true };
