@@ -97,6 +97,12 @@ Any call:
                           showing the request with its secrets withheld; without a terminal
                           (or with the request on standard input) it is refused unless --yes
                           is given. The -timeout starts after the confirmation.
+                          With -dry-run, a mutating method is sent as a dry run: the daemon
+                          answers what it would do (the plan, printed as JSON) and does
+                          nothing, or the error the call would give (a refusal by an interlock,
+                          say). Nothing to confirm, then. csi-proxyctl first checks that the
+                          daemon says it understands dry runs (upstream's would do the work),
+                          and refuses to send it otherwise. A read-only method runs as asked.
 
 Options:
   -o, -output <format>    table (the default), wide (tables with more columns: apis adds the
@@ -104,6 +110,8 @@ Options:
                           methods the messages) or json. 'call' always prints JSON.
   -json                   The same as -o json.
   -yes, -y                Run mutating calls without asking.
+  -dry-run                'call' only: ask the daemon what a mutating call would do, doing
+                          nothing (see 'call').
   -timeout <duration>     Limit on connecting and the answers (default 60s), as Go writes a
                           duration: 500ms, 90s, 1m30s, 1h, 1.5h (units ns, us, ms, s, m, h).
   -socket-dir <dir>       Directory of the daemon's sockets on Linux (its -socket-dir; default
@@ -314,6 +322,8 @@ pub struct Options {
     pub command: Command,
     pub output: Output,
     pub yes: bool,
+    /// `-dry-run`: a mutating `call` is sent as a dry run.
+    pub dry_run: bool,
     pub timeout: Duration,
     #[cfg_attr(not(unix), allow(dead_code))]
     pub socket_dir: Option<std::path::PathBuf>,
@@ -329,6 +339,7 @@ pub enum Parsed {
 pub fn parse(argv: &[String]) -> Result<Parsed, String> {
     let mut output = Output::Table;
     let mut yes = false;
+    let mut dry_run = false;
     let mut timeout = Duration::from_secs(60);
     let mut socket_dir = None;
     let mut kubelet_path = None;
@@ -386,6 +397,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
                 }
             }
             "y" | "yes" => yes = bool_flag(name, inline.as_deref())?,
+            "dry-run" => dry_run = bool_flag(name, inline.as_deref())?,
             "timeout" => timeout = duration(&value("duration")?)?,
             "socket-dir" => socket_dir = Some(std::path::PathBuf::from(value("dir")?)),
             "kubelet-path" => kubelet_path = Some(std::path::PathBuf::from(value("dir")?)),
@@ -454,7 +466,10 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
     if let Some(extra) = words.next() {
         return Err(format!("unexpected argument {:?}", bounded(&extra)));
     }
-    Ok(Parsed::Run(Box::new(Options { command, output, yes, timeout, socket_dir })))
+    if dry_run && !matches!(command, Command::Call { .. }) {
+        return Err("-dry-run is an option of the call command".into());
+    }
+    Ok(Parsed::Run(Box::new(Options { command, output, yes, dry_run, timeout, socket_dir })))
 }
 
 /// The test share's and target's flags, checked together.

@@ -77,12 +77,32 @@ pub fn redacted(json: serde_json::Value) -> serde_json::Value {
 
 /// Makes the call on `channel` and returns the answer.
 pub async fn call(channel: Channel, method: &MethodDescriptor, req: DynamicMessage) -> Result<DynamicMessage, Status> {
+    Ok(call_with(channel, method, tonic::Request::new(req)).await?.into_inner())
+}
+
+/// The same with the request's metadata as given, and the answer's kept.
+pub async fn call_with(
+    channel: Channel,
+    method: &MethodDescriptor,
+    req: tonic::Request<DynamicMessage>,
+) -> Result<tonic::Response<DynamicMessage>, Status> {
     let path = format!("/{}/{}", method.parent_service().full_name(), method.name());
     let path = tonic::codegen::http::uri::PathAndQuery::try_from(path).map_err(|e| Status::internal(e.to_string()))?;
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.map_err(|e| Status::unavailable(format!("connection not ready: {e}")))?;
     let codec = DynamicCodec(method.output());
-    Ok(grpc.unary(tonic::Request::new(req), path, codec).await?.into_inner())
+    grpc.unary(req, path, codec).await
+}
+
+/// Whether an answer's headers say the daemon understands dry runs: its
+/// `csi-proxy-features` lists `dry-run`. A daemon that does not (upstream's, or this one before
+/// dry runs) ignores the request metadata and would do the work.
+pub fn understands_dry_run(headers: &tonic::metadata::MetadataMap) -> bool {
+    use csi_proxy_client::wire::FEATURES_HEADER;
+    headers
+        .get_all(FEATURES_HEADER)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|t| t.split(',').any(|f| f.trim() == "dry-run")))
 }
 
 /// Encodes dynamic requests, decodes answers as `.0`.
@@ -126,6 +146,21 @@ impl Decoder for DynamicCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_daemon_listing_dry_run_gets_one() {
+        let with = |values: &[&str]| {
+            let mut m = tonic::metadata::MetadataMap::new();
+            for v in values {
+                m.append(csi_proxy_client::wire::FEATURES_HEADER, v.parse().unwrap());
+            }
+            understands_dry_run(&m)
+        };
+        assert!(with(&["dry-run"]) && with(&["x, dry-run"]) && with(&["x", "dry-run,y"]));
+        assert!(!with(&[]), "upstream's answers have no such header");
+        assert!(!with(&["dry-runs"]) && !with(&["x"]) && !with(&[""]));
+        assert!(with(&[csi_proxy_client::wire::FEATURES]), "this daemon's own value");
+    }
 
     #[test]
     fn every_api_is_described_and_methods_are_classified() {

@@ -200,7 +200,7 @@ async fn run(o: args::Options) -> Result<(), Failure> {
         return conformance::run(&ctx, kubelet_path, scratch_dir, given, audit_log.as_deref()).await;
     }
     let prepared = match &o.command {
-        Command::Call { api, method, request } => Some(prepare_call(*api, method, request, o.yes)?),
+        Command::Call { api, method, request } => Some(prepare_call(*api, method, request, o.yes, o.dry_run)?),
         _ => None,
     };
     let work = async {
@@ -314,6 +314,8 @@ struct Prepared {
     method: prost_reflect::MethodDescriptor,
     request: prost_reflect::DynamicMessage,
     what: String,
+    /// Sent as a dry run (a mutating method with -dry-run).
+    dry_run: bool,
 }
 
 /// Most a request read from standard input or a file may hold.
@@ -322,7 +324,13 @@ const MAX_REQUEST: u64 = 1 << 20;
 /// Reads the request (`-` standard input, `@FILE` a file, else the argument itself: the first
 /// two keep passwords and CHAP secrets out of the command line, where `ps` shows them) and, for
 /// a mutating method, asks for confirmation.
-fn prepare_call(api: csi_proxy_client::Api, method: &str, request: &str, yes: bool) -> Result<Prepared, Failure> {
+fn prepare_call(
+    api: csi_proxy_client::Api,
+    method: &str,
+    request: &str,
+    yes: bool,
+    dry_run: bool,
+) -> Result<Prepared, Failure> {
     let pool = dynamic::pool();
     // An unknown method, a request file that can't be read, a request that is too large or not
     // the method's JSON: usage errors (exit status 2), nothing was sent.
@@ -342,7 +350,9 @@ fn prepare_call(api: csi_proxy_client::Api, method: &str, request: &str, yes: bo
     };
     let req = dynamic::request(&m, &text).map_err(usage)?;
     let what = format!("{}/{}", api.service_name(), m.name());
-    if !dynamic::is_read_only(m.name()) && !yes {
+    // A dry run changes nothing: nothing to confirm.
+    let dry_run = dry_run && !dynamic::is_read_only(m.name());
+    if !dynamic::is_read_only(m.name()) && !yes && !dry_run {
         if from_stdin {
             return Err(Failure::Refused(format!(
                 "{what} changes the host and its request came from standard input, so there is no terminal \
@@ -351,7 +361,7 @@ fn prepare_call(api: csi_proxy_client::Api, method: &str, request: &str, yes: bo
         }
         confirm(&what, &dynamic::redacted(dynamic::to_json(&req)))?;
     }
-    Ok(Prepared { method: m, request: req, what })
+    Ok(Prepared { method: m, request: req, what, dry_run })
 }
 
 /// All of `from`, as UTF-8, refusing more than [`MAX_REQUEST`] bytes (a usage error).
@@ -375,8 +385,54 @@ fn bounded(s: &str) -> String {
 
 async fn call(ctx: &Ctx, api: csi_proxy_client::Api, p: Prepared) -> Result<(), Failure> {
     let channel = ctx.connect(api).await?;
+    if p.dry_run {
+        return dry_run(ctx, api, channel, p).await;
+    }
     let answer = dynamic::call(channel, &p.method, p.request).await.map_err(rpc(p.what))?;
     println!("{}", term::json_pretty(&dynamic::to_json(&answer)));
+    Ok(())
+}
+
+/// A dry run of a mutating call: sent only to a daemon that lists `dry-run` among its features
+/// (any other would do the work); prints the plan.
+async fn dry_run(
+    ctx: &Ctx,
+    api: csi_proxy_client::Api,
+    channel: csi_proxy_client::Channel,
+    p: Prepared,
+) -> Result<(), Failure> {
+    use csi_proxy_client::wire::{DRY_RUN_METADATA, FEATURES_HEADER, PLAN_METADATA};
+    // FEATURES_HEADER: named in the refusal.
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let endpoint = ctx.connector.endpoint(&api);
+    let headers = match HealthClient::new(channel.clone()).check(HealthCheckRequest { service: String::new() }).await {
+        Ok(r) => r.metadata().clone(),
+        Err(s) => s.metadata().clone(),
+    };
+    if !dynamic::understands_dry_run(&headers) {
+        return Err(Failure::Refused(format!(
+            "{} does not say it understands dry runs (its answers carry no {FEATURES_HEADER}: dry-run): it would \
+             run {} for real, so nothing was sent",
+            term::shown(&endpoint, term::VALUE),
+            p.what
+        )));
+    }
+    let mut req = tonic::Request::new(p.request);
+    req.metadata_mut().insert(DRY_RUN_METADATA, tonic::metadata::MetadataValue::from_static("true"));
+    let answer = dynamic::call_with(channel, &p.method, req).await.map_err(rpc(p.what.clone()))?;
+    let meta = answer.metadata();
+    if meta.get(DRY_RUN_METADATA).is_none_or(|v| v != "true") {
+        return Err(Failure::Other(anyhow::anyhow!(
+            "{} answered without {DRY_RUN_METADATA}: true; it may have run the call for real",
+            p.what
+        )));
+    }
+    let plan = meta
+        .get(PLAN_METADATA)
+        .map(|v| percent_encoding::percent_decode(v.as_bytes()).decode_utf8_lossy().into_owned())
+        .unwrap_or_default();
+    let out = serde_json::json!({"dry_run": true, "method": p.what, "plan": plan});
+    println!("{}", term::json_pretty(&out));
     Ok(())
 }
 

@@ -68,6 +68,95 @@ fn a_mutating_call_without_a_terminal_needs_yes() {
     assert!(Path::new(&target).is_dir());
 }
 
+/// The disk number (as the Linux backend numbers disks) of the whole disk holding `/`, if `/`
+/// is on a block device.
+fn root_disk() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata("/").ok()?.dev();
+    let (major, minor) = (libc_major(dev), libc_minor(dev));
+    let sys = std::path::PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    let whole = if sys.join("partition").exists() {
+        std::fs::read_to_string(sys.canonicalize().ok()?.parent()?.join("dev")).ok()?
+    } else {
+        std::fs::read_to_string(sys.join("dev")).ok()?
+    };
+    let (ma, mi) = whole.trim().split_once(':')?;
+    Some((ma.parse::<u64>().ok()? << 20) | mi.parse::<u64>().ok()?)
+}
+
+fn libc_major(dev: u64) -> u64 {
+    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff)
+}
+
+fn libc_minor(dev: u64) -> u64 {
+    ((dev >> 12) & 0xffff_ff00) | (dev & 0xff)
+}
+
+/// A dry run answers the plan and does nothing; an interlock's refusal comes back as the real
+/// call's would, even for the disk the system runs from (the only way a test touches it).
+#[test]
+fn a_dry_run_answers_its_plan_and_does_nothing() {
+    use std::os::unix::fs::DirBuilderExt;
+    let audit_dir = std::env::temp_dir().join(format!("csi-proxyctl-dry-run-audit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&audit_dir);
+    std::fs::DirBuilder::new().mode(0o700).create(&audit_dir).unwrap();
+    let audit_log = audit_dir.join("audit.log");
+    let d = Daemon::start_with("dry-run", &["-audit-log", audit_log.to_str().unwrap()]);
+    let target = d.kubelet("planned/deeper");
+    let req = serde_json::json!({"path": target}).to_string();
+    // No --yes, no terminal: a dry run has nothing to confirm.
+    let out = d.ctl(&["-dry-run", "call", "filesystem/v1", "Mkdir", &req]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["dry_run"], true);
+    assert_eq!(answer["method"], "v1.Filesystem/Mkdir");
+    let plan = answer["plan"].as_str().unwrap();
+    assert!(plan.contains("would create the directory") && plan.contains(&target), "{plan}");
+    assert!(!Path::new(&target).exists() && !Path::new(&d.kubelet("planned")).exists(), "nothing made");
+
+    // Outside the working directories: the real call's refusal.
+    let out = d.ctl(&["-dry-run", "call", "filesystem/v1", "Mkdir", r#"{"path": "/etc/csi-proxy-dry-run"}"#]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("PermissionDenied"), "{}", text(&out.stderr));
+
+    // The system's disk: refused by the interlock, by dry run (as root: the backend can read it).
+    match root_disk() {
+        Some(disk) if cfg!(target_os = "linux") && is_root() => {
+            let req = serde_json::json!({"diskNumber": disk}).to_string();
+            let out = d.ctl(&["-dry-run", "call", "disk/v1", "PartitionDisk", &req]);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(err.contains("FailedPrecondition") && err.contains("holds the running system"), "{err}");
+            assert!(err.contains("nothing was changed"), "{err}");
+        }
+        _ => eprintln!("skipped the system disk's dry run: not root, or / is on no block device"),
+    }
+
+    // -dry-run belongs to call only.
+    let out = d.ctl(&["-dry-run", "disks"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("-dry-run is an option of the call command"), "{}", text(&out.stderr));
+
+    // Audited as dry runs.
+    let audit = std::fs::read_to_string(&audit_log).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&audit_dir);
+    let mkdir: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["method"] == "Mkdir")
+        .collect();
+    assert!(mkdir.len() >= 2 && mkdir.iter().all(|r| r["dry_run"] == true), "{audit}");
+    assert!(
+        mkdir.iter().any(|r| r["event"] == "end" && r["message"].as_str().is_some_and(|m| m.contains("would create"))),
+        "{audit}"
+    );
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+}
+
 /// A request read from standard input or a file: the way to keep a password off the command line.
 /// Mutating, it needs --yes (standard input is taken, so there is nothing to confirm on).
 #[test]

@@ -126,6 +126,9 @@ pub fn json_line(r: &Record<'_>) -> String {
     if let Some(n) = r.lost {
         o.insert("lost_records".into(), n.into());
     }
+    if r.dry_run {
+        o.insert("dry_run".into(), true.into());
+    }
     let mut line = Value::Object(o).to_string();
     line.push('\n');
     line
@@ -167,6 +170,7 @@ mod tests {
                 duration: None,
                 late: None,
                 lost: None,
+                dry_run: false,
             };
             sink.write(&r).unwrap();
         }
@@ -202,6 +206,7 @@ mod tests {
             duration: None,
             late: None,
             lost: None,
+            dry_run: false,
         }
     }
 
@@ -497,6 +502,7 @@ mod tests {
             duration: Some(Duration::from_millis(1500)),
             late: None,
             lost: None,
+            dry_run: false,
         };
         let line = json_line(&r);
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'), "{line}");

@@ -85,6 +85,15 @@ impl Error {
 }
 
 /// Rewrites an error's message, keeping its kind.
+/// `e`, from a step of a call after the earlier steps `done` changed the host: its message says
+/// what was changed (nothing half-done goes unsaid). `done` empty: `e` as it is.
+pub fn after_changes(e: Error, done: &[String]) -> Error {
+    if done.is_empty() {
+        return e;
+    }
+    map_message(e, |m| format!("{m}; already changed before this failed: {}", done.join(", ")))
+}
+
 pub fn map_message(e: Error, f: impl FnOnce(String) -> String) -> Error {
     match e {
         Error::InvalidArgument(m) => Error::InvalidArgument(f(m)),

@@ -88,6 +88,23 @@ pub trait DiskHost: Send + Sync {
     fn get_disk_stats(&self, disk: u32) -> Result<u64>;
     fn set_disk_state(&self, disk: u32, online: bool) -> Result<()>;
     fn get_disk_state(&self, disk: u32) -> Result<bool>;
+    /// Dry-run of PartitionDisk: what it would do to `disk`, or the error it would answer, found
+    /// by reading only (the checks the call makes before its first write, interlocks included).
+    /// A backend that cannot tell refuses ([`no_plan`]): a dry run never falls back to the work.
+    fn plan_partition_disk(&self, disk: u32) -> Result<String> {
+        let _ = disk;
+        Err(no_plan("PartitionDisk"))
+    }
+    /// Dry-run of SetDiskState, as [`Self::plan_partition_disk`].
+    fn plan_set_disk_state(&self, disk: u32, online: bool) -> Result<String> {
+        let _ = (disk, online);
+        Err(no_plan("SetDiskState"))
+    }
+}
+
+/// The answer of a dry run that a backend cannot plan: nothing is done.
+pub fn no_plan(method: &str) -> Error {
+    Error::precondition(format!("this host cannot plan {method} without doing it; nothing was done"))
 }
 
 /// A whole rescan without the server's disk locks (for tests and tools that have the host to
@@ -177,6 +194,16 @@ pub trait VolumeHost: Send + Sync {
     fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String>;
     /// WriteVolumeCache: flushes the volume's cached writes to the disk.
     fn write_volume_cache(&self, volume_id: &str) -> Result<()>;
+    /// Dry-run of FormatVolume, as [`DiskHost::plan_partition_disk`].
+    fn plan_format_volume(&self, volume_id: &str) -> Result<String> {
+        let _ = volume_id;
+        Err(no_plan("FormatVolume"))
+    }
+    /// Dry-run of ResizeVolume, as [`DiskHost::plan_partition_disk`].
+    fn plan_resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<String> {
+        let _ = (volume_id, size_bytes);
+        Err(no_plan("ResizeVolume"))
+    }
 }
 
 /// Directory and link operations. Paths come as the request gave them (the server refuses only

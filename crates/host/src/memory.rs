@@ -256,6 +256,24 @@ impl DiskHost for MemoryHost {
     fn get_disk_state(&self, disk: u32) -> Result<bool> {
         self.with(|s| Ok(s.disk(disk)?.online))
     }
+    fn plan_partition_disk(&self, disk: u32) -> Result<String> {
+        self.with(|s| {
+            Ok(match s.disk(disk)?.partitions.len() {
+                0 => format!("would create partition 1 over the whole of disk {disk}"),
+                n => format!("disk {disk} already has {n} partition(s): nothing would change"),
+            })
+        })
+    }
+    fn plan_set_disk_state(&self, disk: u32, online: bool) -> Result<String> {
+        let state = if online { "online" } else { "offline" };
+        self.with(|s| {
+            Ok(if s.disk(disk)?.online == online {
+                format!("disk {disk} is already {state}: nothing would change")
+            } else {
+                format!("would set disk {disk} {state}")
+            })
+        })
+    }
 }
 
 impl VolumeHost for MemoryHost {
@@ -284,10 +302,8 @@ impl VolumeHost for MemoryHost {
     fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
         let target = norm(target_path);
         self.with(|s| {
-            let v = s.volume(volume_id)?;
-            if !v.mounts.remove(&target) {
-                return Err(Error::not_found(format!("volume {volume_id} is not mounted at {target_path}")));
-            }
+            // Nothing mounted there is no error, as on both OSes (a retry after the unmount).
+            s.volume(volume_id)?.mounts.remove(&target);
             Ok(())
         })
     }
@@ -297,9 +313,43 @@ impl VolumeHost for MemoryHost {
     fn format_volume(&self, volume_id: &str) -> Result<()> {
         self.with(|s| {
             let v = s.volume(volume_id)?;
+            if v.formatted {
+                // As both OSes refuse it: never format over a filesystem.
+                return Err(Error::precondition(format!(
+                    "volume {volume_id} already holds a filesystem; refusing to format it, which would destroy its data"
+                )));
+            }
             v.formatted = true;
             v.used = v.size / 100;
             Ok(())
+        })
+    }
+    fn plan_format_volume(&self, volume_id: &str) -> Result<String> {
+        self.with(|s| {
+            if s.volume(volume_id)?.formatted {
+                return Err(Error::precondition(format!(
+                    "volume {volume_id} already holds a filesystem; refusing to format it, which would destroy its data"
+                )));
+            }
+            Ok(format!("would format volume {volume_id}"))
+        })
+    }
+    fn plan_resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<String> {
+        self.with(|s| {
+            let (id, v) = s.volume_by(volume_id, data_volume::DiskNumber::DataVolume)?;
+            let (now, disk) = (v.size, v.disk);
+            let max = s.disk(disk)?.size;
+            let want = if size_bytes == 0 { max } else { size_bytes };
+            if want > max {
+                return Err(Error::precondition(format!(
+                    "cannot grow volume {id} to {want} bytes: disk {disk} has {max}"
+                )));
+            }
+            Ok(if want <= now {
+                format!("volume {id} already has {now} bytes: nothing would change")
+            } else {
+                format!("would grow volume {id} from {now} to {want} bytes")
+            })
         })
     }
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
@@ -459,10 +509,9 @@ impl SmbHost for MemoryHost {
     }
     fn remove_smb_global_mapping(&self, remote_path: &str) -> Result<()> {
         self.with(|s| {
-            s.smb
-                .remove(&share_root(remote_path)?)
-                .map(|_| ())
-                .ok_or_else(|| Error::not_found(format!("no SMB global mapping for {remote_path}")))
+            // A mapping gone already is no error, as on both OSes.
+            s.smb.remove(&share_root(remote_path)?);
+            Ok(())
         })
     }
 }
@@ -480,11 +529,9 @@ impl IscsiHost for MemoryHost {
     }
     fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
         self.with(|s| {
-            if s.registered.remove(portal) {
-                Ok(())
-            } else {
-                Err(Error::not_found(format!("target portal {portal} is not registered")))
-            }
+            // A portal gone already is no error (a retry after the call that removed it).
+            s.registered.remove(portal);
+            Ok(())
         })
     }
     fn list_target_portals(&self) -> Result<Vec<TargetPortal>> {

@@ -32,6 +32,12 @@ pub trait Op: Debug + Send + 'static {
         false
     }
     fn run(self, ctx: &Context) -> Result<Self::Output>;
+    /// A dry run's answer: what the operation would do (see [`crate::dry_run`]). Read-only
+    /// operations have no plan (a dry run of one runs it).
+    fn plan(&self, look: &crate::dry_run::Look<'_>) -> Result<String> {
+        let _ = look;
+        Err(Error::internal("a read-only operation has no plan"))
+    }
 }
 
 /// A wire request of some version, convertible into its internal operation.
@@ -180,7 +186,7 @@ impl Context {
     ) -> Result<Response<Resp>, Status>
     where
         Req: IntoOp + prost::Message,
-        Resp: FromOutput<<Req::Op as Op>::Output> + Clone + Send + Sync + 'static,
+        Resp: FromOutput<<Req::Op as Op>::Output> + Default + Clone + Send + Sync + 'static,
     {
         let start = Instant::now();
         let _flying = self.0.inline.flying();
@@ -188,15 +194,31 @@ impl Context {
             o.started(service, method);
         }
         let peer_at_connect = request.extensions().get::<Arc<Caller>>().cloned();
+        // A dry run of a read-only call is the call itself: it changes nothing either way.
+        let dry_run = match crate::dry_run::asked(request.metadata()) {
+            Ok(asked) => asked && !is_read_only(method),
+            Err(e) => return Err(to_status(&e)),
+        };
         // Mutating calls may join an identical one in flight, by the same principal.
         let principal = (!is_read_only(method)).then(|| principal(peer_at_connect.as_deref()));
         let audit = self.0.audit.as_ref().filter(|a| a.read_only_calls() || !is_read_only(method)).map(|writer| {
             let call = self.0.next_call.fetch_add(1, Ordering::Relaxed);
-            CallAudit::new(writer.clone(), call, peer_at_connect, (service, method), start)
+            let audit = CallAudit::new(writer.clone(), call, peer_at_connect, (service, method), start);
+            if dry_run {
+                audit.dry_run()
+            } else {
+                audit
+            }
         });
         // Also returns the request as logged, rendered only when it will be written (one line
         // per call, together with the outcome, after the work).
-        let (result, shown) = self.serve::<Req, Resp>((service, method), request.into_inner(), audit, principal).await;
+        let (result, shown) = if dry_run {
+            self.dry_run::<Req, Resp>((service, method), request.into_inner(), audit).await
+        } else {
+            let (result, shown) =
+                self.serve::<Req, Resp>((service, method), request.into_inner(), audit, principal).await;
+            (result.map(|r| (r, None)), shown)
+        };
         let elapsed = start.elapsed();
         let code = match &result {
             Ok(_) => Code::Ok,
@@ -210,9 +232,19 @@ impl Context {
         let request = bound_message(shown.as_deref().unwrap_or("-"));
         let request = request.as_ref();
         match result {
-            Ok(resp) => {
+            Ok((resp, None)) => {
                 tracing::debug!(target: "csi_proxy::call", %service, %method, request, elapsed_ms = ms(elapsed), "ok");
                 Ok(Response::new(resp))
+            }
+            Ok((resp, Some(plan))) => {
+                let plan = bound_message(&plan);
+                tracing::info!(target: "csi_proxy::call", %service, %method, request, elapsed_ms = ms(elapsed),
+                    plan = plan.as_ref(), "dry run: nothing was done");
+                let mut response = Response::new(resp);
+                let headers = response.metadata_mut();
+                headers.insert(crate::dry_run::DRY_RUN_METADATA, tonic::metadata::MetadataValue::from_static("true"));
+                headers.insert(crate::dry_run::PLAN_METADATA, crate::dry_run::plan_header(&plan));
+                Ok(response)
             }
             Err(e) => {
                 let status = to_status(&e);
@@ -323,6 +355,56 @@ impl Context {
             end.finish(&result).await;
         }
         (result, text)
+    }
+
+    /// A dry run ([`crate::dry_run`]): the request read and validated as for [`Self::serve`],
+    /// then the operation's plan made on a pool thread with the host's reading calls only. It
+    /// joins nothing and takes no disk's turn. Answers the response's defaults with the plan, or
+    /// the error the real call would answer.
+    async fn dry_run<Req, Resp>(
+        &self,
+        name: Name,
+        message: Req,
+        audit: Option<CallAudit>,
+    ) -> (Result<(Resp, Option<String>)>, Option<String>)
+    where
+        Req: IntoOp + prost::Message,
+        Resp: Default,
+    {
+        let logged = tracing::enabled!(target: "csi_proxy::call", tracing::Level::INFO);
+        let shown = (logged || audit.is_some()).then(|| crate::shown::request_json(name.0, name.1, &message));
+        let text = logged.then(|| shown.as_ref().map(|j| j.to_string())).flatten();
+        let prepared = catch_unwind(AssertUnwindSafe(|| -> Result<_> {
+            let op = message.into_op()?;
+            op.serial()?;
+            Ok(op)
+        }));
+        let op = match prepared.unwrap_or_else(|p| Err(panicked(name, &payload_message(p.as_ref())))) {
+            Ok(op) => op,
+            Err(e) => {
+                if let Some(audit) = &audit {
+                    audit.refused(&e).await;
+                }
+                return (Err(e), text);
+            }
+        };
+        let end = match audit {
+            None => None,
+            Some(audit) => match audit.started(shown.unwrap_or_default()).await {
+                Ok(end) => Some(end),
+                Err(e) => return (Err(e), text),
+            },
+        };
+        let ctx = self.clone();
+        let plan = run_on(&self.0.pools.unlocked, None, None, move || {
+            op.plan(&crate::dry_run::Look::new(ctx.hosts(), ctx.config()))
+        })
+        .await
+        .unwrap_or_else(|why| Err(panicked(name, &why)));
+        if let Some(end) = end {
+            end.finish_plan(&plan).await;
+        }
+        (plan.map(|plan| (Resp::default(), Some(plan))), text)
     }
 
     /// The operation's host work, under the lock its `serial` names.

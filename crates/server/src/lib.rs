@@ -11,10 +11,13 @@
 //!   it uses has a module each: [`locks`] (per-disk queues), `pool` (host-work threads), `inline`
 //!   (quick calls on the async worker), [`audit`] (the records, and [`audit::call`], one call's
 //!   trail), `outcome` (the code and message a result ends with).
+//! - [`dry_run`]: a mutating call's plan, answered instead of doing it, and the read-only view
+//!   of the host a plan is made with.
 //! - [`status`]: the one mapping from host errors to gRPC status codes.
 
 pub mod audit;
 pub mod call;
+pub mod dry_run;
 pub mod fields;
 mod inline;
 pub mod join;

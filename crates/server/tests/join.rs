@@ -39,6 +39,9 @@ impl VolumeHost for SlowFormat {
         self.formats.fetch_add(1, Ordering::SeqCst);
         self.entered.lock().unwrap().send(()).unwrap();
         self.go.lock().unwrap().recv().unwrap();
+        // Each run starts from a blank volume (the memory host, like both OSes, refuses to format
+        // over a filesystem): every run succeeds, and only the count tells them apart.
+        self.inner.with(|s| s.volumes.get_mut(volume_id).map(|v| v.formatted = false));
         self.inner.format_volume(volume_id)
     }
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> HostResult<()> {

@@ -319,7 +319,7 @@ impl Machine {
             .map(|(p, _)| format!(r"{p}\"))
             .collect();
         s.on(format!("mount_points_of {VOLUME}"), Answer::Strings(mounted));
-        s.on_query(&interlock::disk_query(DISK), vec![interlock::data_disk_row(DISK)]);
+        interlock::script_disk(s, DISK, interlock::data_disk_row(DISK));
         let os = interlock::data_disk_row(0).with("IsBoot", true).with("IsSystem", true).with("BootFromDisk", true);
         s.on_query(&interlock::disk_query(0), vec![os]);
         let fs = format!("filesystem_name {VOLUME}");

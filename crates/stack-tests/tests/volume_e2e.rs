@@ -72,7 +72,8 @@ macro_rules! old_shape_test {
             let dismount = |v: &str, p: &str| $v::DismountVolumeRequest { volume_id: v.into(), path: p.into() };
             c.dismount_volume(dismount("vol-0-1", "/mnt/a")).await.unwrap();
             assert!(mounts(&s, "vol-0-1").is_empty());
-            assert_status(c.dismount_volume(dismount("vol-0-1", "/mnt/a")).await, Code::NotFound, "/mnt/a");
+            // Again (a retry after it was dismounted): nothing mounted there is no error, as on both OSes.
+            c.dismount_volume(dismount("vol-0-1", "/mnt/a")).await.unwrap();
 
             // IsVolumeFormatted / FormatVolume.
             let is_fmt = |v: &str| $v::IsVolumeFormattedRequest { volume_id: v.into() };
@@ -282,7 +283,8 @@ macro_rules! current_shape_test {
             assert_eq!(mounts(&s, "vol-0-1"), vec!["/mnt/t"]);
             c.unmount_volume(unmount("vol-0-1", "/mnt/t")).await.unwrap();
             assert!(mounts(&s, "vol-0-1").is_empty());
-            assert_status(c.unmount_volume(unmount("vol-0-1", "/mnt/t")).await, Code::NotFound, "/mnt/t");
+            // Again (a retry after it was unmounted): nothing mounted there is no error, as on both OSes.
+            c.unmount_volume(unmount("vol-0-1", "/mnt/t")).await.unwrap();
 
             // IsVolumeFormatted / FormatVolume.
             let is_fmt = |v: &str| $v::IsVolumeFormattedRequest { volume_id: v.into() };

@@ -310,6 +310,7 @@ async fn serve_connection<IO, S, B>(
             };
             if let Ok(r) = &mut answer {
                 r.headers_mut().insert(VERSION_HEADER_NAME, version_value());
+                r.headers_mut().insert(FEATURES_HEADER_NAME, http::HeaderValue::from_static(csi_proxy_wire::FEATURES));
             }
             drop(held);
             answer
@@ -399,6 +400,9 @@ pub const VERSION_HEADER: &str = "csi-proxy-version";
 
 /// [`VERSION_HEADER`] as a header name, made once (from a `&str` it is parsed per answer).
 const VERSION_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(VERSION_HEADER);
+
+/// [`csi_proxy_wire::FEATURES_HEADER`] as a header name, on every answer beside the version.
+const FEATURES_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(csi_proxy_wire::FEATURES_HEADER);
 
 static VERSION: std::sync::OnceLock<http::HeaderValue> = std::sync::OnceLock::new();
 

@@ -126,6 +126,22 @@ pub fn is_read_only(method: &str) -> bool {
     PREFIXES.iter().any(|p| method.starts_with(p)) || OTHERS.contains(&method)
 }
 
+/// Request metadata that asks a mutating call for a dry run (`true`): the daemon answers what it
+/// would do and does nothing (the server's `dry_run` module). Only this daemon knows it.
+pub const DRY_RUN_METADATA: &str = "csi-proxy-dry-run";
+
+/// The response header of a dry run's answer holding its plan (percent-encoded like
+/// `grpc-message`); the answer also carries [`DRY_RUN_METADATA`]` = true`.
+pub const PLAN_METADATA: &str = "csi-proxy-plan";
+
+/// The header on every answer of this daemon listing what it understands beyond upstream's
+/// contract, comma-separated ([`FEATURES`]): a client checks it before it sends a dry run, which
+/// a daemon without it (upstream's) would run for real.
+pub const FEATURES_HEADER: &str = "csi-proxy-features";
+
+/// [`FEATURES_HEADER`]'s value.
+pub const FEATURES: &str = "dry-run";
+
 /// The request fields (by their .proto names) whose values never reach logs, audit records or
 /// the screen: SMB passwords, CHAP secrets, and the CHAP user name, half of the credential. The
 /// one list every place that shows a request redacts by (the daemon's call log and audit

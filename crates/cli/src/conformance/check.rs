@@ -80,6 +80,8 @@ checks! {
         "a new disk's volume is found, formatted, mounted, resolved from its target, grown after the disk grows, and unmounted";
     SYSTEM = "system", Both,
         "GetBIOSSerialNumber answers the serial, or NotFound as documented when the firmware has none";
+    INTERLOCK_DRY_RUN = "interlock-dry-run", Both,
+        "dry runs of PartitionDisk, FormatVolume and ResizeVolume on the node's own system disk are refused by the interlocks (nothing is changed; nothing is sent to a daemon without dry runs)";
     FLOW_AZUREDISK = "flow azuredisk", Both,
         "azuredisk's node RPCs (stage, publish, stats, expand, unpublish, unstage) succeed, leaving no staging folder and no driver warning";
     FLOW_GCE_PD = "flow gce-pd", Both,

@@ -5,6 +5,7 @@
 //! rest of it is listed as skipped); the other checks still run.
 
 pub mod check;
+mod interlock;
 mod marker;
 mod named;
 mod remote;
@@ -422,6 +423,7 @@ async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made, remote: &mu
     filesystem(report, p, &node).await;
     disk_and_volume(report, p, made, &node).await;
     system(report, p).await;
+    interlock::interlock_dry_run(report, p).await;
     for driver in [Driver::AzureDisk, Driver::GcePd, Driver::Ebs, Driver::Vsphere] {
         block_flow(report, p, made, &node, driver).await;
     }

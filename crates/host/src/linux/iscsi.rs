@@ -432,12 +432,20 @@ impl IscsiHost for Iscsi {
     fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
         let portal = Portal::new(portal)?;
         let _turns = portal.turns(&self.turns)?;
-        self.require_portal(&portal)?;
+        // Gone already (a retry after the call that removed it): nothing to do.
+        let gone = || {
+            info!(%portal, "the iSCSI target portal is not registered; nothing to remove");
+            Ok(())
+        };
+        match self.require_portal(&portal) {
+            Err(Error::NotFound(_)) => return gone(),
+            other => other?,
+        }
         let p = portal.arg();
         let out = self.run(&["-m", "discoverydb", "-t", "sendtargets", "-p", &p, "-o", "delete"])?;
         match out.code {
             0 => {}
-            code::IDBM if out.stderr.contains("not found") => return Err(missing_portal(&portal)),
+            code::IDBM if out.stderr.contains("not found") => return gone(),
             _ => return Err(tool_error(&out, &format!("removing iSCSI target portal {portal}"))),
         }
         info!(%portal, "removed the iSCSI target portal");

@@ -33,6 +33,27 @@ use std::collections::btree_map::{BTreeMap, Entry};
 use std::io;
 use std::sync::Arc;
 
+/// The attribute bits SetDiskState sets (`.0`) under its mask (`.1`): online also means
+/// writable (see `set_disk_state`); offline leaves read-only alone.
+fn state_bits(online: bool) -> (u64, u64) {
+    if online {
+        (0, ioctl::DISK_ATTRIBUTE_OFFLINE | ioctl::DISK_ATTRIBUTE_READ_ONLY)
+    } else {
+        (ioctl::DISK_ATTRIBUTE_OFFLINE, ioctl::DISK_ATTRIBUTE_OFFLINE)
+    }
+}
+
+/// PartitionDisk's refusal of a disk it cannot write.
+fn refuse_unwritable(disk: u32, offline: bool, read_only: bool) -> Result<()> {
+    if offline {
+        return Err(Error::precondition(format!("disk {disk} is offline: bring it online before partitioning it")));
+    }
+    if read_only {
+        return Err(Error::precondition(format!("disk {disk} is read-only: it can't be partitioned")));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -159,13 +180,34 @@ impl Disks {
             self.rescan()?;
             *row = self.disk_row(disk)?;
         }
-        if live.offline() {
-            return Err(Error::precondition(format!("disk {disk} is offline: bring it online before partitioning it")));
+        refuse_unwritable(disk, live.offline(), live.read_only() || row.bool("IsReadOnly")?)
+    }
+
+    /// What PartitionDisk would do, by reading only (no storage-cache update either: a stale
+    /// row is read as it is).
+    fn plan_partition(&self, disk: u32) -> Result<String> {
+        self.interlock(disk, Action::PartitionDisk)?;
+        let row = self.disk_row(disk)?;
+        let writable = || -> Result<()> {
+            let live = self.attributes(disk)?;
+            refuse_unwritable(disk, live.offline(), live.read_only() || row.bool("IsReadOnly")?)
+        };
+        let style = row.u16("PartitionStyle")?;
+        const CREATE: &str = "one basic data partition of the maximum size, without a drive letter";
+        if style == STYLE_RAW {
+            writable()?;
+            return Ok(format!("would initialize disk {disk} as GPT (MSFT_Disk.Initialize), then create {CREATE}"));
         }
-        if live.read_only() || row.bool("IsReadOnly")? {
-            return Err(Error::precondition(format!("disk {disk} is read-only: it can't be partitioned")));
+        if style != STYLE_GPT && style != STYLE_MBR {
+            return Err(Error::internal(format!(
+                "disk {disk} has partition style {style}, expected 1 (MBR) or 2 (GPT)"
+            )));
         }
-        Ok(())
+        if !data_partitions(style, self.partitions(disk)?)?.is_empty() {
+            return Ok(format!("disk {disk} already has a data partition: nothing would change"));
+        }
+        writable()?;
+        Ok(format!("would create {CREATE} on disk {disk} (MSFT_Disk.CreatePartition) and bring it online"))
     }
 
     fn partitions(&self, disk: u32) -> Result<Vec<Row>> {
@@ -396,22 +438,27 @@ impl DiskHost for Disks {
             // The check may have re-read a stale row.
             style = row.u16("PartitionStyle")?;
         }
+        // What this call has changed so far, for the error of a later step.
+        let mut done: Vec<String> = Vec::new();
         if style == STYLE_RAW {
             tracing::info!(disk, "initializing the disk as GPT");
             self.call("MSFT_Disk", &row.path, "Initialize", &what, &[("PartitionStyle", STYLE_GPT.into())], &[])?;
             style = STYLE_GPT;
+            done.push(format!("disk {disk} was initialized as GPT"));
         }
+        let later = |e: Error, done: &[String]| crate::error::after_changes(e, done);
         if style != STYLE_GPT && style != STYLE_MBR {
             return Err(Error::internal(format!(
                 "disk {disk} has partition style {style}, expected 1 (MBR) or 2 (GPT)"
             )));
         }
         // Upstream leaves an existing partition as it is, without bringing it online.
-        if !data_partitions(style, self.partitions(disk)?)?.is_empty() {
+        let existing = self.partitions(disk).and_then(|p| data_partitions(style, p)).map_err(|e| later(e, &done))?;
+        if !existing.is_empty() {
             tracing::debug!(disk, "the disk already has a data partition");
             return Ok(());
         }
-        writable(&mut row)?;
+        writable(&mut row).map_err(|e| later(e, &done))?;
         let kind: (&'static str, Value) =
             if style == STYLE_GPT { ("GptType", GPT_BASIC_DATA.into()) } else { ("MbrType", MBR_IFS.into()) };
         let args = [
@@ -422,14 +469,43 @@ impl DiskHost for Disks {
             ("IsActive", Value::Bool(false)),
         ];
         tracing::info!(disk, style, "creating a data partition over the whole disk");
-        self.call("MSFT_Disk", &row.path, "CreatePartition", &what, &args, &[ACCESS_PATH_IN_USE])?;
-        self.call("MSFT_Disk", &row.path, "Refresh", &what, &[], &[])?;
-        let created = data_partitions(style, self.partitions(disk)?)?;
-        let first = created.first().ok_or_else(|| {
-            Error::internal(format!("disk {disk} has no data partition after MSFT_Disk.CreatePartition succeeded"))
-        })?;
-        let partition = format!("partition {} of disk {disk}", first.u32("PartitionNumber")?);
-        self.call("MSFT_Partition", &first.path, "Online", &partition, &[], &[])
+        self.call("MSFT_Disk", &row.path, "CreatePartition", &what, &args, &[ACCESS_PATH_IN_USE])
+            .map_err(|e| later(e, &done))?;
+        done.push(format!("a data partition was created on disk {disk}"));
+        let online = || -> Result<()> {
+            self.call("MSFT_Disk", &row.path, "Refresh", &what, &[], &[])?;
+            let created = data_partitions(style, self.partitions(disk)?)?;
+            let first = created.first().ok_or_else(|| {
+                Error::internal(format!("disk {disk} has no data partition after MSFT_Disk.CreatePartition succeeded"))
+            })?;
+            let partition = format!("partition {} of disk {disk}", first.u32("PartitionNumber")?);
+            self.call("MSFT_Partition", &first.path, "Online", &partition, &[], &[])
+        };
+        online().map_err(|e| later(e, &done))
+    }
+
+    fn plan_partition_disk(&self, disk: u32) -> Result<String> {
+        self.plan_partition(disk)
+    }
+
+    fn plan_set_disk_state(&self, disk: u32, online: bool) -> Result<String> {
+        let now = self.attributes(disk)?;
+        let (attributes, mask) = state_bits(online);
+        if now.0 & mask == attributes {
+            return Ok(format!(
+                "disk {disk} is already {}: nothing would change",
+                if online { "online and writable" } else { "offline" }
+            ));
+        }
+        if !online {
+            self.interlock(disk, Action::SetDiskOffline)?;
+        }
+        Ok(format!(
+            "would set disk {disk} {} (IOCTL_DISK_SET_DISK_ATTRIBUTES, persisted); it is now {}{}",
+            if online { "online and writable" } else { "offline" },
+            if now.offline() { "offline" } else { "online" },
+            if now.read_only() { " and read-only" } else { "" }
+        ))
     }
 
     fn rescan(&self) -> Result<()> {
@@ -478,11 +554,7 @@ impl DiskHost for Disks {
         // Online also means writable: a disk re-attached read-only, or left offline and
         // read-only by a signature collision (kubernetes-csi/csi-proxy#437, #287), is cleared as
         // `diskpart attributes disk clear readonly` clears it. Offline leaves read-only alone.
-        let (attributes, mask) = if online {
-            (0, ioctl::DISK_ATTRIBUTE_OFFLINE | ioctl::DISK_ATTRIBUTE_READ_ONLY)
-        } else {
-            (ioctl::DISK_ATTRIBUTE_OFFLINE, ioctl::DISK_ATTRIBUTE_OFFLINE)
-        };
+        let (attributes, mask) = state_bits(online);
         if now.0 & mask == attributes {
             tracing::debug!(disk, online, "the disk is already in the desired state");
             return Ok(());

@@ -238,7 +238,14 @@ impl IscsiHost for Iscsi {
     }
 
     fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
-        let row = self.portal(portal)?;
+        let row = match self.portal(portal) {
+            // Gone already (a retry after the call that removed it): nothing to do.
+            Err(Error::NotFound(_)) => {
+                info!(%portal, "the iSCSI target portal is not registered; nothing to remove");
+                return Ok(());
+            }
+            other => other?,
+        };
         let args = [
             ("TargetPortalAddress", Value::from(row.str("TargetPortalAddress")?)),
             ("TargetPortalPortNumber", Value::from(row.u16("TargetPortalPortNumber")?)),

@@ -298,6 +298,45 @@ impl<N: Nt> Volumes<N> {
     /// The interlocks ([`super::interlock`]) for `action` on volume `v` of disk `disk`: the
     /// disk's, then the volume's mount points, each of which must be inside the working
     /// directories (a drive letter never is).
+    /// What FormatVolume refuses before it formats, by reading only; the volume to format.
+    fn format_checks(&self, volume_id: &str) -> Result<VolumeId> {
+        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
+        if let Some(fs) = self.filesystem(&v)? {
+            return Err(Error::precondition(format!(
+                "volume {v} already holds a {fs} filesystem; refusing to format it, which would destroy its data"
+            )));
+        }
+        self.interlock(&v, self.disk_of(&v)?, Action::FormatVolume)?;
+        Ok(v)
+    }
+
+    /// What ResizeVolume refuses before it resizes, by reading only, and the sizes it compares.
+    fn resize_checks(&self, volume_id: &str, size_bytes: u64) -> Result<Grow> {
+        let v = self.volume_id(volume_id, DiskNumber::DataVolume)?;
+        let disk = self.disk_of(&v)?;
+        self.interlock(&v, disk, Action::ResizeVolume)?;
+        let info = self.partition_info(&v)?;
+        if info.number == 0 {
+            return Err(Error::precondition(format!(
+                "volume {v} is on disk {disk} without a partition table; expected a partition to resize"
+            )));
+        }
+        let current = info.length as u64;
+        let target = match size_bytes {
+            0 => self.largest_size(&v, disk, &info)?,
+            n => n,
+        };
+        if target < current && target.abs_diff(current) > RESIZE_TOLERANCE {
+            return Err(Error::precondition(format!(
+                "volume {v}: resizing partition {} of disk {disk} from {current} to {target} bytes would shrink it; \
+                 expected at least {} bytes (shrinking is not supported)",
+                info.number,
+                current - RESIZE_TOLERANCE
+            )));
+        }
+        Ok(Grow { v, disk, partition: info.number, current, target })
+    }
+
     fn interlock(&self, v: &VolumeId, disk: u32, action: Action) -> Result<()> {
         let what = format!("volume {v} (on disk {disk})");
         super::interlock::check_disk(&*self.wmi, &self.protected, disk, action, &what)?;
@@ -528,6 +567,16 @@ impl<N: Nt> Volumes<N> {
     }
 }
 
+/// What [`Volumes::resize_checks`] found: the volume, its disk and partition number, the
+/// partition's size and the size asked for (the largest possible for 0).
+struct Grow {
+    v: VolumeId,
+    disk: u32,
+    partition: u32,
+    current: u64,
+    target: u64,
+}
+
 impl<N: Nt> VolumeHost for Volumes<N> {
     fn list_volumes_on_disk(&self, disk: u32, partition: u32) -> Result<Vec<String>> {
         Ok(self
@@ -619,13 +668,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
     }
 
     fn format_volume(&self, volume_id: &str) -> Result<()> {
-        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
-        if let Some(fs) = self.filesystem(&v)? {
-            return Err(Error::precondition(format!(
-                "volume {v} already holds a {fs} filesystem; refusing to format it, which would destroy its data"
-            )));
-        }
-        self.interlock(&v, self.disk_of(&v)?, Action::FormatVolume)?;
+        let v = self.format_checks(volume_id)?;
         let q = Query::select(Namespace::Storage, "MSFT_Volume", &["UniqueId", "FileSystemType"])
             .eq("UniqueId", v.id.as_str());
         let row = (self.wmi.query(&q)?.into_iter().next())
@@ -650,42 +693,39 @@ impl<N: Nt> VolumeHost for Volumes<N> {
     }
 
     fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
-        let v = self.volume_id(volume_id, DiskNumber::DataVolume)?;
-        let disk = self.disk_of(&v)?;
-        self.interlock(&v, disk, Action::ResizeVolume)?;
-        let info = self.partition_info(&v)?;
-        if info.number == 0 {
-            return Err(Error::precondition(format!(
-                "volume {v} is on disk {disk} without a partition table; expected a partition to resize"
-            )));
-        }
-        let current = info.length as u64;
-        let row = self.partition_row(&v, disk, info.number)?;
-        let target = match size_bytes {
-            0 => self.largest_size(&v, disk, &info)?,
-            n => n,
-        };
+        let Grow { v, disk, partition, current, target } = self.resize_checks(volume_id, size_bytes)?;
         if target.abs_diff(current) <= RESIZE_TOLERANCE {
             tracing::debug!(volume = %v, current, target, "within 100 MiB of the partition's size; nothing to do");
             return Ok(());
         }
-        if target < current {
-            return Err(Error::precondition(format!(
-                "volume {v}: resizing partition {} of disk {disk} from {current} to {target} bytes would shrink it; \
-                 expected at least {} bytes (shrinking is not supported)",
-                info.number,
-                current - RESIZE_TOLERANCE
-            )));
-        }
+        let row = self.partition_row(&v, disk, partition)?;
         let out = self.wmi.call(Namespace::Storage, &row.path, "Resize", &[("Size", Value::U64(target))])?;
         method_failed("MSFT_Partition", "Resize", &row.path, &out)?;
-        let q = Query::select(Namespace::Storage, "MSFT_Disk", &["Number"]).eq("Number", disk);
-        let disk_row = (self.wmi.query(&q)?.into_iter().next())
-            .ok_or_else(|| Error::not_found(format!("disk {disk} of volume {v} is not in MSFT_Disk")))?;
-        let out = self.wmi.call(Namespace::Storage, &disk_row.path, "Refresh", &[])?;
-        method_failed("MSFT_Disk", "Refresh", &disk_row.path, &out)?;
+        let done = [format!("partition {partition} of disk {disk} was resized from {current} to {target} bytes")];
+        let refresh = || -> Result<()> {
+            let q = Query::select(Namespace::Storage, "MSFT_Disk", &["Number"]).eq("Number", disk);
+            let disk_row = (self.wmi.query(&q)?.into_iter().next())
+                .ok_or_else(|| Error::not_found(format!("disk {disk} of volume {v} is not in MSFT_Disk")))?;
+            let out = self.wmi.call(Namespace::Storage, &disk_row.path, "Refresh", &[])?;
+            method_failed("MSFT_Disk", "Refresh", &disk_row.path, &out)
+        };
+        refresh().map_err(|e| crate::error::after_changes(e, &done))?;
         tracing::info!(volume = %v, from = current, to = target, "volume resized");
         Ok(())
+    }
+
+    fn plan_format_volume(&self, volume_id: &str) -> Result<String> {
+        let v = self.format_checks(volume_id)?;
+        Ok(format!("would format volume {v} with NTFS (MSFT_Volume.Format, quick, no label)"))
+    }
+
+    fn plan_resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<String> {
+        let Grow { v, disk, partition, current, target } = self.resize_checks(volume_id, size_bytes)?;
+        Ok(if target.abs_diff(current) <= RESIZE_TOLERANCE {
+            format!("partition {partition} of disk {disk} (volume {v}) has {current} bytes, within 100 MiB of {target}: nothing would change")
+        } else {
+            format!("would resize partition {partition} of disk {disk} (volume {v}) from {current} to {target} bytes (MSFT_Partition.Resize), then refresh the disk")
+        })
     }
 
     fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {

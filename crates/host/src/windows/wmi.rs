@@ -163,6 +163,15 @@ impl Row {
         u16::try_from(self.u64(name)?).map_err(|_| self.wrong(name, "a 16-bit unsigned integer"))
     }
 
+    /// A string array; NULL (no element, as WMI gives an empty array) is empty.
+    pub fn strs(&self, name: &str) -> Result<&[String]> {
+        match self.get(name) {
+            Value::StrArray(v) => Ok(v),
+            Value::Null => Ok(&[]),
+            _ => Err(self.wrong(name, "an array of strings")),
+        }
+    }
+
     pub fn bool(&self, name: &str) -> Result<bool> {
         match self.get(name) {
             Value::Bool(b) => Ok(*b),

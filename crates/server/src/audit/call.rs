@@ -23,6 +23,8 @@ pub(crate) struct CallAudit {
     service: &'static str,
     method: &'static str,
     start: Instant,
+    /// A dry run: every record says so ([`crate::dry_run`]).
+    dry_run: bool,
 }
 
 impl CallAudit {
@@ -33,7 +35,12 @@ impl CallAudit {
         (service, method): Name,
         start: Instant,
     ) -> Self {
-        CallAudit { writer, call, peer_at_connect, service, method, start }
+        CallAudit { writer, call, peer_at_connect, service, method, start, dry_run: false }
+    }
+
+    /// This call's records say it is a dry run.
+    pub(crate) fn dry_run(self) -> Self {
+        CallAudit { dry_run: true, ..self }
     }
 
     fn record(&self, event: Event) -> Owned {
@@ -48,6 +55,7 @@ impl CallAudit {
             code: None,
             message: None,
             duration: None,
+            dry_run: self.dry_run,
         }
     }
 
@@ -204,6 +212,16 @@ impl EndRecord {
     pub(crate) async fn finish<T>(self, result: &Result<T>) {
         *self.0.stage() = Stage::Ended;
         let (code, message) = outcome_of(result);
+        self.0.audit.write_last(Event::End, code, message, self.0.slot()).await;
+    }
+
+    /// The end record of a dry run: its plan as the message, or the error it would answer.
+    pub(crate) async fn finish_plan(self, result: &Result<String>) {
+        *self.0.stage() = Stage::Ended;
+        let (code, message) = match result {
+            Ok(plan) => (go_code_name(Code::Ok), Some(plan.clone())),
+            Err(e) => error_outcome(e),
+        };
         self.0.audit.write_last(Event::End, code, message, self.0.slot()).await;
     }
 }

@@ -113,6 +113,8 @@ pub struct Record<'a> {
     pub late: Option<&'a str>,
     /// [`Event::Lost`] records: how many records were lost.
     pub lost: Option<u64>,
+    /// A dry run ([`crate::dry_run`]): nothing was done; an end record's message is the plan.
+    pub dry_run: bool,
 }
 
 /// How long a call waits for its start record to be written before it is refused (and its
@@ -158,6 +160,7 @@ pub(crate) struct Owned {
     pub code: Option<&'static str>,
     pub message: Option<String>,
     pub duration: Option<Duration>,
+    pub dry_run: bool,
 }
 
 impl Owned {
@@ -190,6 +193,7 @@ impl Owned {
             duration: self.duration,
             late: None,
             lost: None,
+            dry_run: self.dry_run,
         }
     }
 }
@@ -642,6 +646,7 @@ fn write_late(queue: &Queue, write: &dyn Fn(&Record<'_>) -> std::io::Result<()>)
         duration: None,
         late: None,
         lost: Some(lost),
+        dry_run: false,
     };
     if write(&record).is_err() {
         return false;
@@ -668,6 +673,33 @@ mod tests {
         fn write(&self, r: &Record<'_>) -> std::io::Result<()> {
             self.0.lock().unwrap().push((r.event, r.call, r.message.map(str::to_string)));
             Ok(())
+        }
+    }
+
+    /// [`Kept`], whose writes wait until [`Gated::open`]: the writer is held before its first
+    /// write, whatever the machine's load.
+    #[derive(Default)]
+    struct Gated {
+        kept: Kept,
+        opened: Mutex<bool>,
+        wake: Condvar,
+    }
+
+    impl Gated {
+        fn open(&self) {
+            *self.opened.lock().unwrap() = true;
+            self.wake.notify_all();
+        }
+    }
+
+    impl AuditSink for Gated {
+        fn write(&self, r: &Record<'_>) -> std::io::Result<()> {
+            let mut opened = self.opened.lock().unwrap();
+            while !*opened {
+                opened = self.wake.wait(opened).unwrap();
+            }
+            drop(opened);
+            self.kept.write(r)
         }
     }
 
@@ -703,6 +735,7 @@ mod tests {
             code: None,
             message: None,
             duration: None,
+            dry_run: false,
         }
     }
 
@@ -711,18 +744,20 @@ mod tests {
     /// end record must say so rather than leave the start record unpaired.
     #[tokio::test]
     async fn a_call_dropped_after_its_start_record_is_written_gets_its_end_record() {
-        let sink = Arc::new(Kept::default());
+        let sink = Arc::new(Gated::default());
         let writer = Writer::start(sink.clone(), RECORD_WAIT);
         let mut start = Box::pin(writer.start_record(record(Event::Start, 7), Instant::now()));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // The sink holds the writer until opened: the record cannot have been answered yet.
         assert!(start.as_mut().poll(&mut cx).is_pending(), "queued, not yet answered");
+        sink.open();
         // The writer works in order: once a later record is written, the start record is too,
         // and its ticket says so.
         writer.last_record(record(Event::End, 1), None).unwrap().await.unwrap().unwrap();
         drop(start);
         // The end record is queued by the drop; one more record flushes it.
         writer.last_record(record(Event::End, 2), None).unwrap().await.unwrap().unwrap();
-        let kept = sink.0.lock().unwrap().clone();
+        let kept = sink.kept.0.lock().unwrap().clone();
         let calls: Vec<(Event, u64)> = kept.iter().map(|k| (k.0, k.1)).collect();
         assert_eq!(calls, [(Event::Start, 7), (Event::End, 1), (Event::End, 7), (Event::End, 2)], "{kept:?}");
         assert_eq!(kept[2].2.as_deref(), Some(CANCELLED_BEFORE_WORK));

@@ -1,4 +1,5 @@
 use super::op;
+use crate::dry_run::{Look, Plan};
 use crate::locks::Serial;
 use csi_proxy_host::types::{DiskIds, DiskLocation};
 use csi_proxy_host::Error;
@@ -59,3 +60,28 @@ op!(GetDiskNumberByName -> u32, read_only, |s, ctx| {
         .map(|(n, _)| n)
         .ok_or_else(|| Error::not_found(format!("no disk has page 0x83 identifier {name:?}")))
 });
+
+// Dry runs (crate::dry_run).
+
+impl Plan for PartitionDisk {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        look.plan_partition_disk(self.disk)
+    }
+}
+
+impl Plan for Rescan {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let disks = look.disks_to_refresh()?;
+        let then = match disks.as_slice() {
+            [] => String::new(),
+            d => format!(", then re-read the partition tables of disks {d:?}, one at a time"),
+        };
+        Ok(format!("would rescan the host's storage for new disks and sizes{then}"))
+    }
+}
+
+impl Plan for SetDiskState {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        look.plan_set_disk_state(self.disk, self.online)
+    }
+}

@@ -1,4 +1,5 @@
 use super::op;
+use crate::dry_run::{Look, Plan};
 use crate::fields::required;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -43,3 +44,52 @@ pub struct IsSymlink {
     pub path: String,
 }
 op!(IsSymlink -> bool, read_only quick, |s, ctx| ctx.hosts().filesystem.is_symlink(required("path", &s.path)?));
+
+// Dry runs (crate::dry_run). PathExists checks each path's form and containment as the real
+// call would.
+
+impl Plan for Mkdir {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let p = required("path", &self.path)?;
+        Ok(if look.path_exists(p)? {
+            format!("{p} exists: nothing would be created")
+        } else {
+            format!("would create the directory {p} and any missing parents")
+        })
+    }
+}
+
+impl Plan for Rmdir {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let p = required("path", &self.path)?;
+        Ok(match (look.path_exists(p)?, self.force) {
+            (false, _) => format!("{p} does not exist: nothing would be removed"),
+            (true, true) => format!("would remove {p} and everything under it"),
+            (true, false) => format!("would remove {p} if it is an empty directory or a link"),
+        })
+    }
+}
+
+impl Plan for RmdirContents {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let p = required("path", &self.path)?;
+        Ok(if look.path_exists(p)? {
+            format!("would remove everything under {p}, keeping {p}")
+        } else {
+            format!("{p} does not exist: nothing would be removed")
+        })
+    }
+}
+
+impl Plan for CreateSymlink {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let link = required("target_path", &self.target_path)?;
+        let destination = required("source_path", &self.source_path)?;
+        let there = if look.path_exists(destination)? { "" } else { " (which does not exist yet)" };
+        if look.path_exists(link)? {
+            let what = if look.is_symlink(link)? { "a link" } else { "something" };
+            return Ok(format!("{link} is already {what}: CreateSymlink would not replace it"));
+        }
+        Ok(format!("would create the link {link} pointing to {destination}{there}"))
+    }
+}

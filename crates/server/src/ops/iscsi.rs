@@ -1,4 +1,5 @@
 use super::op;
+use crate::dry_run::{Look, Plan};
 use crate::fields::required;
 use csi_proxy_host::types::{ConnectTarget as Connect, Secret, TargetPortal};
 
@@ -52,3 +53,67 @@ pub struct SetMutualChapSecret {
     pub secret: Secret,
 }
 op!(SetMutualChapSecret -> (), own_turns, |s, ctx| ctx.hosts().iscsi.set_mutual_chap_secret(&s.secret));
+
+// Dry runs (crate::dry_run). Neither CHAP secret is ever part of a plan.
+
+fn registered(look: &Look<'_>, portal: &TargetPortal) -> csi_proxy_host::Result<bool> {
+    Ok(look.target_portals()?.contains(portal))
+}
+
+impl Plan for AddTargetPortal {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let p = &self.portal;
+        Ok(if registered(look, p)? {
+            format!("target portal {p} is already registered: nothing would change")
+        } else {
+            format!("would register target portal {p}")
+        })
+    }
+}
+
+impl Plan for DiscoverTargetPortal {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let p = &self.portal;
+        Ok(if registered(look, p)? {
+            format!("would ask target portal {p} for its targets")
+        } else {
+            format!("would register target portal {p} and ask it for its targets")
+        })
+    }
+}
+
+impl Plan for RemoveTargetPortal {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let p = &self.portal;
+        Ok(if registered(look, p)? {
+            format!("would remove target portal {p}")
+        } else {
+            format!("target portal {p} is not registered: nothing would be removed")
+        })
+    }
+}
+
+impl Plan for ConnectTarget {
+    fn plan(&self, _look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let iqn = required("iqn", &self.request.iqn)?;
+        let auth = match self.request.auth {
+            csi_proxy_host::types::AuthType::None => "without CHAP",
+            csi_proxy_host::types::AuthType::OneWayChap => "with one-way CHAP",
+            csi_proxy_host::types::AuthType::MutualChap => "with mutual CHAP",
+        };
+        Ok(format!("would log in to target {iqn:?} through portal {} {auth}", self.request.portal))
+    }
+}
+
+impl Plan for DisconnectTarget {
+    fn plan(&self, _look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let iqn = required("iqn", &self.iqn)?;
+        Ok(format!("would log out of target {iqn:?} at portal {}", self.portal))
+    }
+}
+
+impl Plan for SetMutualChapSecret {
+    fn plan(&self, _look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        Ok("would set the initiator's mutual CHAP secret (not shown)".to_string())
+    }
+}

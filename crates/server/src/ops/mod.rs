@@ -20,26 +20,29 @@ pub mod volume;
 /// `quick` after `read_only` or `own_turns` marks host work of a few metadata syscalls (see
 /// [`crate::call::Op::quick`]).
 ///
+/// Every operation that is not `read_only` must implement [`crate::dry_run::Plan`] (written out
+/// beside it): its [`crate::call::Op::plan`] is that.
+///
 /// [`Serial::ReadOnly`]: crate::locks::Serial::ReadOnly
 /// [`Serial::OwnTurns`]: crate::locks::Serial::OwnTurns
 macro_rules! op {
     ($name:ident -> $out:ty, read_only, |$s:ident, $ctx:ident| $body:expr) => {
-        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::ReadOnly), quick false, |$s, $ctx| $body);
+        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::ReadOnly), quick false, plan none, |$s, $ctx| $body);
     };
     ($name:ident -> $out:ty, read_only quick, |$s:ident, $ctx:ident| $body:expr) => {
-        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::ReadOnly), quick true, |$s, $ctx| $body);
+        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::ReadOnly), quick true, plan none, |$s, $ctx| $body);
     };
     ($name:ident -> $out:ty, own_turns, |$s:ident, $ctx:ident| $body:expr) => {
-        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::OwnTurns), quick false, |$s, $ctx| $body);
+        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::OwnTurns), quick false, plan own, |$s, $ctx| $body);
     };
     ($name:ident -> $out:ty, own_turns quick, |$s:ident, $ctx:ident| $body:expr) => {
-        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::OwnTurns), quick true, |$s, $ctx| $body);
+        $crate::ops::op!(@ $name -> $out, serial |_s| Ok($crate::locks::Serial::OwnTurns), quick true, plan own, |$s, $ctx| $body);
     };
     ($name:ident -> $out:ty, serial |$ss:ident| $serial:expr, |$s:ident, $ctx:ident| $body:expr) => {
-        $crate::ops::op!(@ $name -> $out, serial |$ss| $serial, quick false, |$s, $ctx| $body);
+        $crate::ops::op!(@ $name -> $out, serial |$ss| $serial, quick false, plan own, |$s, $ctx| $body);
     };
     (@ $name:ident -> $out:ty,
-     serial |$ss:ident| $serial:expr, quick $quick:literal, |$s:ident, $ctx:ident| $body:expr) => {
+     serial |$ss:ident| $serial:expr, quick $quick:literal, plan $plan:ident, |$s:ident, $ctx:ident| $body:expr) => {
         impl $crate::call::Op for $name {
             type Output = $out;
             fn serial(&self) -> csi_proxy_host::Result<$crate::locks::Serial> {
@@ -53,6 +56,13 @@ macro_rules! op {
                 let $s = self;
                 $body
             }
+            $crate::ops::op!(@plan $plan);
+        }
+    };
+    (@plan none) => {};
+    (@plan own) => {
+        fn plan(&self, look: &$crate::dry_run::Look<'_>) -> csi_proxy_host::Result<String> {
+            $crate::dry_run::Plan::plan(self, look)
         }
     };
 }

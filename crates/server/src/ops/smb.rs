@@ -1,4 +1,5 @@
 use super::op;
+use crate::dry_run::{Look, Plan};
 use crate::fields::required;
 use csi_proxy_host::types::{Secret, SmbMapping};
 
@@ -31,6 +32,29 @@ pub struct RemoveSmbGlobalMapping {
     pub remote_path: String,
 }
 op!(RemoveSmbGlobalMapping -> (), own_turns, |s, ctx| ctx.hosts().smb.remove_smb_global_mapping(&normalise_remote(&s.remote_path)?));
+
+// Dry runs (crate::dry_run). The password is never part of a plan.
+
+impl Plan for NewSmbGlobalMapping {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let remote = normalise_remote(&self.remote_path)?;
+        let at = match self.local_path.as_str() {
+            "" => String::new(),
+            local => format!(" for {local}"),
+        };
+        let user = csi_proxy_host::error::clip(&self.username);
+        Ok(format!(
+            "would map {remote} globally{at} as user {user:?} (RequirePrivacy {})",
+            look.config().require_privacy
+        ))
+    }
+}
+
+impl Plan for RemoveSmbGlobalMapping {
+    fn plan(&self, _look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        Ok(format!("would remove the global mapping of {}", normalise_remote(&self.remote_path)?))
+    }
+}
 
 #[cfg(test)]
 mod tests {

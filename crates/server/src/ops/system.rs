@@ -1,7 +1,8 @@
 use super::op;
+use crate::dry_run::{Look, Plan};
 use crate::fields::required;
-use crate::Context;
-use csi_proxy_host::types::ServiceInfo;
+use crate::Config;
+use csi_proxy_host::types::{ServiceInfo, ServiceStatus};
 use csi_proxy_host::{Error, Result};
 
 /// Whether `name` is one of `allowed`, compared as the OS compares service names: Windows'
@@ -16,9 +17,9 @@ fn same_service(a: &str, b: &str) -> bool {
 }
 
 /// The name of a service that may be started or stopped under `-allowed-service`.
-fn controllable<'a>(ctx: &Context, name: &'a str) -> Result<&'a str> {
+fn controllable<'a>(config: &Config, name: &'a str) -> Result<&'a str> {
     let name = required("name", name)?;
-    match &ctx.config().allowed_services {
+    match &config.allowed_services {
         Some(allowed) if !service_allowed(name, allowed) => Err(Error::denied(format!(
             "service {name:?} may not be started or stopped: it is not among the allowed services [{}] \
              (-allowed-service)",
@@ -36,7 +37,7 @@ op!(GetBiosSerialNumber -> String, read_only, |_s, ctx| ctx.hosts().system.get_b
 pub struct StartService {
     pub name: String,
 }
-op!(StartService -> (), own_turns, |s, ctx| ctx.hosts().system.start_service(controllable(ctx, &s.name)?));
+op!(StartService -> (), own_turns, |s, ctx| ctx.hosts().system.start_service(controllable(ctx.config(), &s.name)?));
 
 /// With `force`, the dependents stopped along with the service must be allowed too.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +46,7 @@ pub struct StopService {
     pub force: bool,
 }
 op!(StopService -> (), own_turns, |s, ctx| {
-    let name = controllable(ctx, &s.name)?;
+    let name = controllable(ctx.config(), &s.name)?;
     let allowed = ctx.config().allowed_services.as_deref();
     ctx.hosts().system.stop_service(name, s.force, &|dep: &str| allowed.is_none_or(|a| service_allowed(dep, a)))
 });
@@ -55,6 +56,33 @@ pub struct GetService {
     pub name: String,
 }
 op!(GetService -> ServiceInfo, read_only, |s, ctx| ctx.hosts().system.get_service(required("name", &s.name)?));
+
+// Dry runs (crate::dry_run): the allowed services are checked as for the real call.
+
+impl Plan for StartService {
+    fn plan(&self, look: &Look<'_>) -> Result<String> {
+        let name = controllable(look.config(), &self.name)?;
+        let now = look.service(name)?.status;
+        Ok(if now == ServiceStatus::Running {
+            format!("service {name:?} is running: nothing would change")
+        } else {
+            format!("would start service {name:?} (now {now:?})")
+        })
+    }
+}
+
+impl Plan for StopService {
+    fn plan(&self, look: &Look<'_>) -> Result<String> {
+        let name = controllable(look.config(), &self.name)?;
+        let now = look.service(name)?.status;
+        let with = if self.force { ", and the running services that depend on it (each must be allowed)" } else { "" };
+        Ok(if now == ServiceStatus::Stopped {
+            format!("service {name:?} is stopped: nothing would change")
+        } else {
+            format!("would stop service {name:?} (now {now:?}){with}")
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,5 @@
 use super::op;
+use crate::dry_run::{Look, Plan};
 use crate::fields::{non_negative, required};
 use crate::locks::Serial;
 use csi_proxy_host::data_volume::disk_number_in;
@@ -114,6 +115,65 @@ op!(WriteVolumeCache -> (), serial |s| {
     let v = required("volume_id", &s.volume_id)?;
     ctx.hosts().volume.write_volume_cache(v)
 });
+
+// Dry runs (crate::dry_run).
+
+/// Whether two volume IDs name the same volume as the backends write them (case and a trailing
+/// `\` aside).
+fn same_volume(a: &str, b: &str) -> bool {
+    a.trim_end_matches('\\').eq_ignore_ascii_case(b.trim_end_matches('\\'))
+}
+
+impl Plan for MountVolume {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let v = required("volume_id", &self.volume_id)?;
+        let t = required("target_path", &self.target_path)?;
+        let disk = look.disk_of_volume(v)?;
+        Ok(match look.volume_at(t)? {
+            Some(m) if same_volume(&m, v) => format!("volume {v} is already mounted at {t}: nothing would change"),
+            Some(m) => {
+                return Err(csi_proxy_host::Error::precondition(format!(
+                    "{t} has volume {m} mounted; MountVolume of volume {v} there would be refused"
+                )))
+            }
+            None => format!("would mount volume {v} (disk {disk}) at {t}"),
+        })
+    }
+}
+
+impl Plan for UnmountVolume {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let v = required("volume_id", &self.volume_id)?;
+        let t = required("target_path", &self.target_path)?;
+        look.disk_of_volume(v)?;
+        Ok(match look.volume_at(t)? {
+            Some(m) if same_volume(&m, v) => format!("would unmount volume {v} from {t}"),
+            Some(m) => format!("{t} has volume {m} mounted, not volume {v}: it would be left alone"),
+            None => format!("no volume is mounted at {t}: nothing would be unmounted"),
+        })
+    }
+}
+
+impl Plan for FormatVolume {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        look.plan_format_volume(required("volume_id", &self.volume_id)?)
+    }
+}
+
+impl Plan for ResizeVolume {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let v = required("volume_id", &self.volume_id)?;
+        look.plan_resize_volume(v, non_negative("size_bytes", self.size_bytes)?)
+    }
+}
+
+impl Plan for WriteVolumeCache {
+    fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
+        let v = required("volume_id", &self.volume_id)?;
+        let disk = look.disk_of_volume(v)?;
+        Ok(format!("would flush the cached writes of volume {v} (disk {disk}) to the disk"))
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -159,17 +159,7 @@ impl DiskHost for Block {
         if now == want {
             return Ok(());
         }
-        if !online {
-            self.interlock(&disk, None, Action::SetDiskOffline)?;
-        }
-        if now != "running" && now != "offline" {
-            return Err(Error::precondition(format!(
-                "{} (disk {}) is in SCSI state {now:?}; only a running or offline disk can be set {}",
-                disk.name,
-                disk.number,
-                if online { "online" } else { "offline" }
-            )));
-        }
+        self.state_checks(&disk, &now, online)?;
         let path = self.scsi_state_file(&disk)?;
         // The kernel compares the value with a trailing newline.
         write_attr(&path, format!("{want}\n").as_bytes()).map_err(|e| {
@@ -185,6 +175,23 @@ impl DiskHost for Block {
     fn get_disk_state(&self, disk: u32) -> Result<bool> {
         let disk = self.disk(disk)?;
         Ok(self.scsi_state(&disk)? == "running")
+    }
+
+    fn plan_set_disk_state(&self, disk: u32, online: bool) -> Result<String> {
+        let disk = self.disk(disk)?;
+        let want = if online { "running" } else { "offline" };
+        let now = self.scsi_state(&disk)?;
+        if now == want {
+            return Ok(format!("{} (disk {}) is already {want}: nothing would change", disk.name, disk.number));
+        }
+        self.state_checks(&disk, &now, online)?;
+        Ok(format!("would set the SCSI state of {} (disk {}) from {now} to {want}", disk.name, disk.number))
+    }
+
+    fn plan_partition_disk(&self, disk: u32) -> Result<String> {
+        let disk = self.disk(disk)?;
+        self.interlock(&disk, None, Action::PartitionDisk)?;
+        self.plan_partition(&disk)
     }
 
     fn partition_disk(&self, disk: u32) -> Result<()> {
@@ -230,6 +237,22 @@ impl DiskHost for Block {
 }
 
 impl Block {
+    /// What SetDiskState refuses before it writes the SCSI state (`now`, not the one asked for).
+    fn state_checks(&self, disk: &Disk, now: &str, online: bool) -> Result<()> {
+        if !online {
+            self.interlock(disk, None, Action::SetDiskOffline)?;
+        }
+        if now != "running" && now != "offline" {
+            return Err(Error::precondition(format!(
+                "{} (disk {}) is in SCSI state {now:?}; only a running or offline disk can be set {}",
+                disk.name,
+                disk.number,
+                if online { "online" } else { "offline" }
+            )));
+        }
+        Ok(())
+    }
+
     /// `<sysfs>/class/block/<name>`.
     pub(super) fn block_dir(&self, name: &str) -> PathBuf {
         self.sysfs.join("class/block").join(name)

@@ -232,6 +232,27 @@ impl Block {
     /// PartitionDisk on one disk; see the module documentation. The disk is opened for writing
     /// only when something is to be written (a close after writing makes udev, where it runs,
     /// re-read the partitions), and exclusively when a table or partition is to be created.
+    /// Dry-run of PartitionDisk: [`Self::partition`]'s reading half, told.
+    pub fn plan_partition(&self, disk: &Disk) -> Result<String> {
+        let _lock = self.lock_disk(disk, Lock::Shared)?;
+        let label = Self::disk_label(disk);
+        let od = self.open_disk(disk)?;
+        Ok(match self.inspect(disk, &od)? {
+            Err(()) => format!("{label} already has an MBR partition table: nothing would change"),
+            Ok(Some(table)) if !self.incomplete(&od, &table)? => {
+                format!("{label} already has a complete GPT: nothing would be written (the kernel re-reads it)")
+            }
+            Ok(Some(_)) => {
+                self.check_writable(disk)?;
+                format!("would complete the GPT of {label} (its backup copy, protective MBR or data partition)")
+            }
+            Ok(None) => {
+                self.check_writable(disk)?;
+                format!("would write a GPT to {label} with one Linux data partition over the whole disk")
+            }
+        })
+    }
+
     pub fn partition(&self, disk: &Disk) -> Result<()> {
         let lock = self.lock_disk(disk, Lock::Exclusive)?;
         let label = Self::disk_label(disk);

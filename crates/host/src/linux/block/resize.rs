@@ -23,8 +23,9 @@ const FILLED_SLACK: u64 = 16 << 20;
 const CAP_SYS_RESOURCE: u32 = 24;
 
 impl Block {
-    /// ResizeVolume on a resolved volume.
-    pub(crate) fn resize(&self, v: &HeldVolume, size_bytes: u64) -> Result<()> {
+    /// What ResizeVolume would do to a resolved volume, found by reading only: every refusal
+    /// that can come before the partition changes comes here.
+    fn grow_checks(&self, v: &HeldVolume, size_bytes: u64) -> Result<GrowChecks> {
         let grow_to = match size_bytes {
             0 => Some(0),
             s if s > v.size.saturating_add(RESIZE_TOLERANCE) => Some(s),
@@ -42,7 +43,7 @@ impl Block {
         let mounts = self.read_mounts()?;
         // The mount, and an `O_PATH` descriptor of it whose mount ID was checked: what
         // xfs_growfs and btrfs are given.
-        let mounted = self.open_mount_of(device.num, &mounts);
+        let mounted = self.open_mount_of(device.num, &mounts).map(|(m, fd)| (m.clone(), fd));
         let mount_point = mounted.as_ref().map(|(m, _)| m.mount_point.clone());
         let plan = kind.map(|k| grow_plan(v, k, mounted.is_some()));
         // A growth asked for explicitly is refused before the partition changes when the
@@ -64,6 +65,40 @@ impl Block {
                 return Err(Error::precondition(format!("{why}; nothing was changed")));
             }
         }
+        Ok(GrowChecks { grow_to, device, kind, mounted, plan })
+    }
+
+    /// Dry-run of ResizeVolume on a resolved volume: [`Self::grow_checks`], told.
+    pub(crate) fn plan_resize(&self, v: &HeldVolume, size_bytes: u64) -> Result<String> {
+        let GrowChecks { grow_to, device, kind, mounted, plan } = self.grow_checks(v, size_bytes)?;
+        let fs = match (kind, &plan) {
+            (None, _) => "it holds no filesystem to grow".to_string(),
+            (Some(k), Some(Err(e))) => format!("its {} filesystem cannot be grown: {e}", probe::describe(k)),
+            (Some(k), _) => {
+                let how = if mounted.is_some() { "online, mounted" } else { "offline" };
+                format!("then its {} filesystem, {how}, to fill it", probe::describe(k))
+            }
+        };
+        let fills = match kind {
+            Some(k) => probe::fs_size(k, &self.read_head(v, &device)?)
+                .is_some_and(|f| f.saturating_add(FILLED_SLACK) >= v.size),
+            None => true,
+        };
+        Ok(match grow_to {
+            Some(0) => {
+                format!("would grow the partition of {} ({} bytes) to the end of its disk; {fs}", label(v), v.size)
+            }
+            Some(s) => format!("would grow the partition of {} from {} to {s} bytes; {fs}", label(v), v.size),
+            None if fills => {
+                format!("{} already has {} bytes, filled by its filesystem: nothing would change", label(v), v.size)
+            }
+            None => format!("would leave the partition of {} at {} bytes; {fs}", label(v), v.size),
+        })
+    }
+
+    /// ResizeVolume on a resolved volume.
+    pub(crate) fn resize(&self, v: &HeldVolume, size_bytes: u64) -> Result<()> {
+        let GrowChecks { grow_to, device, kind, mounted, plan } = self.grow_checks(v, size_bytes)?;
         let before = v.size;
         let (v, device) = match grow_to {
             Some(s) => {
@@ -88,8 +123,14 @@ impl Block {
                 v.size
             ))
         })?;
-        let dev_arg = fd_path(&v, &device)?;
-        match (plan, &mounted) {
+        // A growth of the filesystem that fails after the partition grew says so.
+        let done: Vec<String> = (v.size != before)
+            .then(|| format!("the partition of {} was grown from {before} to {} bytes", label(&v), v.size))
+            .into_iter()
+            .collect();
+        let later = |e: Error| crate::error::after_changes(e, &done);
+        let dev_arg = fd_path(&v, &device).map_err(later)?;
+        let grown = match (plan, &mounted) {
             (Grow::Ext, Some((m, _))) => {
                 tracing::info!(volume = %v.id, mount_point = %m.mount_point.display(), "growing the filesystem online");
                 grow_ext(&*self.sys, &v, &dev_arg, Some(&m.mount_point))
@@ -116,8 +157,20 @@ impl Block {
                 self.run_checked(&g.argv(&mp_arg.path()), &[&mp_arg]).map(drop).map_err(|e| about(&v, e))
             }
             (g, None) => Err(Error::internal(format!("{g:?} growth of {} planned while unmounted", label(&v)))),
-        }
+        };
+        grown.map_err(later)
     }
+}
+
+/// What [`Block::grow_checks`] found: the size to grow the partition to (`Some(0)`: to the end
+/// of the disk; `None`: no change), the device, its filesystem, its mount, and how that
+/// filesystem would grow.
+struct GrowChecks {
+    grow_to: Option<u64>,
+    device: Device,
+    kind: Option<&'static str>,
+    mounted: Option<(crate::formats::mountinfo::Mount, std::os::fd::OwnedFd)>,
+    plan: Option<Result<Grow>>,
 }
 
 /// What growing an unmounted filesystem with a tool that writes the device needs: nothing else

@@ -94,6 +94,16 @@ impl VolumeHost for Block {
         self.interlock(&held.lock.disk, Some(&held), Action::ResizeVolume)?;
         self.resize(&held, size_bytes)
     }
+    fn plan_format_volume(&self, volume_id: &str) -> Result<String> {
+        let held = self.hold_volume(volume_id, Lock::Shared)?;
+        self.interlock(&held.lock.disk, Some(&held), Action::FormatVolume)?;
+        self.plan_format(&held)
+    }
+    fn plan_resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<String> {
+        let held = self.hold_volume_by(volume_id, Lock::Shared, DiskNumber::DataVolume)?;
+        self.interlock(&held.lock.disk, Some(&held), Action::ResizeVolume)?;
+        self.plan_resize(&held, size_bytes)
+    }
     fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
         self.stats(&self.volume(volume_id)?)
     }

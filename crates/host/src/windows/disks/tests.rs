@@ -299,14 +299,14 @@ fn script_disk(s: &Script, i: u32, number: u32, ids: Answer, descriptor: Answer)
 /// them otherwise first: the first answer scripted is the one given).
 fn disks(s: &Arc<Script>) -> Disks {
     for n in [2, 3] {
-        s.on_query(&interlock::disk_query(n), vec![interlock::data_disk_row(n)]);
+        interlock::script_disk(s, n, interlock::data_disk_row(n));
     }
     Disks::new(s.clone(), s.clone())
 }
 
-/// The interlock's query of disk 2 and of disk 3, as logged.
-fn il(n: u32) -> String {
-    interlock::disk_query_line(n)
+/// The interlock's queries of data disk 2 or 3, as logged.
+fn il(n: u32) -> Vec<String> {
+    interlock::disk_query_lines(n).to_vec()
 }
 
 fn ids(page83: &str, serial: &str) -> DiskIds {
@@ -446,7 +446,7 @@ fn set_state_changes_and_reads_back() {
         let expected: Vec<String> = if online {
             vec![GET_ATTRS.into(), SET_ATTRS.into(), GET_ATTRS.into()]
         } else {
-            vec![GET_ATTRS.into(), il(2), SET_ATTRS.into(), GET_ATTRS.into()]
+            [vec![GET_ATTRS.into()], il(2), vec![SET_ATTRS.into(), GET_ATTRS.into()]].concat()
         };
         assert_eq!(s.log(), expected);
     }
@@ -581,6 +581,34 @@ fn calls(s: &Script) -> Vec<String> {
     s.calls("call ")
 }
 
+/// A step that fails after an earlier one changed the disk says what was changed: CreatePartition
+/// failing after Initialize, Online failing after CreatePartition.
+#[test]
+fn a_failure_part_way_says_what_was_already_changed() {
+    // CreatePartition answers 40001 (access denied) after the disk was initialized.
+    let s = partitioning(disk_row(0, false, false), vec![], vec![], 40001);
+    let e = disks(&s).partition_disk(3).unwrap_err().to_string();
+    assert!(
+        e.contains("CreatePartition")
+            && e.ends_with("; already changed before this failed: disk 3 was initialized as GPT"),
+        "{e}"
+    );
+    // Online fails after the partition was created.
+    let s = partitioning(disk_row(0, false, false), vec![], vec![gpt_partition(2, GPT_BASIC_DATA)], 0);
+    s.take_first("call part2 Online");
+    s.on_call("part2", "Online", returned(40001));
+    let e = disks(&s).partition_disk(3).unwrap_err().to_string();
+    assert!(
+        e.contains("Online")
+            && e.ends_with("already changed before this failed: disk 3 was initialized as GPT, a data partition was created on disk 3"),
+        "{e}"
+    );
+    // Nothing changed yet: no such words.
+    let s = partitioning(disk_row(2, false, false), vec![], vec![], 40001);
+    let e = disks(&s).partition_disk(3).unwrap_err().to_string();
+    assert!(!e.contains("already changed"), "{e}");
+}
+
 #[test]
 fn a_raw_disk_is_initialized_as_gpt_and_partitioned() {
     let s = partitioning(
@@ -591,10 +619,12 @@ fn a_raw_disk_is_initialized_as_gpt_and_partitioned() {
     );
     disks(&s).partition_disk(3).unwrap();
     s.assert_all_scripted();
+    let [disk_row, paths] = interlock::disk_query_lines(3);
     assert_eq!(
         s.log(),
         [
-            il(3),
+            disk_row,
+            paths,
             "query SELECT Number, PartitionStyle, IsOffline, IsReadOnly FROM MSFT_Disk WHERE Number = 3".to_owned(),
             GET_ATTRS3.to_owned(),
             format!(r#"call {DISK_PATH} Initialize [("PartitionStyle", 2)]"#),
@@ -642,7 +672,7 @@ fn a_partitioned_disk_is_left_alone() {
         let s = partitioning(disk_row(style, true, true), parts, vec![], 0);
         disks(&s).partition_disk(3).unwrap();
         assert_eq!(calls(&s), Vec::<String>::new(), "style {style}");
-        assert_eq!(s.calls("query").len(), 3, "the interlock's, the disk's and the partitions'");
+        assert_eq!(s.calls("query").len(), 4, "the interlock's two, the disk's and the partitions'");
     }
 }
 
@@ -928,7 +958,7 @@ fn the_systems_disks_and_protected_ones_are_never_changed() {
     ];
     for (row, protected, why) in cases {
         let s = partitioning(disk_row(0, false, false), vec![], vec![], 0);
-        s.on_query(&interlock::disk_query(3), vec![row]);
+        interlock::script_disk(&s, 3, row);
         s.on(GET_ATTRS3, Answer::Bytes(attributes_buf(0)));
         let d = Disks::new(s.clone(), s.clone()).protecting(protected);
         for (name, r) in [("PartitionDisk", d.partition_disk(3)), ("SetDiskState(offline)", d.set_disk_state(3, false))]
@@ -948,6 +978,84 @@ fn the_systems_disks_and_protected_ones_are_never_changed() {
     }
 }
 
+/// A disk whose volume holds a page file (the temporary disk's `D:\pagefile.sys` on Azure) or
+/// the crash dump is the system's too: PartitionDisk and SetDiskState(offline) are refused, by
+/// the real call and by its dry run, before anything is written. A page file elsewhere, or the
+/// default dump path under `%SystemRoot%`, leaves a data disk alone.
+#[test]
+fn a_disk_holding_a_page_file_or_the_crash_dump_is_never_changed() {
+    const VOL: &str = r"\\?\Volume{0a1b2c3d-0000-1111-2222-333344445555}\";
+    let paths = Row::new("MSFT_Partition", "p1").with("AccessPaths", Value::StrArray(vec![r"D:\".into(), VOL.into()]));
+    let page_on =
+        |letter: &str, id: &str| Row::new("Win32_Volume", "v").with("DriveLetter", letter).with("DeviceID", id);
+    let dump = |path: &str| Row::new("Win32_OSRecoveryConfiguration", "r").with("DebugFilePath", path);
+    type Case = (Vec<Row>, Vec<Row>, Option<&'static str>);
+    let cases: [Case; 5] = [
+        (
+            vec![page_on("D:", r"\\?\Volume{other}\")],
+            vec![dump(r"%SystemRoot%\MEMORY.DMP")],
+            Some("a page file is on its volume D:"),
+        ),
+        (vec![page_on("", VOL)], vec![], Some("a page file is on its volume \\\\?\\Volume{0a1b2c3d")),
+        (vec![page_on("C:", r"\\?\Volume{c}\")], vec![dump(r"d:\dumps\MEMORY.DMP")], Some("the crash dump file")),
+        (vec![page_on("C:", r"\\?\Volume{c}\")], vec![dump(r"%SystemRoot%\MEMORY.DMP")], None),
+        (vec![], vec![dump(r"E:\MEMORY.DMP")], None),
+    ];
+    for (pages, dumps, why) in cases {
+        let s = partitioning(disk_row(2, false, false), vec![gpt_partition(2, GPT_BASIC_DATA)], vec![], 0);
+        s.on_query(&interlock::disk_query(3), vec![interlock::data_disk_row(3)]);
+        s.on_query(&interlock::access_paths_query(3), vec![paths.clone()]);
+        s.on_query(&interlock::page_file_query(), pages);
+        s.on_query(&interlock::dump_query(), dumps);
+        let d = Disks::new(s.clone(), s.clone());
+        let results = [
+            ("PartitionDisk", d.plan_partition_disk(3).map(drop)),
+            ("PartitionDisk", d.partition_disk(3)),
+            ("SetDiskState(offline)", d.set_disk_state(3, false)),
+        ];
+        for (name, r) in results {
+            match (why, r) {
+                (Some(why), Err(Error::FailedPrecondition(m))) => assert!(
+                    m.starts_with(&format!("refusing {name} on disk 3: disk 3 is the system's: ")) && m.contains(why),
+                    "{name}: {m}"
+                ),
+                (None, Err(Error::FailedPrecondition(m))) => panic!("{name} refused a data disk: {m}"),
+                (None, _) => {}
+                (Some(why), other) => panic!("{name} ({why}): {other:?}"),
+            }
+        }
+        if why.is_some() {
+            assert_eq!(calls(&s), Vec::<String>::new(), "{why:?}");
+            assert!(!s.log().iter().any(|l| l.contains("0x7c0f4")), "an attribute was set ({why:?}): {:?}", s.log());
+        }
+    }
+}
+
+/// PartitionDisk's and SetDiskState's dry runs say what the call would do, and call no WMI
+/// method and set no attribute: a raw disk would be initialized, a partitioned one left.
+#[test]
+fn dry_runs_of_the_disk_calls_plan_and_write_nothing() {
+    let s = partitioning(disk_row(0, false, false), vec![], vec![], 0);
+    let d = disks(&s);
+    let plan = d.plan_partition_disk(3).unwrap();
+    assert!(plan.contains("would initialize disk 3 as GPT"), "{plan}");
+    let s2 = partitioning(disk_row(2, false, false), vec![gpt_partition(2, GPT_BASIC_DATA)], vec![], 0);
+    let plan = disks(&s2).plan_partition_disk(3).unwrap();
+    assert!(plan.contains("already has a data partition: nothing would change"), "{plan}");
+    let s3 = partitioning(disk_row(0, true, false), vec![], vec![], 0);
+    let e = disks(&s3).plan_partition_disk(3).unwrap_err();
+    assert!(e.to_string().contains("disk 3 is offline"), "{e}");
+    s.on(GET_ATTRS3, Answer::Bytes(attributes_buf(0)));
+    let plan = d.plan_set_disk_state(3, false).unwrap();
+    assert!(plan.contains("would set disk 3 offline") && plan.contains("it is now online"), "{plan}");
+    let plan = d.plan_set_disk_state(3, true).unwrap();
+    assert!(plan.contains("already online and writable: nothing would change"), "{plan}");
+    for s in [&s, &s2, &s3] {
+        assert_eq!(calls(s), Vec::<String>::new());
+        assert!(!s.log().iter().any(|l| l.contains("0x7c0f4")), "an attribute was set: {:?}", s.log());
+    }
+}
+
 /// A data disk, protected or not by a pattern that names another, is partitioned as before.
 #[test]
 fn a_data_disk_not_named_by_a_protection_is_partitioned() {
@@ -957,7 +1065,7 @@ fn a_data_disk_not_named_by_a_protection_is_partitioned() {
         vec![gpt_partition(1, GPT_MSR), gpt_partition(2, GPT_BASIC_DATA)],
         0,
     );
-    s.on_query(&interlock::disk_query(3), vec![interlock::data_disk_row(3).with("SerialNumber", "DATA-1")]);
+    interlock::script_disk(&s, 3, interlock::data_disk_row(3).with("SerialNumber", "DATA-1"));
     let d = Disks::new(s.clone(), s.clone()).protecting(vec!["serial=OS-*".parse().unwrap(), ProtectedDisk::Number(0)]);
     d.partition_disk(3).unwrap();
     assert_eq!(calls(&s).last().unwrap(), "call part2 Online []");

@@ -19,7 +19,7 @@ const MIB: u64 = 1 << 20;
 /// given first).
 fn volumes(s: &Arc<Script>) -> Volumes<Arc<Script>> {
     for n in 0..8 {
-        s.on_query(&interlock::disk_query(n), vec![interlock::data_disk_row(n)]);
+        interlock::script_disk(s, n, interlock::data_disk_row(n));
     }
     for id in [V1, V2, V3] {
         s.on(format!("mount_points_of {id}"), Answer::Strings(vec![]));
@@ -27,9 +27,10 @@ fn volumes(s: &Arc<Script>) -> Volumes<Arc<Script>> {
     Volumes::new(s.clone(), s.clone(), Containment::new(s.clone(), Roots::new(vec![ROOT.into()])))
 }
 
-/// What the interlocks log for volume `id` on disk `disk`: the disk's query, the mount points.
-fn interlock_lines(id: &str, disk: u32) -> [String; 2] {
-    [interlock::disk_query_line(disk), format!("mount_points_of {id}")]
+/// What the interlocks log for volume `id` on disk `disk`: the disk's queries, the mount points.
+fn interlock_lines(id: &str, disk: u32) -> [String; 3] {
+    let [disk_row, paths] = interlock::disk_query_lines(disk);
+    [disk_row, paths, format!("mount_points_of {id}")]
 }
 
 fn setup() -> (Arc<Script>, Volumes<Arc<Script>>) {
@@ -547,13 +548,14 @@ fn formatting_calls_msft_volume_format_with_upstreams_arguments() {
     s.on_query(&volume_query(), vec![Row::new("MSFT_Volume", "VOL1").with("UniqueId", V1)]);
     s.on_call("VOL1", "Format", returned(0));
     v.format_volume(device(V1)).unwrap();
-    let [disk, mounted] = interlock_lines(V1, 3);
+    let [disk, paths, mounted] = interlock_lines(V1, 3);
     assert_eq!(
         s.log(),
         [
             key.clone(),
             format!("ioctl {} 0x560000", device(V1)),
             disk,
+            paths,
             mounted,
             format!(
                 r"query SELECT UniqueId, FileSystemType FROM MSFT_Volume WHERE UniqueId = '{}'",
@@ -629,6 +631,31 @@ fn shrinking_is_refused() {
     assert!(s.calls("call ").is_empty());
 }
 
+/// ResizeVolume's and FormatVolume's dry runs: what the call would do, the real call's refusals,
+/// and no WMI method called.
+#[test]
+fn dry_runs_of_resize_and_format_plan_and_call_nothing() {
+    let (s, v) = resizable(10 * GIB);
+    let plan = v.plan_resize_volume(V1, 20 * GIB).unwrap();
+    assert!(
+        plan.contains(&format!("would resize partition 2 of disk 3 (volume {V1}) from {} to {}", 10 * GIB, 20 * GIB)),
+        "{plan}"
+    );
+    let plan = v.plan_resize_volume(V1, 10 * GIB + 50 * MIB).unwrap();
+    assert!(plan.contains("nothing would change"), "{plan}");
+    let e = v.plan_resize_volume(V1, 10 * GIB - 101 * MIB).unwrap_err();
+    assert!(e.to_string().contains("shrink"), "{e}");
+    s.on(format!("filesystem_name {V1}"), Answer::Str("RAW".into()));
+    s.on(format!("filesystem_name {V1}"), Answer::Str("NTFS".into()));
+    let plan = v.plan_format_volume(V1).unwrap();
+    assert!(plan.contains(&format!("would format volume {V1} with NTFS")), "{plan}");
+    match v.plan_format_volume(V1) {
+        Err(Error::FailedPrecondition(m)) => assert!(m.contains("already holds a NTFS filesystem"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.calls("call ").is_empty(), "{:#?}", s.log());
+}
+
 #[test]
 fn growing_resizes_the_partition_then_refreshes_its_disk() {
     let (s, v) = resizable(10 * GIB);
@@ -636,10 +663,12 @@ fn growing_resizes_the_partition_then_refreshes_its_disk() {
     v.resize_volume(V1, 20 * GIB).unwrap();
     let calls: Vec<String> =
         s.log().into_iter().filter(|l| l.starts_with("call ") || l.starts_with("query ")).collect();
+    let [disk_row, paths] = interlock::disk_query_lines(3);
     assert_eq!(
         calls,
         [
-            interlock::disk_query_line(3),
+            disk_row,
+            paths,
             "query SELECT Size FROM MSFT_Partition WHERE DiskNumber = 3 AND PartitionNumber = 2".to_string(),
             format!(r#"call PART Resize [("Size", {})]"#, 20 * GIB),
             "query SELECT Number FROM MSFT_Disk WHERE Number = 3".into(),
@@ -671,7 +700,7 @@ fn a_volume_of_the_systems_disk_or_mounted_outside_the_roots_is_never_changed() 
             if let Some(row) = &disk_row {
                 s.on_query(&interlock::disk_query(3), vec![row.clone()]);
                 // The default scripted by `volumes` comes first: use it up.
-                s.take_first(&interlock::disk_query_line(3));
+                s.take_first(&interlock::disk_query_lines(3)[0]);
             }
             if !mounted.is_empty() {
                 s.on(format!("mount_points_of {V1}"), Answer::Strings(mounted.clone()));
