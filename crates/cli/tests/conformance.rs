@@ -89,7 +89,8 @@ fn documented_skip(step: &Value) -> bool {
     let detail = step["detail"].as_str().unwrap_or("");
     detail.contains("the firmware has no serial number")
         || detail == "Windows only"
-        || (step["check"] == "smb" && detail.starts_with("give -smb-share"))
+        || ((step["check"] == "smb" || step["check"] == "smb-errors-are-named")
+            && detail.starts_with("give -smb-share"))
         || (step["check"] == "iscsi" && detail.starts_with("give -iscsi-portal"))
 }
 
