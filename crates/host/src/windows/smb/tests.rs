@@ -811,3 +811,126 @@ fn calls_on_one_share_take_turns() {
     let log = f.script.log();
     assert_eq!(log, [find_line(SRV), create_line(SRV, true, false), find_line(SRV), create_line(SRV, true, false)]);
 }
+
+/// A host's SMB global mappings as WMI shows them, kept in a map: a query by RemotePath is one
+/// lookup, any other query of the class returns every mapping (an enumeration, counted by the
+/// rows it reads). Counts the WMI calls and rows the backend asks for, for the scale test.
+#[derive(Default)]
+struct Mappings {
+    /// By the WQL of the query that finds each one (its RemotePath filter).
+    by_query: Mutex<HashMap<String, Row>>,
+    calls: std::sync::atomic::AtomicUsize,
+    rows: std::sync::atomic::AtomicUsize,
+}
+
+impl Mappings {
+    fn add(&self, root: &str) {
+        let path = format!(
+            r#"\\H\ROOT\Microsoft\Windows\SMB:MSFT_SmbGlobalMapping.RemotePath="{}""#,
+            root.replace('\\', r"\\")
+        );
+        let row =
+            Row::new("MSFT_SmbGlobalMapping", path).with("RemotePath", root).with("Status", 0u32).with("LocalPath", "");
+        self.by_query.lock().unwrap().insert(find(root).wql().unwrap(), row);
+    }
+    fn len(&self) -> usize {
+        self.by_query.lock().unwrap().len()
+    }
+    /// (WMI calls, rows read) since the last look.
+    fn take(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (self.calls.swap(0, SeqCst), self.rows.swap(0, SeqCst))
+    }
+}
+
+impl Wmi for Mappings {
+    fn query(&self, query: &Query) -> Result<Vec<Row>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.calls.fetch_add(1, SeqCst);
+        let wql = query.wql()?;
+        let all = self.by_query.lock().unwrap();
+        let rows: Vec<Row> = match all.get(&wql) {
+            Some(row) => vec![row.clone()],
+            None if !wql.contains(" WHERE ") => all.values().cloned().collect(),
+            None => Vec::new(),
+        };
+        self.rows.fetch_add(rows.len(), SeqCst);
+        Ok(rows)
+    }
+    fn call(&self, _ns: Namespace, target: &str, method: &str, args: &[(&'static str, Value)]) -> Result<Row> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        match method {
+            "Create" => {
+                let root = args.iter().find_map(|(n, v)| match (n, v) {
+                    (&"RemotePath", Value::Str(s)) => Some(s.clone()),
+                    _ => None,
+                });
+                self.add(&root.expect("Create without a RemotePath"));
+            }
+            "Remove" => self.by_query.lock().unwrap().retain(|_, row| row.path != target),
+            m => return Err(Error::internal(format!("unexpected method {m}"))),
+        }
+        Ok(returned(0))
+    }
+    fn associators(
+        &self,
+        _: Namespace,
+        _: &str,
+        _: &'static str,
+        _: &'static str,
+        _: &[&'static str],
+    ) -> Result<Vec<Row>> {
+        Err(Error::internal("no associators here"))
+    }
+}
+
+/// Item 6 of issue 40 (azurefile#1925: nodes broke near 700 mappings): with 10 and with 1,000
+/// mappings on the host, a New of a new share, a New of a mapped share and a Remove each make the
+/// same number of WMI calls and read the same number of rows: nothing enumerates the mappings.
+/// Prints the counts and the time per call (a figure, not asserted).
+#[test]
+fn new_and_remove_cost_does_not_grow_with_the_number_of_mappings() {
+    let mut figures = Vec::new();
+    for count in [10usize, 1000] {
+        let script = Arc::new(Script::new());
+        let wmi = Arc::new(Mappings::default());
+        let smb = Smb::new(script.clone(), wmi.clone(), Arc::new(Links::default()));
+        for i in 0..count {
+            smb.new_smb_global_mapping(&request(&format!(r"\\srv\share{i}"), "", "")).unwrap();
+        }
+        assert_eq!(wmi.len(), count);
+        let made = wmi.take();
+        let root = r"\\srv\share5";
+        script.on(format!(r"attributes {root}\"), Answer::Attributes(Some(DIRECTORY)));
+        let started = std::time::Instant::now();
+        smb.new_smb_global_mapping(&request(r"\\srv\fresh", "", "")).unwrap();
+        let fresh = wmi.take();
+        smb.new_smb_global_mapping(&request(root, "", "")).unwrap();
+        let kept = wmi.take();
+        smb.remove_smb_global_mapping(root).unwrap();
+        let removed = wmi.take();
+        let elapsed = started.elapsed();
+        assert_eq!(wmi.len(), count);
+        println!(
+            "{count:>5} mappings: New (new share) {} WMI calls / {} rows, New (mapped share) {} / {}, Remove {} / {}; \
+             {:.1} µs for the three; making them: {} calls, {} rows",
+            fresh.0,
+            fresh.1,
+            kept.0,
+            kept.1,
+            removed.0,
+            removed.1,
+            elapsed.as_secs_f64() * 1e6,
+            made.0,
+            made.1
+        );
+        figures.push((fresh, kept, removed, made));
+    }
+    let (small, large) = (figures[0], figures[1]);
+    assert_eq!((small.0, small.1, small.2), (large.0, large.1, large.2), "the cost per call grew with the count");
+    assert_eq!(large.0, (2, 0), "New of a new share: one lookup (nothing found), one Create");
+    assert_eq!(large.1, (1, 1), "New of a mapped share: one lookup");
+    assert_eq!(large.2, (2, 1), "Remove: one lookup, one Remove");
+    // Making 1,000 took two calls each and read no rows.
+    assert_eq!(large.3, (2000, 0));
+}
