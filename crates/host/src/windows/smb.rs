@@ -319,9 +319,9 @@ impl Smb {
             .map(|c| {
                 format!(
                     r"\\{}\{} as {:?}",
-                    clip(&c.str("ServerName").unwrap_or_default()),
-                    clip(&c.str("ShareName").unwrap_or_default()),
-                    clip(&user_of(c))
+                    clip(c.str("ServerName").unwrap_or_default()),
+                    clip(c.str("ShareName").unwrap_or_default()),
+                    clip(user_of(c))
                 )
             })
             .collect();

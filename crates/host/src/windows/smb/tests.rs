@@ -491,9 +491,10 @@ fn invalid(e: &Error) -> bool {
     matches!(e, Error::InvalidArgument(_))
 }
 
+type Named = (i32, &'static str, &'static str, fn(&Error) -> bool);
 /// The codes users saw bare (csi-driver-smb#520, csi-proxy#206): each has its kind, its name,
 /// plain words and a hint, from Create and from the credential check alike.
-const NAMED: [(i32, &str, &str, fn(&Error) -> bool); 6] = [
+const NAMED: [Named; 6] = [
     (53, "ERROR_BAD_NETPATH", "port 445", unavailable),
     (67, "ERROR_BAD_NET_NAME", "share's name", not_found),
     (86, "ERROR_INVALID_PASSWORD", "password in the volume's secret", denied),
