@@ -308,7 +308,8 @@ impl Smb {
             |c: &Row| !mapping.username.is_empty() && user_of(c).to_lowercase() == mapping.username.to_lowercase();
         let same_share =
             connections.iter().any(|c| ours(c) && c.str("ShareName").unwrap_or_default().eq_ignore_ascii_case(share));
-        if same_share && self.find(root).ok().flatten().is_some() {
+        let mapped_ok = || self.find(root).ok().flatten().is_some_and(|row| row.u32("Status").ok() == Some(status::OK));
+        if same_share && mapped_ok() {
             self.check_credentials(root, mapping)?;
             info!(root, "Create answered 1219, but the share is mapped for this user already; reused");
             return Ok(false);

@@ -626,6 +626,16 @@ fn create_answering_1219_reuses_a_mapping_of_the_share_for_the_same_user() {
     let m = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err().to_string();
     assert!(m.contains(r#"\\srv\share as "CORP\\alice""#), "{m}");
     assert!(f.script.calls("connect_as").is_empty());
+    // This user's, but the mapping is not OK: not reused, refused as Create answered.
+    let f = fixture(Links::default());
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(1219))
+        .on_query(&connections("srv"), vec![connection("share", r"CORP\svc")])
+        .on_query(&find(SRV), vec![mapping_row(status::DISCONNECTED)]);
+    let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err();
+    assert!(matches!(&err, Error::AlreadyExists(m) if m.contains("1219")), "{err:?}");
+    assert!(f.script.calls("connect_as").is_empty() && f.links.log().len() == 1);
 }
 
 #[test]
