@@ -92,7 +92,8 @@ fn documented_skip(step: &Value) -> bool {
     (step["check"] == "interlock-dry-run" && detail.contains("PermissionDenied"))
         || detail.contains("the firmware has no serial number")
         || detail == "Windows only"
-        || (step["check"] == "smb" && detail.starts_with("give -smb-share"))
+        || ((step["check"] == "smb" || step["check"] == "smb-errors-are-named")
+            && detail.starts_with("give -smb-share"))
         || (step["check"] == "iscsi" && detail.starts_with("give -iscsi-portal"))
 }
 

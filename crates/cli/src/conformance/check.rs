@@ -114,6 +114,8 @@ checks! {
         "the daemon's -audit-log file has a protected DACL giving SYSTEM and Administrators, and no one else, full access";
     SMB = "smb", Both,
         "an SMB share maps to a link that reads and writes, a wrong password is refused leaving no link, and the mapping is removed";
+    SMB_NAMED_ERRORS = "smb-errors-are-named", Both,
+        "a share the server lacks is NotFound naming the code with a hint; a wrong password for a mapped share is refused with its code named (Windows: the real WNetAddConnection2W check, which Wine does not run)";
     ISCSI = "iscsi", Both,
         "a target is discovered at its portal, logged in to (with CHAP), its disk listed, then logged out of and its portal removed";
     CLEANUP = "cleanup", Both,

@@ -287,6 +287,66 @@ pub async fn smb(report: &mut Report, p: &mut Proxy, r: &mut Remote, dir: &str, 
     }
 }
 
+/// The `smb-errors-are-named` check, after `smb` (so the share is not mapped): a share the server
+/// lacks is NotFound, and the message names the code and gives a hint (Windows error 67 from
+/// MSFT_SmbGlobalMapping.Create, ENOENT from the cifs mount); then, with the share mapped
+/// (no link), a wrong password for its user is refused with its code named and a hint. On Windows
+/// that refusal comes from the daemon's credential check, WNetAddConnection2W in a logon session
+/// of its own, whose answers (ERROR_EXTENDED_ERROR read through WNetGetLastError included) only
+/// a real Windows host gives: the scripted platform and Wine do not run it. Linux refuses another
+/// password of a mounted share as AlreadyExists, before any mount.
+pub async fn smb_errors(report: &mut Report, p: &mut Proxy, r: &mut Remote) {
+    let mut c = report.check(check::SMB_NAMED_ERRORS);
+    let (Some((a, password)), Some(wrong_password)) = (&r.given.smb, &r.wrong_password) else {
+        c.row("a missing share and a wrong password, named", Res::Skipped(SMB_SKIPPED.into()), Duration::ZERO);
+        return;
+    };
+    let secrets = [password.expose(), wrong_password.expose()];
+    let missing = format!("{}-csi-proxy-conformance-missing", a.share.trim_end_matches(['\\', '/']));
+    c.run("NewSmbGlobalMapping of a share the server lacks is NotFound, named, with a hint", async {
+        match p.new_smb_mapping(&missing, "", &a.user, password.expose()).await {
+            Ok(()) => {
+                let _ = p.remove_smb_mapping(&missing).await;
+                Err(wrong(format!("mapping {missing} succeeded")))
+            }
+            Err(s) if quotes(&s, &secrets) => Err(wrong(format!("the refusal ({:?}) quotes a password", s.code()))),
+            Err(s) if s.code() == Code::NotFound && named(s.message()) => Ok(()),
+            Err(s) => Err(wrong(format!(
+                "expected NotFound naming the code with a hint, got {:?}: {}",
+                s.code(),
+                s.message()
+            ))),
+        }
+    })
+    .await;
+    let pending = &mut r.pending;
+    pending.mapped = true;
+    c.run(&format!("NewSmbGlobalMapping of {} without a link", a.share), async {
+        Ok(p.new_smb_mapping(&a.share, "", &a.user, password.expose()).await?)
+    })
+    .await;
+    c.run("a wrong password for the mapped share is refused, named, with a hint", async {
+        match p.new_smb_mapping(&a.share, "", &a.user, wrong_password.expose()).await {
+            Ok(()) => Err(wrong("NewSmbGlobalMapping with a wrong password succeeded")),
+            Err(s) if quotes(&s, &secrets) => Err(wrong(format!("the refusal ({:?}) quotes a password", s.code()))),
+            Err(s) if cfg!(windows) && s.code() == Code::PermissionDenied && named(s.message()) => Ok(()),
+            Err(s) if !cfg!(windows) && s.code() == Code::AlreadyExists => Ok(()),
+            Err(s) => Err(wrong(format!("got {:?}: {}", s.code(), s.message()))),
+        }
+    })
+    .await;
+    c.blocked = None;
+    if c.run("RemoveSmbGlobalMapping", async { Ok(p.remove_smb_mapping(&a.share).await?) }).await.is_some() {
+        pending.mapped = false;
+    }
+}
+
+/// Whether a refusal names its code the way the daemon's classification does: `(… NAME): words;
+/// hint: …`.
+fn named(message: &str) -> bool {
+    message.contains("; hint: ") && (message.contains("Windows error ") || message.contains("os error "))
+}
+
 /// Writes a small file through the link, reads it back, removes it; skipped when the link can't
 /// be reached from this process (the daemon may see another mount namespace).
 async fn write_and_read(link: &str, file_slot: &mut Option<PathBuf>, timeout: Duration) -> Step {

@@ -604,34 +604,11 @@ impl Smb {
     }
 }
 
-/// The error of a failed mount (or credential check: `doing` says which), by the kernel's errno; names the share, never the password.
+/// The error of a failed mount (or credential check: `doing` says which), by the kernel's errno,
+/// through the one classification of [`crate::smb::FAILURES`]; names the share, never the
+/// password.
 fn mount_error(doing: &str, root: &str, errno: Errno) -> Error {
-    match errno {
-        Errno::ACCESS | Errno::PERM | Errno::KEYREJECTED | Errno::KEYEXPIRED => Error::denied(format!(
-            "{doing} {root} was refused ({errno}): wrong user name or password, or no access to the share"
-        )),
-        Errno::NOENT | Errno::NXIO => {
-            Error::not_found(format!("{doing} {root} failed ({errno}): the server has no such share"))
-        }
-        Errno::ADDRNOTAVAIL => {
-            Error::unavailable(format!("{doing} {root} failed: the server's name does not resolve to an address"))
-        }
-        Errno::HOSTDOWN
-        | Errno::HOSTUNREACH
-        | Errno::NETUNREACH
-        | Errno::CONNREFUSED
-        | Errno::CONNRESET
-        | Errno::CONNABORTED
-        | Errno::TIMEDOUT
-        | Errno::AGAIN => Error::unavailable(format!("{doing} {root} failed ({errno}): the server can't be reached")),
-        Errno::NODEV => Error::precondition(format!(
-            "{doing} {root} failed ({errno}): this kernel has no cifs filesystem (load the cifs module)"
-        )),
-        Errno::OPNOTSUPP | Errno::PROTONOSUPPORT => Error::precondition(format!(
-            "{doing} {root} failed ({errno}): the server does not support what was asked (encryption needs SMB3)"
-        )),
-        e => Error::internal(format!("{doing} {root} failed: {e}")),
-    }
+    crate::smb::connect_error(doing, root, crate::smb::Source::Errno, errno.raw_os_error(), &errno.to_string(), None)
 }
 
 impl SmbHost for Smb {

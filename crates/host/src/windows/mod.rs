@@ -40,6 +40,8 @@ pub mod code {
     pub const ERROR_MORE_DATA: i32 = 234;
     pub const ERROR_NOT_SUPPORTED: i32 = 50;
     pub const ERROR_UNRECOGNIZED_VOLUME: i32 = 1005;
+    pub const ERROR_EXTENDED_ERROR: i32 = 1208;
+    pub const ERROR_SESSION_CREDENTIAL_CONFLICT: i32 = 1219;
     pub const ERROR_NOT_A_REPARSE_POINT: i32 = 4390;
     pub const ERROR_INVALID_REPARSE_DATA: i32 = 4392;
     pub const ERROR_REPARSE_TAG_INVALID: i32 = 4393;
@@ -49,6 +51,38 @@ pub mod code {
 /// An OS error with a Win32 code, as the real layer returns them.
 pub fn os_error(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
+}
+
+/// What `WNetGetLastErrorW` reports after a WNet call answered ERROR_EXTENDED_ERROR (1208): the
+/// network provider's own code (not generally a winerror.h code, Microsoft says), its text and
+/// the provider's name, each as the provider wrote it (bounded by the buffers they were read
+/// into). [`Win32::connect_as`] hands it back inside its `io::Error` (see [`provider_error`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderError {
+    pub code: u32,
+    pub text: String,
+    pub provider: String,
+}
+
+impl fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the network provider {:?} reported error {}: {:?}", self.provider, self.code, self.text)
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+impl ProviderError {
+    /// The `io::Error` a WNet call's extended error travels in.
+    pub fn into_io(self) -> io::Error {
+        io::Error::other(self)
+    }
+}
+
+/// The provider's error inside `e`, when the call answered ERROR_EXTENDED_ERROR and the provider
+/// said more.
+pub fn provider_error(e: &io::Error) -> Option<&ProviderError> {
+    e.get_ref().and_then(|inner| inner.downcast_ref::<ProviderError>())
 }
 
 /// A Win32 failure, classified by its Win32 code (the logic also runs where codes are not the
@@ -124,6 +158,8 @@ pub trait Win32: Send + Sync {
     /// session of its own (LogonUserW with LOGON32_LOGON_NEW_CREDENTIALS, impersonated on a
     /// thread of its own, WNetAddConnection2W, WNetCancelConnection2W): the server checks the
     /// credentials afresh rather than through a connection the host already has. Nothing stays.
+    /// ERROR_EXTENDED_ERROR comes back as the [`ProviderError`] `WNetGetLastErrorW` reports (or
+    /// as the bare code when that call fails).
     fn connect_as(&self, remote: &str, username: &str, password: &crate::types::Secret) -> io::Result<()>;
 }
 

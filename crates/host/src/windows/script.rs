@@ -10,7 +10,7 @@
 //! - `set_mount_point <dir> <volume>`, `delete_mount_point <dir>`
 //! - `volume_path_name <path>`, `volume_name_for_mount_point <mp>`, `mount_points_of <volume>`
 //! - `attributes <path>`, `connect_as <remote> <username>` (answered by `connect_as <remote>`:
-//!   [`Answer::Done`] or [`Answer::Win32Error`])
+//!   [`Answer::Done`], [`Answer::Win32Error`] or [`Answer::Provider`])
 //! - [`Nt`]: `open <path> <how>`, `open_at <dir> <name> <how>` (`how`: [`Open::name`]),
 //!   `final_path <handle>`, `attributes_of <handle>`, `system_drive`, `list <handle>`,
 //!   `delete <handle>`, `mount_point_target <handle>`, `file_id <handle>`, `volume_path <handle>`,
@@ -46,6 +46,8 @@ pub enum Answer {
     Out(Row),
     /// A Win32 failure with this error code.
     Win32Error(i32),
+    /// `connect_as`'s ERROR_EXTENDED_ERROR with what WNetGetLastErrorW reported.
+    Provider(super::ProviderError),
     /// A WMI failure: the error's constructor and message.
     WmiError(fn(String) -> Error, String),
     /// What [`Nt::mount_point_target`] answers: a mount point's substitute name, or `None`.
@@ -257,6 +259,7 @@ impl Win32 for Script {
         match self.answer(key, line.clone()) {
             Some(Answer::Done) => Ok(()),
             Some(Answer::Win32Error(code)) => Err(os_error(code)),
+            Some(Answer::Provider(p)) => Err(p.into_io()),
             Some(other) => Err(wrong(&line, other)),
             None => Err(os_error(super::code::ERROR_INVALID_FUNCTION)),
         }

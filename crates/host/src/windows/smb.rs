@@ -9,18 +9,24 @@
 //! - **A mapping in any state but OK is removed and recreated** (csi-driver-smb#733); upstream
 //!   calls Create over it, which fails. An OK mapping whose root can't be reached (logon failure
 //!   after a password change, #66/#75) is removed and recreated as upstream does.
-//! - **A mapping that is kept is used with its own credentials**: a call with another user or
-//!   password than the mapping was made (or last checked) with by this process is refused
-//!   (AlreadyExists), as Windows refuses a second connection to a server with other credentials
-//!   (error 1219); upstream keeps the mapping and links whatever the password. The credentials
-//!   are compared as a keyed 64-bit digest (SipHash, this process's random keys) held in memory
-//!   only. A mapping made before this process started (a restart) is not taken on the first
-//!   caller's word: Create can't check credentials against an existing mapping (it fails, or
-//!   reuses the server's session), so the caller's are checked with the server in a connection
-//!   of their own ([`Win32::connect_as`]: a logon session of its own, so no existing session
-//!   is reused) before anything is linked; a wrong password is refused as Create refuses it
+//! - **A mapping that is kept is used with its own user**: a call with another user than the
+//!   mapping was made (or last checked) with by this process is refused (AlreadyExists) naming
+//!   that user, as Windows refuses a second connection to a server as another user (error
+//!   1219); upstream keeps the mapping and links whatever the credentials. The same user with
+//!   another password (a rotated secret) is checked with the server ([`Win32::connect_as`]) and
+//!   the mapping reused if the server accepts it. The credentials are compared as a keyed 64-bit
+//!   digest (SipHash, this process's random keys) held in memory only, with the user name. A
+//!   mapping made before this process started (a restart) is not taken on the first caller's
+//!   word: Create can't check credentials against an existing mapping (it fails, or reuses the
+//!   server's session), so the caller's are checked with the server in a connection of their
+//!   own ([`Win32::connect_as`]: a logon session of its own, so no existing session is reused)
+//!   before anything is linked; a wrong password is refused as Create refuses it
 //!   (PermissionDenied) and nothing changes. Only then are they recorded. A mapping made
 //!   without a user name is not checked.
+//! - **Failures are named** by the one table of both backends ([`crate::smb::FAILURES`]): code,
+//!   symbolic name, plain words, a hint. Create's 1219 names the server's connections as other
+//!   users, or reuses a mapping of the share that turns out to be this user's; connect_as's
+//!   1208 carries what WNetGetLastError reported.
 //! - **A failed link undoes a mapping this call created**, so a failed call leaves nothing
 //!   behind. A mapping that was already there and healthy is kept: other links may use it.
 //! - **The link target is `\\?\UNC\host\share\…\`**, the documented verbatim UNC form, where
@@ -44,10 +50,10 @@
 //! that happens to contain it is withheld.
 
 use super::wmi::{Namespace, Query, Row, Value, Wmi};
-use super::Win32;
-use crate::error::{map_message, scrub};
+use super::{code, provider_error, Win32};
+use crate::error::{clip, map_message, scrub};
 use crate::probes::{Probed, Probes};
-use crate::smb::{remote_components, PROBE_TIMEOUT};
+use crate::smb::{self, remote_components, Source, PROBE_TIMEOUT};
 use crate::types::{Secret, SmbMapping};
 use crate::{Error, Result, SmbHost};
 use csi_proxy_sync::KeyedLock;
@@ -72,6 +78,19 @@ pub trait ShareLinks: Send + Sync {
 
 const CLASS: &str = "MSFT_SmbGlobalMapping";
 const PROPS: &[&str] = &["RemotePath", "Status", "LocalPath"];
+/// The SMB client's connections to servers (one per share, logon session and credential).
+const CONNECTION: &str = "MSFT_SmbConnection";
+const CONNECTION_PROPS: &[&str] = &["ServerName", "ShareName", "UserName", "Credential"];
+/// How many other connections a 1219 refusal names.
+const CONFLICTS_SHOWN: usize = 3;
+
+/// What a mapping was made or checked with by this process: a keyed 64-bit digest of user and
+/// password (never the password), and the user name, which a refusal may name.
+#[derive(Debug, Clone)]
+struct Known {
+    digest: u64,
+    user: String,
+}
 
 /// `MSFT_SmbGlobalMapping.Status` (the SMB client's connection states).
 pub mod status {
@@ -144,25 +163,29 @@ pub struct Smb {
     serial: KeyedLock<String>,
     /// Reachability probes of share roots, one running per root at most.
     probes: Probes<String, Reach>,
-    /// Keyed digest of the credentials each mapping was made or checked with, by root.
-    digests: Mutex<HashMap<String, u64>>,
+    /// The credentials each mapping was made or checked with, by root.
+    known: Mutex<HashMap<String, Known>>,
     keys: RandomState,
 }
 
 /// The error of a failed connection to a share (a mapping's Create, a credential check) by its
-/// Win32 code; names the share, never the credential.
-fn connect_error(doing: &str, root: &str, code: i32) -> Error {
-    const DENIED: &[i32] = &[5, 86, 1323, 1326, 1327, 1328, 1329, 1330, 1331, 1385, 1907, 1909];
-    const UNREACHABLE: &[i32] = &[53, 64, 121, 1222, 1231, 1232, 1311];
-    match code {
-        c if DENIED.contains(&c) => Error::denied(format!(
-            "{doing} {root} was refused (Windows error {c}): wrong user name or password, or no access to the share"
-        )),
-        67 => Error::not_found(format!("{doing} {root} failed (Windows error 67): the server has no such share")),
-        c if UNREACHABLE.contains(&c) => {
-            Error::unavailable(format!("{doing} {root} failed (Windows error {c}): the server can't be reached"))
-        }
-        c => Error::internal(format!("{doing} {root} failed: Windows error {c}")),
+/// Win32 code, through the one classification of [`crate::smb::FAILURES`]; names the share,
+/// never the credential.
+fn connect_error(doing: &str, root: &str, code: i32, detail: Option<&str>) -> Error {
+    smb::connect_error(doing, root, Source::Win32, code, &format!("Windows error {code}"), detail)
+}
+
+/// The error of a failed [`Win32::connect_as`]: its Win32 code, or for ERROR_EXTENDED_ERROR the
+/// network provider's code, text and name, which say what the bare 1208 does not.
+fn connect_as_error(doing: &str, root: &str, e: &std::io::Error) -> Error {
+    if let Some(p) = provider_error(e) {
+        let detail =
+            format!("the network provider {:?} reported error {}: {:?}", clip(&p.provider), p.code, clip(&p.text));
+        return connect_error(doing, root, code::ERROR_EXTENDED_ERROR, Some(&detail));
+    }
+    match e.raw_os_error() {
+        Some(c) => connect_error(doing, root, c, None),
+        None => Error::internal(format!("{doing} {root} failed: {e}")),
     }
 }
 
@@ -184,7 +207,7 @@ impl Smb {
             links,
             serial: KeyedLock::default(),
             probes: Probes::new("smb-probe", PROBE_TIMEOUT),
-            digests: Mutex::default(),
+            known: Mutex::default(),
             keys: RandomState::new(),
         }
     }
@@ -219,40 +242,101 @@ impl Smb {
         self.keys.hash_one((mapping.username.to_lowercase(), mapping.password.expose()))
     }
 
-    /// A mapping that is kept is used with the credentials it was made with. Another user or
-    /// password than those this process made or checked it with is refused, as Windows refuses
-    /// a second connection to a server with other credentials (error 1219). One it has not seen
-    /// (made before this process started) is checked with the server first, in a connection of
-    /// its own; only then is the mapping linked to and the credentials taken as its own.
+    /// A mapping that is kept is used with the user it was made with. Another user than the one
+    /// this process made or checked it with is refused, naming that user, as Windows refuses a
+    /// second connection to a server as another user (error 1219). The same user with another
+    /// password (a rotated secret) is checked with the server and, if it accepts it, the mapping
+    /// is reused; a wrong one is refused as Create refuses it. One this process has not seen
+    /// (made before it started) is checked with the server first, in a connection of its own;
+    /// only then is the mapping linked to and the credentials taken as its own.
     fn check_credentials(&self, root: &str, mapping: &SmbMapping) -> Result<()> {
         let digest = self.digest(mapping);
-        let known = self.digests.lock_ignoring_poison().get(root).copied();
-        match known {
-            Some(d) if d != digest => {
+        let known = self.known.lock_ignoring_poison().get(root).cloned();
+        match &known {
+            Some(k) if k.digest == digest => return Ok(()),
+            Some(k) if k.user.to_lowercase() != mapping.username.to_lowercase() => {
                 return Err(Error::exists(format!(
-                    "{root} is already mapped with other credentials than those given for user {:?}; a share is mapped \
-                     with one set of credentials: remove its other mappings first",
-                    mapping.username
+                    "{root} is already mapped for user {:?}, not {:?} (Windows error 1219, \
+                     ERROR_SESSION_CREDENTIAL_CONFLICT: Windows connects to a server as one user); hint: give this \
+                     share the same credentials as the mapping's, or remove that mapping first (csi-proxyctl smb ls \
+                     lists them)",
+                    clip(&k.user),
+                    clip(&mapping.username)
                 )))
             }
-            Some(_) => return Ok(()),
-            None => {}
+            _ => {}
         }
         // Without a user the mapping uses the host's own identity: no credential to check.
         if !mapping.username.is_empty() {
-            self.win32.connect_as(root, &mapping.username, &mapping.password).map_err(|e| {
-                scrub(
-                    match e.raw_os_error() {
-                        Some(code) => connect_error("checking the credentials for", root, code),
-                        None => Error::internal(format!("checking the credentials for {root} failed: {e}")),
-                    },
-                    &mapping.password,
-                )
-            })?;
-            info!(root, "the credentials for the existing SMB global mapping were checked with the server");
+            self.win32
+                .connect_as(root, &mapping.username, &mapping.password)
+                .map_err(|e| scrub(connect_as_error("checking the credentials for", root, &e), &mapping.password))?;
+            if known.is_some() {
+                info!(root, "the SMB global mapping is reused: the server accepted another password of its user");
+            } else {
+                info!(root, "the credentials for the existing SMB global mapping were checked with the server");
+            }
         }
-        self.digests.lock_ignoring_poison().insert(root.to_owned(), digest);
+        self.remember(root, mapping, digest);
         Ok(())
+    }
+
+    fn remember(&self, root: &str, mapping: &SmbMapping, digest: u64) {
+        let known = Known { digest, user: mapping.username.clone() };
+        self.known.lock_ignoring_poison().insert(root.to_owned(), known);
+    }
+
+    /// After Create answered 1219: a mapping of this very share whose server connection is this
+    /// user's (made meanwhile by another caller, or one Create could not see) is reused once the
+    /// caller's credentials are checked; otherwise the refusal names the connections to the
+    /// server as other users (MSFT_SmbConnection's Credential, "domain + user name"), a few at
+    /// most. Only this failure's path asks: a New call enumerates nothing otherwise.
+    fn conflict(&self, root: &str, mapping: &SmbMapping) -> Result<bool> {
+        let (host, share) = root.trim_start_matches('\\').split_once('\\').unwrap_or((root, ""));
+        let q = Query::select(Namespace::Smb, CONNECTION, CONNECTION_PROPS).eq("ServerName", host);
+        let connections = self.wmi.query(&q).unwrap_or_else(|e| {
+            debug!(root, error = %e, "could not list the SMB connections to the server");
+            Vec::new()
+        });
+        fn user_of(c: &Row) -> &str {
+            match c.str("Credential") {
+                Ok(cred) if !cred.is_empty() => cred,
+                _ => c.str("UserName").unwrap_or_default(),
+            }
+        }
+        let ours =
+            |c: &Row| !mapping.username.is_empty() && user_of(c).to_lowercase() == mapping.username.to_lowercase();
+        let same_share =
+            connections.iter().any(|c| ours(c) && c.str("ShareName").unwrap_or_default().eq_ignore_ascii_case(share));
+        let mapped_ok = || self.find(root).ok().flatten().is_some_and(|row| row.u32("Status").ok() == Some(status::OK));
+        if same_share && mapped_ok() {
+            self.check_credentials(root, mapping)?;
+            info!(root, "Create answered 1219, but the share is mapped for this user already; reused");
+            return Ok(false);
+        }
+        let others: Vec<String> = connections
+            .iter()
+            .filter(|c| !ours(c))
+            .map(|c| {
+                format!(
+                    r"\\{}\{} as {:?}",
+                    clip(c.str("ServerName").unwrap_or_default()),
+                    clip(c.str("ShareName").unwrap_or_default()),
+                    clip(user_of(c))
+                )
+            })
+            .collect();
+        let detail = match others.len() {
+            0 => "no connection to the server as another user was found (it may be another logon session's)".to_owned(),
+            n if n <= CONFLICTS_SHOWN => format!("connected as {}", others.join(", ")),
+            n => format!("connected as {} and {} more", others[..CONFLICTS_SHOWN].join(", "), n - CONFLICTS_SHOWN),
+        };
+        Err(connect_error(
+            "creating the SMB global mapping of",
+            root,
+            code::ERROR_SESSION_CREDENTIAL_CONFLICT,
+            Some(&detail),
+        ))
     }
 
     fn find(&self, root: &str) -> Result<Option<Row>> {
@@ -264,7 +348,7 @@ impl Smb {
         let out = self.wmi.call(Namespace::Smb, &row.path, "Remove", &[("Force", Value::Bool(true))])?;
         match out.return_value()? {
             0 => {
-                self.digests.lock_ignoring_poison().remove(root);
+                self.known.lock_ignoring_poison().remove(root);
                 info!(root, "removed the SMB global mapping");
                 Ok(())
             }
@@ -274,7 +358,9 @@ impl Smb {
         }
     }
 
-    fn create(&self, root: &str, mapping: &SmbMapping) -> Result<()> {
+    /// Creates the mapping; true when made, false when Create's 1219 found it already made for
+    /// this user ([`Self::conflict`]).
+    fn create(&self, root: &str, mapping: &SmbMapping) -> Result<bool> {
         let mut args: Vec<(&'static str, Value)> =
             vec![("RemotePath", Value::from(root)), ("RequirePrivacy", Value::Bool(mapping.require_privacy))];
         if !mapping.username.is_empty() {
@@ -285,11 +371,14 @@ impl Smb {
         })?;
         match out.return_value()? {
             0 => {
-                self.digests.lock_ignoring_poison().insert(root.to_owned(), self.digest(mapping));
+                self.remember(root, mapping, self.digest(mapping));
                 info!(root, require_privacy = mapping.require_privacy, "created the SMB global mapping");
-                Ok(())
+                Ok(true)
             }
-            rv => Err(map_message(connect_error("creating the SMB global mapping of", root, rv as i32), |m| {
+            1219 => self.conflict(root, mapping).map_err(|e| {
+                map_message(scrub(e, &mapping.password), |m| format!("{m} ({CLASS}.Create returned 1219, expected 0)"))
+            }),
+            rv => Err(map_message(connect_error("creating the SMB global mapping of", root, rv as i32, None), |m| {
                 format!("{m} ({CLASS}.Create returned {rv}, expected 0)")
             })),
         }
@@ -323,8 +412,7 @@ impl Smb {
             }
             self.remove(&row, root)?;
         }
-        self.create(root, mapping)?;
-        Ok(true)
+        self.create(root, mapping)
     }
 }
 

@@ -299,10 +299,15 @@ fn mount_errors_map_to_codes() {
         (Errno::CONNREFUSED, |e| matches!(e, Error::Unavailable(_))),
         (Errno::NOENT, |e| matches!(e, Error::NotFound(_))),
         (Errno::IO, |e| matches!(e, Error::Internal(_))),
+        (Errno::ACCESS, |e| matches!(e, Error::PermissionDenied(m) if m.contains("EACCES") && m.contains("hint: "))),
+        (Errno::KEYREJECTED, |e| matches!(e, Error::PermissionDenied(m) if m.contains("EKEYREJECTED"))),
+        (Errno::NODEV, |e| matches!(e, Error::FailedPrecondition(m) if m.contains("hint: load the cifs module"))),
+        (Errno::INVAL, |e| matches!(e, Error::InvalidArgument(m) if m.contains("EINVAL") && m.contains("dmesg"))),
     ] {
         k.mount_errors.lock().unwrap().push_back(errno);
         let e = smb.new_smb_global_mapping(&mapping(r"\\srv\share", &s.local("v"))).unwrap_err();
         assert!(ok(&e), "{errno}: {e:?}");
+        assert!(matches!(e, Error::Internal(_)) || e.to_string().contains("; hint: "), "{errno}: {e}");
         assert!(!mount_dir(&s, r"\\srv\share").exists());
     }
 }

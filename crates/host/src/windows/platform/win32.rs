@@ -14,12 +14,12 @@ use windows_sys::Win32::Devices::DeviceAndDriverInstallation::{
     CR_NO_SUCH_DEVICE_INTERFACE, CR_OUT_OF_MEMORY, CR_SUCCESS,
 };
 use windows_sys::Win32::Foundation::{
-    CloseHandle, SetLastError, ERROR_FILE_NOT_FOUND, ERROR_INSUFFICIENT_BUFFER, ERROR_INVALID_NAME,
-    ERROR_INVALID_PARAMETER, ERROR_MORE_DATA, ERROR_NO_MORE_FILES, ERROR_PATH_NOT_FOUND, GENERIC_READ, GENERIC_WRITE,
-    HANDLE, INVALID_HANDLE_VALUE, MAX_PATH, NO_ERROR,
+    CloseHandle, SetLastError, ERROR_EXTENDED_ERROR, ERROR_FILE_NOT_FOUND, ERROR_INSUFFICIENT_BUFFER,
+    ERROR_INVALID_NAME, ERROR_INVALID_PARAMETER, ERROR_MORE_DATA, ERROR_NO_MORE_FILES, ERROR_PATH_NOT_FOUND,
+    GENERIC_READ, GENERIC_WRITE, HANDLE, INVALID_HANDLE_VALUE, MAX_PATH, NO_ERROR,
 };
 use windows_sys::Win32::NetworkManagement::WNet::{
-    WNetAddConnection2W, WNetCancelConnection2W, CONNECT_TEMPORARY, NETRESOURCEW, RESOURCETYPE_DISK,
+    WNetAddConnection2W, WNetCancelConnection2W, WNetGetLastErrorW, CONNECT_TEMPORARY, NETRESOURCEW, RESOURCETYPE_DISK,
 };
 use windows_sys::Win32::Security::{
     ImpersonateLoggedOnUser, LogonUserW, RevertToSelf, LOGON32_LOGON_NEW_CREDENTIALS, LOGON32_PROVIDER_WINNT50,
@@ -289,22 +289,58 @@ impl Win32 for RealWin32 {
                     // which only reads them.
                     let code =
                         unsafe { WNetAddConnection2W(&resource, secret.0.as_ptr(), whole.as_ptr(), CONNECT_TEMPORARY) };
+                    // Read at once, on this thread, before any other WNet call can set another.
+                    let extended = (code == ERROR_EXTENDED_ERROR).then(last_network_error);
                     if code == NO_ERROR {
                         // SAFETY: NUL-terminated; cancels the connection just made, in this session.
                         unsafe { WNetCancelConnection2W(remote.as_ptr(), 0, 1) };
                     }
                     // SAFETY: ends this thread's impersonation; the thread ends right after anyway.
                     unsafe { RevertToSelf() };
-                    if code == NO_ERROR {
-                        Ok(())
-                    } else {
-                        Err(os_error(code))
+                    match (code, extended) {
+                        (NO_ERROR, _) => Ok(()),
+                        (_, Some(Some(provider))) => Err(provider.into_io()),
+                        _ => Err(os_error(code)),
                     }
                 })
                 .join()
                 .unwrap_or_else(|_| Err(io::Error::other("the credential check's thread panicked")))
         })
     }
+}
+
+/// Characters of each WNetGetLastErrorW buffer: at least the 256 Microsoft recommends for the
+/// error text; a longer text is truncated by the call, still NUL-terminated.
+const NET_ERROR_UNITS: usize = 512;
+
+/// What the network provider said about the WNet call that just answered ERROR_EXTENDED_ERROR on
+/// this thread; `None` when WNetGetLastErrorW itself fails.
+///
+/// Microsoft's contract ("Retrieving Network Errors", and WNetGetLastErrorW in winnetwk.h): when
+/// a WNet function returns ERROR_EXTENDED_ERROR, WNetGetLastError retrieves the provider's own
+/// error code (specific to the provider, not generally a winerror.h code), a NUL-terminated
+/// description and the provider's name; a buffer too small for a string gets it truncated but
+/// NUL-terminated; the call returns NO_ERROR on success and ERROR_INVALID_ADDRESS for a bad
+/// buffer. The buffers here are fixed, and each is read only up to its first NUL or its end.
+fn last_network_error() -> Option<crate::windows::ProviderError> {
+    let mut code = 0u32;
+    let mut text = vec![0u16; NET_ERROR_UNITS];
+    let mut name = vec![0u16; NET_ERROR_UNITS];
+    // SAFETY: `code` is a valid u32 to write; each buffer holds the stated number of UTF-16
+    // units and outlives the call.
+    let rc = unsafe {
+        WNetGetLastErrorW(&mut code, text.as_mut_ptr(), text.len() as u32, name.as_mut_ptr(), name.len() as u32)
+    };
+    if rc != NO_ERROR {
+        tracing::debug!(rc, "WNetGetLastErrorW failed after ERROR_EXTENDED_ERROR");
+        return None;
+    }
+    let until_nul = |b: &[u16]| String::from_utf16_lossy(&b[..b.iter().position(|&u| u == 0).unwrap_or(b.len())]);
+    Some(crate::windows::ProviderError {
+        code,
+        text: until_nul(&text).trim_end().to_owned(),
+        provider: until_nul(&name),
+    })
 }
 
 /// UTF-16 of a password, overwritten when dropped.

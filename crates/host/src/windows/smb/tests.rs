@@ -297,19 +297,18 @@ fn after_a_restart_a_wrong_password_is_refused_and_the_right_one_then_taken() {
 }
 
 #[test]
-fn after_a_restart_the_right_password_is_checked_and_a_wrong_one_then_refused() {
+fn after_a_restart_the_right_password_is_checked_then_another_user_refused_naming_the_mappings() {
     let f = restarted(vec![Answer::Done]);
     f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap();
     assert_eq!(f.script.calls("connect_as"), [format!(r"connect_as {SRV} CORP\svc")]);
     let other = r"C:\var\lib\kubelet\pods\q\volumes\v";
-    for wrong in [
-        SmbMapping { password: Secret::new("Wrong-Secret-42"), ..request(SRV, other, r"CORP\svc") },
-        request(SRV, other, r"CORP\bob"),
-    ] {
-        let err = f.smb.new_smb_global_mapping(&wrong).unwrap_err();
-        assert!(matches!(&err, Error::AlreadyExists(m) if m.contains("other credentials")), "{err:?}");
-        assert!(!err.to_string().contains("Wrong-Secret"), "{err}");
-    }
+    let err = f.smb.new_smb_global_mapping(&request(SRV, other, r"CORP\bob")).unwrap_err();
+    // Names the user the mapping is for, the code Windows would answer, and what to do.
+    assert!(
+        matches!(&err, Error::AlreadyExists(m) if m.contains(r#"for user "CORP\\svc", not "CORP\\bob""#)
+            && m.contains("1219") && m.contains("hint:")),
+        "{err:?}"
+    );
     // Known now: not checked again; user names compare without case.
     f.smb.new_smb_global_mapping(&request(SRV, other, r"corp\SVC")).unwrap();
     f.script.assert_all_scripted();
@@ -325,13 +324,40 @@ fn a_mapping_made_here_is_not_checked_again_and_keeps_its_credentials() {
         .on_query(&find(SRV), vec![])
         .on_query(&find(SRV), vec![mapping_row(status::OK)])
         .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
-        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)));
+        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)))
+        .on(format!(r"connect_as {SRV}"), Answer::Win32Error(ERROR_LOGON_FAILURE));
     f.smb.new_smb_global_mapping(&request(SRV, "", r"CORP\svc")).unwrap();
     f.smb.new_smb_global_mapping(&request(SRV, "", r"CORP\svc")).unwrap();
-    let wrong = SmbMapping { password: Secret::new("Wrong-Secret-42"), ..request(SRV, "", r"CORP\svc") };
-    assert!(matches!(f.smb.new_smb_global_mapping(&wrong), Err(Error::AlreadyExists(_))));
-    f.script.assert_all_scripted();
     assert!(f.script.calls("connect_as").is_empty(), "{:?}", f.script.log());
+    // The same user with a password the server refuses: refused as Create refuses it.
+    let wrong = SmbMapping { password: Secret::new("Wrong-Secret-42"), ..request(SRV, "", r"CORP\svc") };
+    let err = f.smb.new_smb_global_mapping(&wrong).unwrap_err();
+    assert!(matches!(&err, Error::PermissionDenied(m) if m.contains("ERROR_LOGON_FAILURE")), "{err:?}");
+    assert!(!format!("{err:?}").contains("Wrong-Secret"), "{err:?}");
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.calls("connect_as"), [format!(r"connect_as {SRV} CORP\svc")]);
+    assert!(f.script.calls(&remove_line()).is_empty(), "kept: {:?}", f.script.log());
+}
+
+/// A mapping to the same remote with the same user is reused, not refused: a rotated password
+/// the server accepts is checked once and then taken as the mapping's.
+#[test]
+fn the_same_user_with_a_rotated_password_reuses_the_mapping() {
+    let f = fixture(Links::default());
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_query(&find(SRV), vec![mapping_row(status::OK)])
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(0))
+        .on(format!(r"attributes {SRV}\"), Answer::Attributes(Some(DIRECTORY)))
+        .on(format!(r"connect_as {SRV}"), Answer::Done);
+    f.smb.new_smb_global_mapping(&request(SRV, "", r"CORP\svc")).unwrap();
+    let rotated = SmbMapping { password: Secret::new("Rotated-Secret-43"), ..request(SRV, LOCAL, r"CORP\svc") };
+    f.smb.new_smb_global_mapping(&rotated).unwrap();
+    f.smb.new_smb_global_mapping(&rotated).unwrap();
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.calls("connect_as"), [format!(r"connect_as {SRV} CORP\svc")], "checked once");
+    assert_eq!(f.script.calls("call ").len(), 1, "one Create, no Remove: {:?}", f.script.log());
+    assert_eq!(f.links.log().iter().filter(|l| l.starts_with("link ")).count(), 2);
 }
 
 #[test]
@@ -340,6 +366,7 @@ fn after_a_restart_a_failed_check_says_why_and_a_mapping_without_user_is_not_che
         (53, (|e| matches!(e, Error::Unavailable(_))) as fn(&Error) -> bool),
         (67, |e| matches!(e, Error::NotFound(_))),
         (1331, |e| matches!(e, Error::PermissionDenied(_))),
+        (1219, |e| matches!(e, Error::AlreadyExists(_))),
         (31, |e| matches!(e, Error::Internal(_))),
     ] {
         let f = restarted(vec![Answer::Win32Error(code)]);
@@ -442,9 +469,173 @@ fn a_create_failure_names_the_code_and_the_root() {
     f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(87));
     let err = f.smb.new_smb_global_mapping(&request(r"\\SRV\share\x", LOCAL, "u")).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, Error::Internal(_)), "{err:?}");
-    assert!(msg.contains(SRV) && msg.contains("Create returned 87"), "{msg}");
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(
+        msg.contains(SRV) && msg.contains("Create returned 87") && msg.contains("ERROR_INVALID_PARAMETER"),
+        "{msg}"
+    );
+    assert!(msg.contains("hint: check the source is"), "{msg}");
     assert_eq!(f.links.log(), [format!(r"check {LOCAL} \\?\UNC\SRV\share\x\")], "no link without a mapping");
+}
+
+fn denied(e: &Error) -> bool {
+    matches!(e, Error::PermissionDenied(_))
+}
+fn not_found(e: &Error) -> bool {
+    matches!(e, Error::NotFound(_))
+}
+fn unavailable(e: &Error) -> bool {
+    matches!(e, Error::Unavailable(_))
+}
+fn invalid(e: &Error) -> bool {
+    matches!(e, Error::InvalidArgument(_))
+}
+
+type Named = (i32, &'static str, &'static str, fn(&Error) -> bool);
+/// The codes users saw bare (csi-driver-smb#520, csi-proxy#206): each has its kind, its name,
+/// plain words and a hint, from Create and from the credential check alike.
+const NAMED: [Named; 6] = [
+    (53, "ERROR_BAD_NETPATH", "port 445", unavailable),
+    (67, "ERROR_BAD_NET_NAME", "share's name", not_found),
+    (86, "ERROR_INVALID_PASSWORD", "password in the volume's secret", denied),
+    (87, "ERROR_INVALID_PARAMETER", "user name DOMAIN", invalid),
+    (1311, "ERROR_NO_LOGON_SERVERS", "domain controller", unavailable),
+    (1326, "ERROR_LOGON_FAILURE", "user name (DOMAIN", denied),
+];
+
+#[test]
+fn each_named_code_from_create_has_its_kind_its_name_and_a_hint() {
+    for (code, name, hint, kind) in NAMED {
+        let f = fixture(Links::default());
+        f.script.on_query(&find(SRV), vec![]).on_call("MSFT_SmbGlobalMapping", "Create", returned(code as u32));
+        let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err();
+        let m = err.to_string();
+        assert!(kind(&err), "{code}: {err:?}");
+        assert!(m.contains(&format!("(Windows error {code}, {name}): ")), "{code}: {m}");
+        assert!(m.contains("hint: ") && m.contains(hint), "{code}: {m}");
+        assert!(!m.contains(PASSWORD), "{m}");
+    }
+}
+
+#[test]
+fn each_named_code_from_the_credential_check_has_its_kind_its_name_and_a_hint() {
+    for (code, name, hint, kind) in NAMED {
+        let f = restarted(vec![Answer::Win32Error(code)]);
+        let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err();
+        let m = err.to_string();
+        assert!(kind(&err) && m.contains("checking the credentials for"), "{code}: {err:?}");
+        assert!(m.contains(&format!("(Windows error {code}, {name}): ")) && m.contains(hint), "{code}: {m}");
+        assert!(f.script.calls("call ").is_empty() && f.links.log().len() == 1, "{:?}", f.script.log());
+    }
+}
+
+/// WNetAddConnection2W's ERROR_EXTENDED_ERROR says only "ask WNetGetLastError": the provider's
+/// code, text and name are what the caller sees, bounded, and withheld if they quote the password.
+#[test]
+fn an_extended_error_carries_the_providers_code_and_text() {
+    let provider = |text: String| {
+        Answer::Provider(crate::windows::ProviderError {
+            code: 0xC000_006D,
+            text,
+            provider: "Microsoft Windows Network".into(),
+        })
+    };
+    let f = restarted(vec![provider("The server refused the session setup.".into())]);
+    let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err();
+    let m = err.to_string();
+    assert!(matches!(err, Error::Internal(_)), "{err:?}");
+    assert!(m.contains("(Windows error 1208, ERROR_EXTENDED_ERROR)"), "{m}");
+    assert!(
+        m.contains(r#"the network provider "Microsoft Windows Network" reported error 3221225581: "The server refused the session setup.""#),
+        "{m}"
+    );
+    // A provider's text is quoted bounded.
+    let f = restarted(vec![provider("x".repeat(100_000))]);
+    let m = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err().to_string();
+    assert!(m.len() < 2000 && m.contains("more bytes cut"), "{} bytes", m.len());
+    // One that quotes the password is withheld.
+    let f = restarted(vec![provider(format!("bad password {PASSWORD}"))]);
+    let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err();
+    assert!(!format!("{err:?}").contains(PASSWORD) && err.to_string().contains("withheld"), "{err:?}");
+}
+
+fn connections(host: &str) -> Query {
+    Query::select(Namespace::Smb, "MSFT_SmbConnection", &["ServerName", "ShareName", "UserName", "Credential"])
+        .eq("ServerName", host)
+}
+
+fn connection(share: &str, credential: &str) -> Row {
+    Row::new("MSFT_SmbConnection", format!("conn-{share}-{credential}"))
+        .with("ServerName", "srv")
+        .with("ShareName", share)
+        .with("UserName", r"NT AUTHORITY\SYSTEM")
+        .with("Credential", credential)
+}
+
+/// Create's 1219 (azurefile#2974, Azure/AKS#5612) names the connections to that server as other
+/// users, a few of them, so the operator knows which mapping is in the way.
+#[test]
+fn create_answering_1219_names_the_other_connections_and_their_users() {
+    let f = fixture(Links::default());
+    let others: Vec<Row> = ["other", "third", "fourth", "fifth"].iter().map(|s| connection(s, r"CORP\alice")).collect();
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(1219))
+        .on_query(&connections("srv"), others);
+    let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err();
+    let m = err.to_string();
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
+    assert!(m.contains("(Windows error 1219, ERROR_SESSION_CREDENTIAL_CONFLICT)"), "{m}");
+    assert!(m.contains(r#"connected as \\srv\other as "CORP\\alice", \\srv\third as "CORP\\alice""#), "{m}");
+    assert!(m.contains("and 1 more") && m.contains("hint: map every share") && m.contains("returned 1219"), "{m}");
+    assert!(!m.contains(PASSWORD), "{m}");
+    f.script.assert_all_scripted();
+    assert_eq!(f.links.log().len(), 1, "nothing linked");
+    // The connections can't be listed: still the plain 1219 with its hint.
+    let f = fixture(Links::default());
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(1219))
+        .on("query ", Answer::WmiError(Error::internal, "provider failed".into()));
+    let m = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err().to_string();
+    assert!(m.contains("1219") && m.contains("no connection to the server as another user was found"), "{m}");
+}
+
+/// Create's 1219 when the share is mapped already for this very user (made meanwhile, or not
+/// seen by the first query): the mapping is reused once the credentials are checked.
+#[test]
+fn create_answering_1219_reuses_a_mapping_of_the_share_for_the_same_user() {
+    let f = fixture(Links::default());
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(1219))
+        .on_query(&connections("srv"), vec![connection("other", r"CORP\alice"), connection("share", r"corp\SVC")])
+        .on_query(&find(SRV), vec![mapping_row(status::OK)])
+        .on(format!(r"connect_as {SRV}"), Answer::Done);
+    f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap();
+    f.script.assert_all_scripted();
+    assert_eq!(f.script.calls("connect_as"), [format!(r"connect_as {SRV} CORP\svc")]);
+    assert_eq!(f.links.log()[1], format!(r"link {LOCAL} \\?\UNC\srv\share\"));
+    // Another user than the mapping's is still refused.
+    let f = fixture(Links::default());
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(1219))
+        .on_query(&connections("srv"), vec![connection("share", r"CORP\alice")])
+        .on_query(&find(SRV), vec![mapping_row(status::OK)]);
+    let m = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err().to_string();
+    assert!(m.contains(r#"\\srv\share as "CORP\\alice""#), "{m}");
+    assert!(f.script.calls("connect_as").is_empty());
+    // This user's, but the mapping is not OK: not reused, refused as Create answered.
+    let f = fixture(Links::default());
+    f.script
+        .on_query(&find(SRV), vec![])
+        .on_call("MSFT_SmbGlobalMapping", "Create", returned(1219))
+        .on_query(&connections("srv"), vec![connection("share", r"CORP\svc")])
+        .on_query(&find(SRV), vec![mapping_row(status::DISCONNECTED)]);
+    let err = f.smb.new_smb_global_mapping(&request(SRV, LOCAL, r"CORP\svc")).unwrap_err();
+    assert!(matches!(&err, Error::AlreadyExists(m) if m.contains("1219")), "{err:?}");
+    assert!(f.script.calls("connect_as").is_empty() && f.links.log().len() == 1);
 }
 
 #[test]
@@ -630,4 +821,127 @@ fn calls_on_one_share_take_turns() {
     });
     let log = f.script.log();
     assert_eq!(log, [find_line(SRV), create_line(SRV, true, false), find_line(SRV), create_line(SRV, true, false)]);
+}
+
+/// A host's SMB global mappings as WMI shows them, kept in a map: a query by RemotePath is one
+/// lookup, any other query of the class returns every mapping (an enumeration, counted by the
+/// rows it reads). Counts the WMI calls and rows the backend asks for, for the scale test.
+#[derive(Default)]
+struct Mappings {
+    /// By the WQL of the query that finds each one (its RemotePath filter).
+    by_query: Mutex<HashMap<String, Row>>,
+    calls: std::sync::atomic::AtomicUsize,
+    rows: std::sync::atomic::AtomicUsize,
+}
+
+impl Mappings {
+    fn add(&self, root: &str) {
+        let path = format!(
+            r#"\\H\ROOT\Microsoft\Windows\SMB:MSFT_SmbGlobalMapping.RemotePath="{}""#,
+            root.replace('\\', r"\\")
+        );
+        let row =
+            Row::new("MSFT_SmbGlobalMapping", path).with("RemotePath", root).with("Status", 0u32).with("LocalPath", "");
+        self.by_query.lock().unwrap().insert(find(root).wql().unwrap(), row);
+    }
+    fn len(&self) -> usize {
+        self.by_query.lock().unwrap().len()
+    }
+    /// (WMI calls, rows read) since the last look.
+    fn take(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (self.calls.swap(0, SeqCst), self.rows.swap(0, SeqCst))
+    }
+}
+
+impl Wmi for Mappings {
+    fn query(&self, query: &Query) -> Result<Vec<Row>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.calls.fetch_add(1, SeqCst);
+        let wql = query.wql()?;
+        let all = self.by_query.lock().unwrap();
+        let rows: Vec<Row> = match all.get(&wql) {
+            Some(row) => vec![row.clone()],
+            None if !wql.contains(" WHERE ") => all.values().cloned().collect(),
+            None => Vec::new(),
+        };
+        self.rows.fetch_add(rows.len(), SeqCst);
+        Ok(rows)
+    }
+    fn call(&self, _ns: Namespace, target: &str, method: &str, args: &[(&'static str, Value)]) -> Result<Row> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        match method {
+            "Create" => {
+                let root = args.iter().find_map(|(n, v)| match (n, v) {
+                    (&"RemotePath", Value::Str(s)) => Some(s.clone()),
+                    _ => None,
+                });
+                self.add(&root.expect("Create without a RemotePath"));
+            }
+            "Remove" => self.by_query.lock().unwrap().retain(|_, row| row.path != target),
+            m => return Err(Error::internal(format!("unexpected method {m}"))),
+        }
+        Ok(returned(0))
+    }
+    fn associators(
+        &self,
+        _: Namespace,
+        _: &str,
+        _: &'static str,
+        _: &'static str,
+        _: &[&'static str],
+    ) -> Result<Vec<Row>> {
+        Err(Error::internal("no associators here"))
+    }
+}
+
+/// Item 6 of issue 40 (azurefile#1925: nodes broke near 700 mappings): with 10 and with 1,000
+/// mappings on the host, a New of a new share, a New of a mapped share and a Remove each make the
+/// same number of WMI calls and read the same number of rows: nothing enumerates the mappings.
+/// Prints the counts and the time per call (a figure, not asserted).
+#[test]
+fn new_and_remove_cost_does_not_grow_with_the_number_of_mappings() {
+    let mut figures = Vec::new();
+    for count in [10usize, 1000] {
+        let script = Arc::new(Script::new());
+        let wmi = Arc::new(Mappings::default());
+        let smb = Smb::new(script.clone(), wmi.clone(), Arc::new(Links::default()));
+        for i in 0..count {
+            smb.new_smb_global_mapping(&request(&format!(r"\\srv\share{i}"), "", "")).unwrap();
+        }
+        assert_eq!(wmi.len(), count);
+        let made = wmi.take();
+        let root = r"\\srv\share5";
+        script.on(format!(r"attributes {root}\"), Answer::Attributes(Some(DIRECTORY)));
+        let started = std::time::Instant::now();
+        smb.new_smb_global_mapping(&request(r"\\srv\fresh", "", "")).unwrap();
+        let fresh = wmi.take();
+        smb.new_smb_global_mapping(&request(root, "", "")).unwrap();
+        let kept = wmi.take();
+        smb.remove_smb_global_mapping(root).unwrap();
+        let removed = wmi.take();
+        let elapsed = started.elapsed();
+        assert_eq!(wmi.len(), count);
+        println!(
+            "{count:>5} mappings: New (new share) {} WMI calls / {} rows, New (mapped share) {} / {}, Remove {} / {}; \
+             {:.1} µs for the three; making them: {} calls, {} rows",
+            fresh.0,
+            fresh.1,
+            kept.0,
+            kept.1,
+            removed.0,
+            removed.1,
+            elapsed.as_secs_f64() * 1e6,
+            made.0,
+            made.1
+        );
+        figures.push((fresh, kept, removed, made));
+    }
+    let (small, large) = (figures[0], figures[1]);
+    assert_eq!((small.0, small.1, small.2), (large.0, large.1, large.2), "the cost per call grew with the count");
+    assert_eq!(large.0, (2, 0), "New of a new share: one lookup (nothing found), one Create");
+    assert_eq!(large.1, (1, 1), "New of a mapped share: one lookup");
+    assert_eq!(large.2, (2, 1), "Remove: one lookup, one Remove");
+    // Making 1,000 took two calls each and read no rows.
+    assert_eq!(large.3, (2000, 0));
 }
