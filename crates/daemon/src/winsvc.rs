@@ -73,8 +73,8 @@ fn run_service() -> anyhow::Result<()> {
         }
     };
     let stopping = move || {
-        // Draining is bounded (the transport's drain, then crate::STOP_BUDGET); the hint covers both.
-        let hint = crate::STOP_BUDGET * 2;
+        // Draining is bounded (crate::DRAIN_DEADLINE, after which the process exits); the hint covers it.
+        let hint = crate::DRAIN_DEADLINE;
         if let Err(e) =
             report(status, ServiceState::StopPending, ServiceControlAccept::empty(), ServiceExitCode::NO_ERROR, hint)
         {
