@@ -107,10 +107,7 @@ pub fn settle_owner(
         Owner::Trusted => Ok(Some(was)),
         Owner::Other(now) => Err(AuditFileError::ForeignOwner {
             owner: was,
-            error: io::Error::other(format!(
-                "it was set, and is still {}",
-                csi_proxy_host::error::clip(&now)
-            )),
+            error: io::Error::other(format!("it was set, and is still {}", csi_proxy_host::error::clip(&now))),
         }),
     }
 }
@@ -291,8 +288,9 @@ fn owner_of(file: &File) -> io::Result<Owner> {
         return Ok(Owner::Other("(no owner)".to_string()));
     }
     // SAFETY: `owner` is a valid SID inside `sd`, alive until `sd` drops at the end.
-    let trusted = unsafe { IsWellKnownSid(owner, WinLocalSystemSid) != 0 || IsWellKnownSid(owner, WinBuiltinAdministratorsSid) != 0 }
-        || is_own_account(owner)?;
+    let trusted = unsafe {
+        IsWellKnownSid(owner, WinLocalSystemSid) != 0 || IsWellKnownSid(owner, WinBuiltinAdministratorsSid) != 0
+    } || is_own_account(owner)?;
     let answer = if trusted { Owner::Trusted } else { Owner::Other(sid_string(owner)) };
     drop(sd);
     Ok(answer)
@@ -431,7 +429,15 @@ mod tests {
     fn a_foreign_owner_is_replaced_or_the_file_refused() {
         let other = || Owner::Other("S-1-5-21-1-2-3-1001".to_string());
         let mut took = false;
-        assert!(settle_owner(|| Ok(Owner::Trusted), || { took = true; Ok(()) }).unwrap().is_none());
+        assert!(settle_owner(
+            || Ok(Owner::Trusted),
+            || {
+                took = true;
+                Ok(())
+            }
+        )
+        .unwrap()
+        .is_none());
         assert!(!took, "a trusted owner is kept");
 
         let mut reads = vec![Owner::Trusted, other()];
