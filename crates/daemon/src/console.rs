@@ -24,8 +24,8 @@
 //!   "services also have their own notification mechanism for shutdown events"), whatever DLLs
 //!   are loaded, and this module is not used at all; in a HostProcess pod, the container's stop
 //!   is not a system shutdown: hcsshim starts `CtrlRoutine` in the process itself, which runs
-//!   the handler list directly. So user32 is left loaded; the conformance check `k2-user32`
-//!   reports whether it is, and a console-run daemon is documented as not for nodes
+//!   the handler list directly. So user32 is left loaded (on a node, `tasklist /m user32.dll`
+//!   shows whether it is), and a daemon run from a console is documented as not for nodes
 //!   (docs/windows.md).
 //! - K3. For CTRL_CLOSE, CTRL_LOGOFF and CTRL_SHUTDOWN, a handler that returns TRUE ends the
 //!   chain "and the system terminates the process"; one that returns FALSE hands the event on,
@@ -37,8 +37,8 @@
 //!   handler), TRUE leaves it to the system, which ends the processes of the session logging off.
 //!   `on_logoff` answers TRUE, the only answer that can leave a SYSTEM process of session 0 (a
 //!   HostProcess pod) running when an interactive user logs off; whether it does is a node's
-//!   answer (conformance check `k3-logoff`: a user logs on and off twice, the daemon keeps its
-//!   PID). The documented way to be untouched by logoffs is the service (`winsvc`).
+//!   answer (docs/windows.md: a user logs on and off twice, the daemon keeps its PID and logs no
+//!   drain). The documented way to be untouched by logoffs is the service (`winsvc`).
 //! - K4. After the first stopping event the listeners stay registered (`keep_listening`), so a
 //!   later event ends nothing, and the drain has a deadline of its own (`crate::DRAIN_DEADLINE`).
 #![allow(unsafe_code)]
