@@ -571,6 +571,19 @@ pub fn unmount_below(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// DeleteVolumeMountPointW(`dir`), its folder as the plain path with a trailing backslash the
+/// page documents; the Win32 code when it fails.
+pub fn delete_mount_point(dir: &Path) -> std::result::Result<(), u32> {
+    use windows_sys::Win32::Storage::FileSystem::DeleteVolumeMountPointW;
+    let arg = mount_point_arg(dir);
+    // SAFETY: FFI. `arg` is a NUL-terminated plain path with a trailing backslash, alive for the call.
+    if unsafe { DeleteVolumeMountPointW(arg.as_ptr()) } == 0 {
+        // SAFETY: reads this thread's last-error value, set by the failed call just above.
+        return Err(unsafe { windows_sys::Win32::Foundation::GetLastError() });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     /// K7: version-2 attach parameters laid out as virtdisk.h declares them: Version at 0, the

@@ -36,7 +36,6 @@
 // A platform module: the file-security calls.
 #![allow(unsafe_code)]
 
-use std::ffi::c_void;
 use std::fs::File;
 use std::io;
 use std::os::windows::ffi::OsStrExt;
@@ -147,7 +146,7 @@ pub fn open(path: &Path) -> Result<File, AuditFileError> {
     let create_sd = descriptor(CREATE_SDDL)?;
     let sa = SECURITY_ATTRIBUTES {
         nLength: std::mem::size_of::<SECURITY_ATTRIBUTES>() as u32,
-        lpSecurityDescriptor: create_sd.0 as *mut c_void,
+        lpSecurityDescriptor: create_sd.0,
         bInheritHandle: 0,
     };
     let wide: Vec<u16> = path.as_os_str().encode_wide().chain(std::iter::once(0)).collect();
