@@ -23,6 +23,7 @@
 .EXAMPLE
   .\install-service.ps1                                   # the exe beside this script's folder
   .\install-service.ps1 -Flags '-v=2 -metrics-bind-address=localhost:8888'
+  .\install-service.ps1 -PreshutdownWait 300                # the kubelet's shutdownGracePeriod is 5m
   .\install-service.ps1 -Rollback
   .\install-service.ps1 -Uninstall
 #>
@@ -37,6 +38,10 @@ param(
     [string]$Flags = '',
     # How long a started service may take to report Running (the daemon does once all 23 pipes exist).
     [int]$StartTimeout = 60,
+    # At a node's shutdown, how long (seconds) the service keeps serving while the kubelet service
+    # has not stopped (its pods' volumes are unstaged through csi-proxy); at least the kubelet's
+    # shutdownGracePeriod. The daemon sets its own preshutdown timeout to this plus 20 s.
+    [int]$PreshutdownWait = 120,
     [switch]$Rollback,
     [switch]$Uninstall
 )
@@ -187,9 +192,10 @@ if ($Rollback) {
     }
 } else {
     if (-not (Test-Path -PathType Leaf $Source)) { throw "no csi-proxy.exe at $Source (pass -Source PATH)" }
-    # Upstream's flags; on an upgrade without -Flags or -LogFile, the ones the service already has.
-    $arguments = "-windows-service -log_file=$LogFile -logtostderr=false $Flags".TrimEnd()
-    if ($installed -and -not ($PSBoundParameters.ContainsKey('Flags') -or $PSBoundParameters.ContainsKey('LogFile'))) {
+    # Upstream's flags and -preshutdown-wait; on an upgrade without -Flags, -LogFile or
+    # -PreshutdownWait, the ones the service already has.
+    $arguments = "-windows-service -log_file=$LogFile -logtostderr=false -preshutdown-wait=$($PreshutdownWait)s $Flags".TrimEnd()
+    if ($installed -and -not ($PSBoundParameters.ContainsKey('Flags') -or $PSBoundParameters.ContainsKey('LogFile') -or $PSBoundParameters.ContainsKey('PreshutdownWait'))) {
         # The command line is the exe, quoted or not, then the flags.
         if (-not ((Get-BinPath) -match '^\s*("[^"]*"|\S+)\s*(.*)$')) { throw "cannot read the command line of service $Name" }
         $arguments = $Matches[2].Trim()

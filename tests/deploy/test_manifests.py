@@ -203,3 +203,37 @@ def test_images_are_marked_as_placeholders():
         lines = text.splitlines()
         (at,) = [i for i, line in enumerate(lines) if line.strip() == f"image: {image}"]
         assert "PLACEHOLDER" in lines[at - 1], f"{path.name}: the image line is not marked as a placeholder"
+
+
+UNIT = ROOT / "deploy/linux/csi-proxy.service"
+INSTALL_SERVICE = ROOT / "deploy/windows/install-service.ps1"
+
+
+def unit_values(path, section, key):
+    """Every value of `key` in `section` of a systemd unit, split on spaces (systemd's lists)."""
+    values, current = [], None
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1]
+        elif current == section and line.startswith(key + "="):
+            values += line[len(key) + 1 :].split()
+    return values
+
+
+def test_the_unit_stops_after_the_kubelet():
+    """systemd stops units in the reverse of their start order: Before=kubelet.service starts the
+    daemon first and so stops it only once the kubelet has stopped (its unmounts at a node's
+    shutdown still reach the daemon). After=kubelet.service would stop it first."""
+    assert "kubelet.service" in unit_values(UNIT, "Unit", "Before")
+    assert "kubelet.service" not in unit_values(UNIT, "Unit", "After")
+    # The daemon's own stop deadline (transport drain 5 s + host calls 10 s + 5 s) fits in it.
+    (timeout,) = unit_values(UNIT, "Service", "TimeoutStopSec")
+    assert int(timeout) >= 20
+
+
+def test_the_windows_service_waits_for_the_kubelet_at_shutdown(daemon_flags):
+    """install-service.ps1 passes -preshutdown-wait, a flag the daemon has."""
+    text = INSTALL_SERVICE.read_text()
+    assert "-preshutdown-wait=" in text
+    assert "preshutdown-wait" in daemon_flags

@@ -11,6 +11,36 @@
 //! (<https://learn.microsoft.com/windows/console/handlerroutine>). So the process lives until
 //! `main` returns after the drain, or until that timeout, whichever comes first. (A real console
 //! close gives about 5 s, less than the longest drain: 5 s for connections, 10 s for host calls.)
+//!
+//! What the documentation settles (HandlerRoutine and SetConsoleCtrlHandler pages,
+//! <https://learn.microsoft.com/windows/console/handlerroutine>), and how this module follows it:
+//! - K2. "If a console application loads the gdi32.dll or user32.dll library", the handler "does
+//!   not get called for the CTRL_LOGOFF_EVENT and CTRL_SHUTDOWN_EVENT events": the system treats
+//!   it as a Windows application (WM_QUERYENDSESSION instead). The daemon's WMI calls load ole32,
+//!   which brings user32 with it, so a daemon started from a console is not promised
+//!   CTRL_SHUTDOWN at a system shutdown. That is not how a node runs it: as a service
+//!   (`-windows-service`, `winsvc`), the stop and the node's shutdown come through the service's
+//!   control handler as SERVICE_CONTROL_STOP, PRESHUTDOWN and SHUTDOWN (the Handler page:
+//!   "services also have their own notification mechanism for shutdown events"), whatever DLLs
+//!   are loaded, and this module is not used at all; in a HostProcess pod, the container's stop
+//!   is not a system shutdown: hcsshim starts `CtrlRoutine` in the process itself, which runs
+//!   the handler list directly. So user32 is left loaded (on a node, `tasklist /m user32.dll`
+//!   shows whether it is), and a daemon run from a console is documented as not for nodes
+//!   (docs/windows.md).
+//! - K3. For CTRL_CLOSE, CTRL_LOGOFF and CTRL_SHUTDOWN, a handler that returns TRUE ends the
+//!   chain "and the system terminates the process"; one that returns FALSE hands the event on,
+//!   to the default handler at the end, which calls ExitProcess. CTRL_LOGOFF "is received only by
+//!   services. Interactive applications are terminated at logoff" and a console application run
+//!   as a service gets "a modified default console control handler" that does not call
+//!   ExitProcess for CTRL_LOGOFF and CTRL_SHUTDOWN. So for a process outside the service manager
+//!   no documented answer to CTRL_LOGOFF keeps it alive: FALSE certainly ends it (our default
+//!   handler), TRUE leaves it to the system, which ends the processes of the session logging off.
+//!   `on_logoff` answers TRUE, the only answer that can leave a SYSTEM process of session 0 (a
+//!   HostProcess pod) running when an interactive user logs off; whether it does is a node's
+//!   answer (docs/windows.md: a user logs on and off twice, the daemon keeps its PID and logs no
+//!   drain). The documented way to be untouched by logoffs is the service (`winsvc`).
+//! - K4. After the first stopping event the listeners stay registered (`keep_listening`), so a
+//!   later event ends nothing, and the drain has a deadline of its own (`crate::DRAIN_DEADLINE`).
 #![allow(unsafe_code)]
 
 use std::task::Poll;
@@ -103,8 +133,15 @@ pub async fn stop_requested() -> &'static str {
     if listeners.is_empty() {
         tracing::warn!("no console event can stop the daemon; only ending the process will");
     }
+    let first = next_event(&mut listeners).await;
+    keep_listening(listeners);
+    first
+}
+
+/// The next event any of `listeners` receives.
+async fn next_event(listeners: &mut [(CtrlEvent, Listener)]) -> &'static str {
     std::future::poll_fn(|cx| {
-        for (event, l) in &mut listeners {
+        for (event, l) in listeners.iter_mut() {
             if l.poll_recv(cx).is_ready() {
                 return Poll::Ready(event.name());
             }
@@ -112,6 +149,24 @@ pub async fn stop_requested() -> &'static str {
         Poll::Pending
     })
     .await
+}
+
+/// K4: the listeners stay registered for the rest of the process, so that an event during the
+/// drain (a second Ctrl-C, a close after Ctrl-C, a runtime sending its stop twice) changes
+/// nothing: tokio's handler answers it (TRUE for CTRL_C and CTRL_BREAK; for CTRL_CLOSE and
+/// CTRL_SHUTDOWN it parks its thread, as for the first) and the drain goes on, with its own
+/// deadline (`crate::DRAIN_DEADLINE`). Were they dropped, tokio's handler would find nobody
+/// listening and return FALSE, and the chain would end in the default handler, which "calls the
+/// ExitProcess function" (HandlerRoutine), ending the process mid-drain. They are never dropped
+/// (`ManuallyDrop`): not even when the runtime ends, between the drain and the process's exit.
+fn keep_listening(listeners: Vec<(CtrlEvent, Listener)>) {
+    let mut listeners = std::mem::ManuallyDrop::new(listeners);
+    tokio::spawn(async move {
+        loop {
+            let event = next_event(&mut listeners[..]).await;
+            tracing::info!(event, "ignored: the daemon is already stopping");
+        }
+    });
 }
 
 /// Answers CTRL_LOGOFF itself (handlers run last registered first, so before tokio's): else it

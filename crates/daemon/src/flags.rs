@@ -36,6 +36,8 @@ pub const DEFAULT_SOCKET_DIR: &str = "/run/csi-proxy";
 pub const DEFAULT_LINUX_SMB_DIR: &str = "/var/lib/csi-proxy/smb";
 /// Default of `-connection-idle-timeout`.
 pub const DEFAULT_CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// Default of `-preshutdown-wait`.
+pub const DEFAULT_PRESHUTDOWN_WAIT: Duration = Duration::from_secs(120);
 /// Default of `-handshake-timeout`.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `-progress-timeout`.
@@ -55,6 +57,9 @@ pub struct Options {
     pub working_dirs: Vec<String>,
     /// `-windows-service`: run under the Windows service control manager.
     pub windows_service: bool,
+    /// `-preshutdown-wait`: at a node's shutdown, how long the service keeps serving while the
+    /// kubelet service has not stopped.
+    pub preshutdown_wait: Duration,
     /// `-require-privacy`: ask for SMB encryption on global mappings.
     pub require_privacy: bool,
     /// `-metrics-bind-address`: `host:port` of the Prometheus endpoint; `None` when empty.
@@ -109,6 +114,7 @@ impl Default for Options {
             kubelet_path: DEFAULT_KUBELET_PATH.to_string(),
             working_dirs: Vec::new(),
             windows_service: false,
+            preshutdown_wait: DEFAULT_PRESHUTDOWN_WAIT,
             require_privacy: true,
             metrics_bind_address: None,
             log: LogOptions::default(),
@@ -212,6 +218,7 @@ enum Target {
     PipeSddl,
     ConnectionIdleTimeout,
     HandshakeTimeout,
+    PreshutdownWait,
     ProgressTimeout,
     MaxConnectionsPerEndpoint,
     MaxConnections,
@@ -263,6 +270,15 @@ const FLAGS: &[Spec] = &[
         target: Target::WindowsService,
         default: "false",
         help: "Run as the Windows service \"csiproxy\" under the service control manager",
+    },
+    Spec {
+        name: "preshutdown-wait",
+        kind: Kind::Duration,
+        target: Target::PreshutdownWait,
+        default: "2m0s",
+        help: "With -windows-service, at a node's shutdown: keep serving until the kubelet service has stopped, \
+               for at most this long, then stop (0: stop at once); the service's preshutdown timeout is set to this \
+               plus the drain's 20 s",
     },
     Spec {
         name: "require-privacy",
@@ -619,6 +635,7 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
         Target::PipeSddl => opts.pipe_sddl = non_empty(value),
         Target::ConnectionIdleTimeout => opts.connection_idle_timeout = duration,
         Target::HandshakeTimeout => opts.handshake_timeout = duration,
+        Target::PreshutdownWait => opts.preshutdown_wait = duration,
         Target::ProgressTimeout => opts.progress_timeout = duration,
         Target::MaxConnectionsPerEndpoint => opts.max_connections_per_endpoint = positive(uint)?,
         Target::MaxConnections => opts.max_connections = positive(uint)?,

@@ -94,6 +94,29 @@ fn run(opts: Options) -> anyhow::Result<()> {
 /// provider, a dead SMB server) is abandoned so that Stop always completes.
 pub(crate) const STOP_BUDGET: Duration = Duration::from_secs(10);
 
+/// The longest a stop may take, from its request to the process's exit: the transport's drain of
+/// connections, then [`STOP_BUDGET`] for host calls, and 5 s for the rest (the metrics listener,
+/// the logs). Past it the process exits with code 1 whatever is still running (K4: a stop
+/// always ends, and nothing a second stop request does lengthens or shortens it).
+pub(crate) const DRAIN_DEADLINE: Duration =
+    Duration::from_secs(csi_proxy_transport::DRAIN.as_secs() + STOP_BUDGET.as_secs() + 5);
+
+/// Starts the clock of [`DRAIN_DEADLINE`], once: a thread that ends the process when it runs out.
+fn arm_drain_deadline() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let started = std::thread::Builder::new().name("drain-deadline".into()).spawn(|| {
+            std::thread::sleep(DRAIN_DEADLINE);
+            tracing::error!(deadline = ?DRAIN_DEADLINE, "the stop did not finish in time; exiting now");
+            eprintln!("csi-proxy: the stop did not finish within {DRAIN_DEADLINE:?}; exiting");
+            std::process::exit(1);
+        });
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "cannot start the drain deadline's thread; the stop has no deadline");
+        }
+    });
+}
+
 /// Blocking threads tokio may add for its own blocking work (tokio's default allows 512). Calls'
 /// host work does not run there but on the server's bounded pools (`csi_proxy_server::call`);
 /// this only keeps the runtime's own pool bounded too.
@@ -118,6 +141,9 @@ fn run_until(
     let result = runtime.block_on(serve(opts, ready, shutdown));
     // Dropping the runtime would wait for blocking host calls without bound.
     runtime.shutdown_timeout(STOP_BUDGET);
+    if result.is_ok() {
+        tracing::info!("stopped");
+    }
     result
 }
 
@@ -254,6 +280,7 @@ async fn serve(
     let unready = readiness.clone();
     let shutdown = async move {
         shutdown.await;
+        arm_drain_deadline();
         tracing::info!("shutting down");
         if let Some(m) = &unready {
             m.set_ready(false);

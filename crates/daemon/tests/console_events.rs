@@ -256,3 +256,52 @@ fn ctrl_logoff_does_not_stop_the_daemon() {
     inject(&daemon.child, CTRL_SHUTDOWN_EVENT);
     daemon.assert_drained("CTRL_SHUTDOWN");
 }
+
+/// A client that has finished the HTTP/2 handshake on the daemon's disk pipe and then reads
+/// nothing: told to go away at the stop, it never answers, so the daemon's drain waits the
+/// transport's whole drain for it (5 s), long enough to send more events meanwhile.
+fn silent_client() -> std::fs::File {
+    use std::io::Write as _;
+    let mut pipe = std::fs::OpenOptions::new().read(true).write(true).open(r"\\.\pipe\csi-proxy-disk-v1").unwrap();
+    // The client preface, then an empty SETTINGS frame (length 0, type 4, no flags, stream 0).
+    pipe.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    pipe.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).unwrap();
+    pipe
+}
+
+/// K4: events during the drain end nothing and extend nothing. The stop is a CTRL_C; with the
+/// drain held open by a silent client, a second CTRL_C, a CTRL_BREAK and a CTRL_SHUTDOWN arrive;
+/// the daemon logs them as ignored, finishes the drain ("stopped", logged after the runtime has
+/// ended) and exits 0. CTRL_SHUTDOWN comes last: its handler parks its thread (tokio, as the
+/// HandlerRoutine contract wants for it), and Wine's CtrlRoutine runs one event's handlers at a
+/// time, so nothing sent after it would reach the handlers under Wine. Fails before the listeners
+/// were kept: the second CTRL_C found no listener, the chain ended in the default handler's
+/// ExitProcess, and the log has no "stopped".
+#[test]
+fn events_during_the_drain_end_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let daemon = Daemon::start("twice", false);
+    let client = silent_client();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    inject(&daemon.child, CTRL_C_EVENT);
+    daemon.wait_log("shutting down", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(300));
+    for event in [CTRL_C_EVENT, CTRL_BREAK_EVENT, CTRL_SHUTDOWN_EVENT] {
+        inject(&daemon.child, event);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut daemon = daemon;
+    let status = daemon.wait_exit(Duration::from_secs(40));
+    std::thread::sleep(Duration::from_millis(300));
+    drop(client);
+    let log = daemon.log();
+    assert!(log.contains("\"stopped\""), "the drain did not finish; log:\n{log}");
+    for event in ["CTRL_C", "CTRL_BREAK"] {
+        let line = format!("\"ignored: the daemon is already stopping\" event=\"{event}\"");
+        assert!(log.contains(&line), "no {line} in the log:\n{log}");
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "exit status {status:?}; log:\n{log}");
+    // The drain's bound, not a second event, decided when it ended.
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}; log:\n{log}", started.elapsed());
+}

@@ -1,4 +1,5 @@
 #![cfg(windows)]
+#![allow(unsafe_code)]
 //! `-windows-service` under the real service control manager (Wine's, in CI): the daemon is
 //! installed as `csiproxy`, started, serves its pipes, and on Stop closes them, reports Stopped
 //! and exits. Running is reported only once every pipe exists; a pipe it cannot create makes the
@@ -41,7 +42,11 @@ fn installed_service_serves_and_stops_for_real() {
         ServiceManagerAccess::CONNECT | ServiceManagerAccess::CREATE_SERVICE,
     )
     .unwrap();
-    let access = ServiceAccess::QUERY_STATUS | ServiceAccess::START | ServiceAccess::STOP | ServiceAccess::DELETE;
+    let access = ServiceAccess::QUERY_STATUS
+        | ServiceAccess::QUERY_CONFIG
+        | ServiceAccess::START
+        | ServiceAccess::STOP
+        | ServiceAccess::DELETE;
     // A leftover from an aborted run would make create_service fail.
     if let Ok(old) = manager.open_service("csiproxy", access) {
         let _ = old.stop();
@@ -60,6 +65,7 @@ fn installed_service_serves_and_stops_for_real() {
             "-kubelet-path".into(),
             kubelet.clone().into_os_string(),
             "-logtostderr=false".into(),
+            "-preshutdown-wait=7s".into(),
         ],
         dependencies: vec![],
         account_name: None,
@@ -87,7 +93,14 @@ fn installed_service_serves_and_stops_for_real() {
     let status = service.query_status().unwrap();
     assert!(status.process_id.is_some(), "{status:?}");
     use windows_service::service::ServiceControlAccept as A;
-    assert!(status.controls_accepted.contains(A::STOP | A::SHUTDOWN | A::PARAM_CHANGE), "{status:?}");
+    // Node shutdown: PRESHUTDOWN accepted, and the service's preshutdown timeout set by the
+    // daemon to -preshutdown-wait (7 s) plus the drain's deadline (20 s). Both fail before the
+    // daemon took PRESHUTDOWN (it accepted SHUTDOWN; the timeout stayed the default).
+    assert!(status.controls_accepted.contains(A::STOP | A::PRESHUTDOWN | A::PARAM_CHANGE), "{status:?}");
+    assert_eq!(preshutdown_timeout_ms(&service), 27_000);
+    // PRESHUTDOWN itself cannot be sent here: ControlService's page says only the system sends
+    // it, and Wine's refuses it too (ERROR_INVALID_PARAMETER). The wait it starts is tested on a
+    // scripted service manager (winsvc's unit tests) and by conformance's preshutdown check.
 
     service.stop().unwrap();
     wait_for("Stopped", Duration::from_secs(40), || {
@@ -116,4 +129,25 @@ fn installed_service_serves_and_stops_for_real() {
     assert!(!seen.contains(&ServiceState::Running), "{seen:?}");
     let status = service.query_status().unwrap();
     assert_eq!(status.exit_code, windows_service::service::ServiceExitCode::ServiceSpecific(1), "{status:?}");
+}
+
+/// The service's preshutdown timeout, in milliseconds (QueryServiceConfig2W with
+/// SERVICE_CONFIG_PRESHUTDOWN_INFO: a SERVICE_PRESHUTDOWN_INFO, one DWORD).
+fn preshutdown_timeout_ms(service: &windows_service::service::Service) -> u32 {
+    use windows_sys::Win32::System::Services::{QueryServiceConfig2W, SERVICE_CONFIG_PRESHUTDOWN_INFO};
+    let mut info = 0u32;
+    let mut needed = 0u32;
+    // SAFETY: the handle is open with SERVICE_QUERY_CONFIG; the buffer is a DWORD, the size of
+    // SERVICE_PRESHUTDOWN_INFO, and its size is passed.
+    let ok = unsafe {
+        QueryServiceConfig2W(
+            service.raw_handle(),
+            SERVICE_CONFIG_PRESHUTDOWN_INFO,
+            (&mut info as *mut u32).cast(),
+            4,
+            &mut needed,
+        )
+    };
+    assert!(ok != 0, "QueryServiceConfig2W: {}", std::io::Error::last_os_error());
+    info
 }

@@ -114,7 +114,7 @@ failures! {
     Win32 1208 "ERROR_EXTENDED_ERROR" Opaque "the network provider reported an error of its own",
         "the provider's code and text say what failed";
     Win32 1219 "ERROR_SESSION_CREDENTIAL_CONFLICT" Conflict "this host is already connected to the server as another user, and Windows allows one user per server",
-        "map every share of this server with the same user, or remove the other mappings of the server first (csi-proxyctl smb ls lists them)";
+        "map every share of this server with the same user, or remove the other mappings of the server first (Get-SmbGlobalMapping lists them)";
     Win32 1222 "ERROR_NO_NETWORK" Unreachable "the network is not present or not started",
         "check the node's network and its Workstation (LanmanWorkstation) service";
     Win32 1231 "ERROR_NETWORK_UNREACHABLE" Unreachable "the network location cannot be reached",

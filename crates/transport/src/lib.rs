@@ -72,7 +72,7 @@ pub trait Listener: Send + 'static {
 }
 
 /// How long open connections may finish their calls once shutdown starts.
-const DRAIN: Duration = Duration::from_secs(5);
+pub const DRAIN: Duration = Duration::from_secs(5);
 
 /// Everything that bounds connections: their timeouts and how many may be open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

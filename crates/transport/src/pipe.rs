@@ -1,13 +1,18 @@
 //! Windows named pipes: `\\.\pipe\csi-proxy-<group>-<version>`, as go-winio's `ListenPipe(path, nil)`
 //! creates them for upstream: byte mode, remote clients rejected, unlimited
 //! instances, the first instance created with `FILE_FLAG_FIRST_PIPE_INSTANCE` (so a second daemon
-//! fails instead of sharing the name), and always one instance waiting for the next client.
+//! fails instead of sharing the name), and always two instances waiting for clients: one for the
+//! next client and a spare, so that a client arriving before the daemon has taken the previous
+//! one's connection (its accept not yet run again) still finds a free instance instead of
+//! ERROR_PIPE_BUSY (CreateFile's answer "if all instances of the pipe are busy"; containerd once
+//! failed a container's creation on it, csi-proxy#55).
 
 // A platform module: the named-pipe calls.
 #![allow(unsafe_code)]
 
 use crate::Listener;
 use std::ffi::c_void;
+use std::future::Future as _;
 use std::io;
 use std::ptr;
 use tokio::net::windows::named_pipe::{NamedPipeServer, PipeMode, ServerOptions};
@@ -105,13 +110,16 @@ impl Drop for SecurityDescriptor {
     }
 }
 
-/// Listens on one pipe name: always holds one instance waiting for a client.
+/// How many instances wait for clients at all times: the next client's and a spare.
+pub const INSTANCES_WAITING: usize = 2;
+
+/// Listens on one pipe name: holds [`INSTANCES_WAITING`] instances waiting for clients.
 pub struct PipeListener {
     path: String,
     sd: SecurityDescriptor,
-    /// The instance waiting for the next client; `None` only if creating it failed after an accept
-    /// (then the next `accept` retries creating it).
-    waiting: Option<NamedPipeServer>,
+    /// The instances waiting for clients (ConnectNamedPipe pending or not yet called); fewer than
+    /// [`INSTANCES_WAITING`] only if creating one failed (the next `accept` retries).
+    waiting: Vec<NamedPipeServer>,
 }
 
 impl std::fmt::Debug for PipeListener {
@@ -124,6 +132,22 @@ impl PipeListener {
     /// The pipe's path, e.g. `\\.\pipe\csi-proxy-disk-v1`.
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// Creates instances until [`INSTANCES_WAITING`] wait. A failure is an error only when none
+    /// waits at all; otherwise it is logged and retried at the next accept.
+    fn refill(&mut self) -> io::Result<()> {
+        while self.waiting.len() < INSTANCES_WAITING {
+            match self.create_instance(false) {
+                Ok(i) => self.waiting.push(i),
+                Err(e) if self.waiting.is_empty() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(pipe = %self.path, error = %e, "creating a spare pipe instance failed");
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn create_instance(&self, first: bool) -> io::Result<NamedPipeServer> {
@@ -158,7 +182,7 @@ pub fn bind(pipe_path: &str, sddl: Option<&str>) -> Result<PipeListener, PipeErr
     if pipe_exists(pipe_path) {
         return Err(in_use());
     }
-    let mut listener = PipeListener { path: pipe_path.to_string(), sd, waiting: None };
+    let mut listener = PipeListener { path: pipe_path.to_string(), sd, waiting: Vec::new() };
     let first = listener.create_instance(true).map_err(|e| match e.raw_os_error().map(|c| c as u32) {
         // FILE_FLAG_FIRST_PIPE_INSTANCE: "If this flag is specified and a pipe of the same name
         // already exists, CreateNamedPipe fails with ERROR_ACCESS_DENIED". ERROR_PIPE_BUSY: a pipe of
@@ -166,7 +190,12 @@ pub fn bind(pipe_path: &str, sddl: Option<&str>) -> Result<PipeListener, PipeErr
         Some(ERROR_ACCESS_DENIED) | Some(ERROR_PIPE_BUSY) => in_use(),
         _ => PipeError::Io { what: "creating named pipe", pipe: pipe_path.to_string(), source: e },
     })?;
-    listener.waiting = Some(first);
+    listener.waiting.push(first);
+    listener.refill().map_err(|source| PipeError::Io {
+        what: "creating named pipe",
+        pipe: pipe_path.to_string(),
+        source,
+    })?;
     Ok(listener)
 }
 
@@ -186,13 +215,12 @@ fn pipe_exists(path: &str) -> bool {
 impl Listener for PipeListener {
     type Io = NamedPipeServer;
 
-    /// Waits for a client on the waiting instance and, before handing it out, creates the next
-    /// instance, so that the window in which a client gets ERROR_PIPE_BUSY (and retries, as go-winio
-    /// and tokio clients do) is as short as one `CreateNamedPipeW` call.
+    /// Waits for a client on any waiting instance (a client takes whichever is free) and, before
+    /// handing it out, creates its replacement, so that [`INSTANCES_WAITING`] wait again.
     ///
-    /// Cancel-safe: `serve` drops this future whenever a connection ends; the instance stays in
-    /// `self.waiting` with its overlapped ConnectNamedPipe still pending, and the next call picks up
-    /// its completion.
+    /// Cancel-safe: `serve` drops this future whenever a connection ends; the instances stay in
+    /// `self.waiting` with their overlapped ConnectNamedPipe still pending (tokio's `connect` is
+    /// cancel-safe: no connection is lost), and the next call picks up their completion.
     fn caller(io: &NamedPipeServer) -> csi_proxy_wire::Caller {
         crate::caller::of_pipe(io)
     }
@@ -200,11 +228,21 @@ impl Listener for PipeListener {
     async fn accept(&mut self) -> io::Result<NamedPipeServer> {
         let mut failures = 0;
         loop {
-            if self.waiting.is_none() {
-                self.waiting = Some(self.create_instance(false)?);
-            }
-            let server = self.waiting.as_ref().expect("just ensured");
-            let connected = match server.connect().await {
+            self.refill()?;
+            // The first instance to connect; the others keep waiting.
+            let (index, connected) = {
+                let mut pending: Vec<_> = self.waiting.iter().map(|i| Box::pin(i.connect())).collect();
+                std::future::poll_fn(|cx| {
+                    for (index, f) in pending.iter_mut().enumerate() {
+                        if let std::task::Poll::Ready(r) = f.as_mut().poll(cx) {
+                            return std::task::Poll::Ready((index, r));
+                        }
+                    }
+                    std::task::Poll::Pending
+                })
+                .await
+            };
+            let connected = match connected {
                 Ok(()) => Ok(()),
                 // Already connected (a client got in between CreateNamedPipeW and ConnectNamedPipe):
                 // success. mio already maps this (and ERROR_NO_DATA: the client came and went, which
@@ -213,22 +251,17 @@ impl Listener for PipeListener {
                 Err(e) => Err(e),
             };
             // No await from here on: the hand-over below cannot be interrupted.
-            let next = self.create_instance(false);
-            let current = match next {
-                Ok(n) => self.waiting.replace(n),
-                // Serve the client we have; the next accept retries creating an instance (and
-                // reports the error if it fails again).
-                Err(e) => {
-                    tracing::warn!(pipe = %self.path, error = %e, "creating the next pipe instance failed");
-                    self.waiting.take()
-                }
+            let current = self.waiting.swap_remove(index);
+            if let Err(e) = self.refill() {
+                // Serve the client we have; the next accept retries (and reports it if it fails
+                // again).
+                tracing::warn!(pipe = %self.path, error = %e, "creating the next pipe instance failed");
             }
-            .expect("an instance was waiting");
             match connected {
                 Ok(()) => return Ok(current),
                 Err(e) => {
                     // This instance is broken (the client vanished mid-connect, …); it is dropped
-                    // and the next one waits: not a failure of the listener. Only a persistent
+                    // and the others wait: not a failure of the listener. Only a persistent
                     // error is reported (then `serve` logs it and pauses before the next accept).
                     failures += 1;
                     if failures >= 16 {

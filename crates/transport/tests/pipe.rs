@@ -296,6 +296,31 @@ async fn next_instance_is_ready_when_accept_returns() {
     }
 }
 
+/// Item 5 (csi-proxy#55): a spare instance listens at all times. Each round two clients open the
+/// pipe before any accept has run since the last (the second arrives while the daemon has not yet
+/// taken the first's connection), with no retry on ERROR_PIPE_BUSY: both open at once. With 10
+/// clients connected, the next still opens at once. Fails with one waiting instance: the
+/// second open of the first round gets ERROR_PIPE_BUSY (231).
+#[tokio::test]
+async fn a_spare_instance_listens_while_clients_are_connected() {
+    let path = pipe_name("spare");
+    let mut l = pipe::bind(&path, None).unwrap();
+    let (mut held, mut servers) = (Vec::new(), Vec::new());
+    for round in 0..5 {
+        for second in [false, true] {
+            let client = ClientOptions::new()
+                .open(&path)
+                .unwrap_or_else(|e| panic!("round {round}, second client {second}: {e} (no spare instance)"));
+            held.push(client);
+        }
+        // The daemon takes both connections, and keeps them.
+        servers.push(l.accept().await.unwrap());
+        servers.push(l.accept().await.unwrap());
+    }
+    assert_eq!((held.len(), servers.len()), (10, 10));
+    ClientOptions::new().open(&path).expect("with 10 connected, the next client opens at once");
+}
+
 #[tokio::test]
 async fn an_abandoned_accept_keeps_its_instance_waiting() {
     let path = pipe_name("abandon");

@@ -106,12 +106,16 @@ checks! {
         "R3: Rmdir(force) of a mounted folder succeeds while the mount manager reopens it";
     UNKNOWN_MOUNT_POINT = "mount-point-unknown-to-mount-manager-is-removed", Windows,
         "R2: Rmdir(force) removes a mount point whose disk the mount manager no longer knows";
+    GONE_VOLUME_CODE = "delete-mount-point-of-a-gone-volume-code", Windows,
+        "K5: DeleteVolumeMountPointW of a mount point whose volume is gone answers 0, 2 or 3 (the codes Rmdir handles), else names the code";
     ONLINE_CLEARS_READ_ONLY = "online-clears-read-only", Windows,
         "SetDiskState online clears a read-only disk's READ_ONLY attribute (IOCTL_DISK_SET_DISK_ATTRIBUTES)";
     RESIZE_BY_DISK_NUMBER = "resize-by-disk-number-from-the-table", Windows,
         "ResizeVolume(disk number, 0), as azuredisk sends it, grows the volume to the end in the disk's table (IOCTL_DISK_GET_DRIVE_LAYOUT_EX)";
     AUDIT_FILE_DACL = "audit-file-dacl", Windows,
         "the daemon's -audit-log file has a protected DACL giving SYSTEM and Administrators, and no one else, full access";
+    PRESHUTDOWN = "preshutdown-configured", Windows,
+        "the csiproxy service, running, accepts PRESHUTDOWN and has a preshutdown timeout over 20 s (its -preshutdown-wait plus the drain)";
     SMB = "smb", Both,
         "an SMB share maps to a link that reads and writes, a wrong password is refused leaving no link, and the mapping is removed";
     SMB_NAMED_ERRORS = "smb-errors-are-named", Both,

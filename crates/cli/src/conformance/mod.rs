@@ -10,6 +10,7 @@ mod marker;
 mod named;
 mod remote;
 mod scratch;
+mod service;
 #[cfg(windows)]
 mod vhd;
 pub use remote::Given;
@@ -429,6 +430,7 @@ async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made, remote: &mu
     }
     named::windows_checks(report, p, made, &node).await;
     named::audit_file_dacl(report, audit_log).await;
+    named::preshutdown(report).await;
     remote::smb(report, p, remote, &root, sep(&node)).await;
     remote::smb_errors(report, p, remote).await;
     remote::iscsi(report, remote).await;

@@ -5,8 +5,9 @@
 //! no disk can be made). On Linux each is one row, skipped: Windows only.
 
 use super::check::{
-    Name, AUDIT_FILE_DACL, BELOW_STAGED, FORMAT_EMPTY_LABEL, LINK_NOT_MOUNT_POINT, ONLINE_CLEARS_READ_ONLY,
-    PARTITION_AFTER_ONLINE, PLAIN_PATHS, RESIZE_BY_DISK_NUMBER, RMDIR_SHARES, STORAGE_PROVIDER, UNKNOWN_MOUNT_POINT,
+    Name, AUDIT_FILE_DACL, BELOW_STAGED, FORMAT_EMPTY_LABEL, GONE_VOLUME_CODE, LINK_NOT_MOUNT_POINT,
+    ONLINE_CLEARS_READ_ONLY, PARTITION_AFTER_ONLINE, PLAIN_PATHS, PRESHUTDOWN, RESIZE_BY_DISK_NUMBER, RMDIR_SHARES,
+    STORAGE_PROVIDER, UNKNOWN_MOUNT_POINT,
 };
 use super::{bounded, expect, new_disk, sep, the_one_volume, wrong, Check, Made, Report, Res, StepErr, MIB, SIZE};
 #[cfg(windows)]
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 /// The checks only a real Windows node settles, in the order they run; on Linux each is one row,
 /// what it settles as the step.
-const WINDOWS_ONLY: [Name; 10] = [
+const WINDOWS_ONLY: [Name; 11] = [
     PARTITION_AFTER_ONLINE,
     FORMAT_EMPTY_LABEL,
     STORAGE_PROVIDER,
@@ -27,6 +28,7 @@ const WINDOWS_ONLY: [Name; 10] = [
     LINK_NOT_MOUNT_POINT,
     RMDIR_SHARES,
     UNKNOWN_MOUNT_POINT,
+    GONE_VOLUME_CODE,
     ONLINE_CLEARS_READ_ONLY,
     RESIZE_BY_DISK_NUMBER,
 ];
@@ -68,6 +70,7 @@ pub async fn windows_checks(report: &mut Report, p: &mut Proxy, made: &mut Made,
     let s = sep(node);
     let base = format!("{}{s}named", node.publish_root);
     let (staged, other) = (format!("{base}{s}staged"), format!("{base}{s}detached"));
+    let gone = format!("{base}{s}gone");
     let (data, link) = (format!("{staged}{s}data"), format!("{base}{s}link"));
 
     let mut c = report.check(PARTITION_AFTER_ONLINE);
@@ -155,17 +158,47 @@ pub async fn windows_checks(report: &mut Report, p: &mut Proxy, made: &mut Made,
         Ok(p.mount_volume(&id, &other).await?)
     })
     .await;
+    // K5's folder: a second mount point of the same volume, which the tool removes itself.
+    let second = c
+        .run("MountVolume at a second folder (for the next check)", async {
+            std::fs::create_dir_all(&gone).map_err(|e| wrong(format!("making the folder: {e}")))?;
+            Ok(p.mount_volume(&id, &gone).await?)
+        })
+        .await;
     let detached =
         c.run("detach the disk while mounted (DetachVirtualDisk)", async { Ok(made.disks.remove(n)?) }).await;
     c.run("Rmdir(force) of the folder", async { Ok(p.rmdir(&other, true).await?) }).await;
     c.run("PathExists after it", async { expect(p.path_exists(&other).await?, false, "PathExists") }).await;
+    done.record(&c);
     if disk.is_some() && detached.is_none() {
         // Removed whatever failed before (the cleanup removes what is still mounted).
         c.blocked = None;
         c.run("remove the scratch disk", async { Ok(made.disks.remove(n)?) }).await;
     }
+
+    // K5: what DeleteVolumeMountPointW answers for a mount point whose volume is gone is not
+    // documented; the daemon's Rmdir(force) takes ERROR_FILE_NOT_FOUND (2) and
+    // ERROR_PATH_NOT_FOUND (3) as "the mount manager no longer knows it" (host windows/remove.rs).
+    let mut c = report.check(GONE_VOLUME_CODE);
+    done.gate(&mut c, &[UNKNOWN_MOUNT_POINT]);
+    if second.is_none() {
+        c.block(Res::Skipped("the second mount point was not made".into()));
+    }
+    c.run("DeleteVolumeMountPointW of the gone volume's second mount point", async {
+        match delete_mount_point(Path::new(&gone)) {
+            Ok(()) | Err(2) | Err(3) => Ok(()),
+            Err(code) => Err(wrong(format!(
+                "answered Windows error {code}; the daemon's Rmdir(force) takes only 2 and 3 as a gone volume, so it would refuse such a mount point"
+            ))),
+        }
+    })
+    .await;
+    // What is left goes whatever happened above.
+    c.blocked = None;
+    if second.is_some() {
+        c.run("Rmdir(force) of that folder", async { Ok(p.rmdir(&gone, true).await?) }).await;
+    }
     if disk.is_some() {
-        let mut c = report.check(UNKNOWN_MOUNT_POINT);
         c.run("Rmdir of the checks' folder", async { Ok(p.rmdir(&base, true).await?) }).await;
     }
     read_only_and_resize_checks(report, p, made).await;
@@ -247,6 +280,63 @@ pub async fn audit_file_dacl(report: &mut Report, audit_log: Option<&Path>) {
     .await;
 }
 
+const PRESHUTDOWN_STEP: &str = "QueryServiceStatus and QueryServiceConfig2W(PRESHUTDOWN_INFO) of csiproxy";
+
+/// Node shutdown (issue 41): the `csiproxy` service, when this node runs the daemon as one, takes
+/// PRESHUTDOWN and has a preshutdown timeout longer than the drain's 20 s (the daemon sets it at
+/// start to its -preshutdown-wait plus that). The wait itself only a node's real shutdown shows
+/// (docs/install.md says how to read its log afterwards).
+pub async fn preshutdown(report: &mut Report) {
+    let mut c = report.check(PRESHUTDOWN);
+    if !cfg!(windows) {
+        c.row(PRESHUTDOWN_STEP, Res::Skipped("Windows only".into()), Duration::ZERO);
+        return;
+    }
+    c.run(PRESHUTDOWN_STEP, async {
+        match super::service::preshutdown_state("csiproxy") {
+            Err(super::service::Missing) => {
+                Err(StepErr::Skip("no csiproxy service on this node (a HostProcess pod, or run by hand)".into()))
+            }
+            Ok(Err(e)) => Err(wrong(format!("asking the service control manager: {e}"))),
+            Ok(Ok(state)) => preshutdown_problem(&state).map_or(Ok(()), |p| Err(wrong(p))),
+        }
+    })
+    .await;
+}
+
+/// What the check needs of the service's answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreshutdownState {
+    pub running: bool,
+    pub accepts_preshutdown: bool,
+    pub timeout_ms: u32,
+}
+
+fn preshutdown_problem(s: &PreshutdownState) -> Option<String> {
+    if !s.running {
+        return Some("the csiproxy service is not running (only a running service reports what it accepts)".into());
+    }
+    if !s.accepts_preshutdown {
+        return Some("the csiproxy service does not accept PRESHUTDOWN: a node's shutdown can stop it before the kubelet's unmounts".into());
+    }
+    if s.timeout_ms <= 20_000 {
+        return Some(format!(
+            "its preshutdown timeout is {} ms, not more than the drain's 20 s: the wait for the kubelet gets no time",
+            s.timeout_ms
+        ));
+    }
+    None
+}
+
+#[cfg(windows)]
+use super::vhd::delete_mount_point;
+
+/// Never called off Windows (the checks return first); there is no mount point to delete.
+#[cfg(not(windows))]
+fn delete_mount_point(_: &Path) -> Result<(), u32> {
+    Err(50) // ERROR_NOT_SUPPORTED
+}
+
 #[cfg(not(windows))]
 fn dacl_sddl(_: &Path) -> std::io::Result<String> {
     Err(std::io::ErrorKind::Unsupported.into())
@@ -282,6 +372,19 @@ async fn disk_online(p: &mut Proxy, n: u32) -> Result<bool, StepErr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn preshutdown_needs_a_running_service_that_accepts_it_with_time_for_the_wait() {
+        let good = PreshutdownState { running: true, accepts_preshutdown: true, timeout_ms: 140_000 };
+        assert_eq!(preshutdown_problem(&good), None);
+        let says = |s: PreshutdownState, what: &str| {
+            let p = preshutdown_problem(&s).unwrap();
+            assert!(p.contains(what), "{s:?}: {p}");
+        };
+        says(PreshutdownState { running: false, ..good.clone() }, "not running");
+        says(PreshutdownState { accepts_preshutdown: false, ..good.clone() }, "does not accept PRESHUTDOWN");
+        says(PreshutdownState { timeout_ms: 10_000, ..good }, "10000 ms");
+    }
 
     #[test]
     fn the_audit_dacl_is_protected_and_system_and_administrators_only() {

@@ -29,7 +29,7 @@ use std::process::ExitCode;
 use windows_sys::Win32::Foundation::{CloseHandle, HANDLE, INVALID_HANDLE_VALUE};
 use windows_sys::Win32::Storage::Vhd::{
     ATTACH_VIRTUAL_DISK_FLAG, ATTACH_VIRTUAL_DISK_FLAG_NO_DRIVE_LETTER, ATTACH_VIRTUAL_DISK_PARAMETERS,
-    ATTACH_VIRTUAL_DISK_VERSION_1, CREATE_VIRTUAL_DISK_FLAG, CREATE_VIRTUAL_DISK_FLAG_NONE,
+    ATTACH_VIRTUAL_DISK_VERSION_2, CREATE_VIRTUAL_DISK_FLAG, CREATE_VIRTUAL_DISK_FLAG_NONE,
     CREATE_VIRTUAL_DISK_PARAMETERS, CREATE_VIRTUAL_DISK_VERSION_2, DETACH_VIRTUAL_DISK_FLAG,
     DETACH_VIRTUAL_DISK_FLAG_NONE, RESIZE_VIRTUAL_DISK_FLAG, RESIZE_VIRTUAL_DISK_FLAG_NONE,
     RESIZE_VIRTUAL_DISK_PARAMETERS, RESIZE_VIRTUAL_DISK_VERSION_1, VIRTUAL_DISK_ACCESS_MASK, VIRTUAL_DISK_ACCESS_NONE,
@@ -151,6 +151,25 @@ fn vhdx() -> VIRTUAL_STORAGE_TYPE {
     VIRTUAL_STORAGE_TYPE { DeviceId: VIRTUAL_STORAGE_TYPE_DEVICE_VHDX, VendorId: VIRTUAL_STORAGE_TYPE_VENDOR_MICROSOFT }
 }
 
+/// ERROR_INVALID_PARAMETER (System Error Codes).
+const ERROR_INVALID_PARAMETER: u32 = 87;
+
+/// K7: the attach parameters, version 2, as go-winio's AttachVirtualDisk passes them with a
+/// handle from CreateVirtualDisk with version-2 parameters (the handle this tool attaches).
+/// ATTACH_VIRTUAL_DISK_PARAMETERS (virtdisk.h) is `Version` (an ATTACH_VIRTUAL_DISK_VERSION, a
+/// 4-byte enum) then a union of `Version1 { ULONG Reserved }` and `Version2 { ULONGLONG
+/// RestrictedOffset; ULONGLONG RestrictedLength }`: so the union starts at offset 8 (8-byte
+/// alignment) and the struct is 24 bytes (checked by the unit test). The page names the two
+/// Version2 fields without saying what they do; both are zero here, no range, the whole disk (as
+/// go-winio passes them). Whether a node takes them is settled by the conformance run's first
+/// attach (an ERROR_INVALID_PARAMETER names this).
+fn attach_parameters() -> ATTACH_VIRTUAL_DISK_PARAMETERS {
+    let mut params = ATTACH_VIRTUAL_DISK_PARAMETERS { Version: ATTACH_VIRTUAL_DISK_VERSION_2, ..Default::default() };
+    params.Anonymous.Version2.RestrictedOffset = 0;
+    params.Anonymous.Version2.RestrictedLength = 0;
+    params
+}
+
 /// A failed call's code as an `io::Error` (read back by [`code`]), with the call's name.
 fn failed(call: &'static str, code: u32) -> anyhow::Error {
     anyhow::Error::new(std::io::Error::from_raw_os_error(code as i32)).context(format!("{call} failed"))
@@ -207,10 +226,7 @@ impl Api {
 
     /// Attaches the disk, with no drive letter, for as long as `disk` is open.
     fn attach(&self, disk: &VirtualDisk) -> Result<()> {
-        let mut params =
-            ATTACH_VIRTUAL_DISK_PARAMETERS { Version: ATTACH_VIRTUAL_DISK_VERSION_1, ..Default::default() };
-        // ATTACH_VIRTUAL_DISK_PARAMETERS Version1: Reserved, zero.
-        params.Anonymous.Version1.Reserved = 0;
+        let params = attach_parameters();
         // SAFETY: FFI. The handle is open (owned by `disk`), `params` a live local. A null
         // SecurityDescriptor: "the security descriptor of the virtual disk image file is used"
         // (AttachVirtualDisk). ATTACH_VIRTUAL_DISK_FLAG_NO_DRIVE_LETTER: "No drive letters are
@@ -225,6 +241,13 @@ impl Api {
                 std::ptr::null(),
             )
         };
+        if code == ERROR_INVALID_PARAMETER {
+            // K7: the one documented input that could be refused here is the parameters' version.
+            return Err(failed("AttachVirtualDisk", code).context(
+                "AttachVirtualDisk refused its parameters (ERROR_INVALID_PARAMETER): this host may not take \
+                 ATTACH_VIRTUAL_DISK_VERSION_2 parameters on a version-2 create handle",
+            ));
+        }
         if code != 0 {
             return Err(failed("AttachVirtualDisk", code));
         }
@@ -548,8 +571,39 @@ pub fn unmount_below(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// DeleteVolumeMountPointW(`dir`), its folder as the plain path with a trailing backslash the
+/// page documents; the Win32 code when it fails.
+pub fn delete_mount_point(dir: &Path) -> std::result::Result<(), u32> {
+    use windows_sys::Win32::Storage::FileSystem::DeleteVolumeMountPointW;
+    let arg = mount_point_arg(dir);
+    // SAFETY: FFI. `arg` is a NUL-terminated plain path with a trailing backslash, alive for the call.
+    if unsafe { DeleteVolumeMountPointW(arg.as_ptr()) } == 0 {
+        // SAFETY: reads this thread's last-error value, set by the failed call just above.
+        return Err(unsafe { windows_sys::Win32::Foundation::GetLastError() });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    /// K7: version-2 attach parameters laid out as virtdisk.h declares them: Version at 0, the
+    /// union at 8, RestrictedOffset at 8 and RestrictedLength at 16, 24 bytes in all, both range
+    /// fields zero. Fails with the version-1 parameters the tool passed before (Version 1).
+    #[test]
+    fn attach_parameters_are_version_2_as_virtdisk_h_lays_them_out() {
+        use std::mem::{offset_of, size_of};
+        use windows_sys::Win32::Storage::Vhd::ATTACH_VIRTUAL_DISK_PARAMETERS_0_1 as V2;
+        assert_eq!(size_of::<ATTACH_VIRTUAL_DISK_PARAMETERS>(), 24);
+        assert_eq!(offset_of!(ATTACH_VIRTUAL_DISK_PARAMETERS, Version), 0);
+        assert_eq!(offset_of!(ATTACH_VIRTUAL_DISK_PARAMETERS, Anonymous), 8);
+        assert_eq!((offset_of!(V2, RestrictedOffset), offset_of!(V2, RestrictedLength)), (0, 8));
+        let params = super::attach_parameters();
+        assert_eq!(params.Version, 2, "ATTACH_VIRTUAL_DISK_VERSION_2");
+        // SAFETY: the union's Version2 arm is the one written; plain integers.
+        let v2 = unsafe { params.Anonymous.Version2 };
+        assert_eq!((v2.RestrictedOffset, v2.RestrictedLength), (0, 0), "no range: the whole disk");
+    }
+
     use super::*;
 
     #[test]

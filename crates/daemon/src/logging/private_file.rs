@@ -16,9 +16,11 @@ fn shown(path: &Path) -> String {
 /// (a second hard link would keep the records where a rotation or removal does not reach), both
 /// checked as the socket directory is (`csi_proxy_transport::unix::check_private`). A file that
 /// others may read is made owner-only (0600), and that is logged. On Windows: without following
-/// a reparse point (one at the path is refused), without delete sharing, so that nobody renames
-/// or removes it while it is open, and with a DACL for SYSTEM and Administrators only (see
-/// `audit_acl`). The error says which it is.
+/// a reparse point (one at the path is refused), shared for reading only, so that nobody renames
+/// or removes it, or writes to it, while it is open (one already open for writing is refused),
+/// with a DACL for SYSTEM and Administrators only, and owned by one of them or the daemon's
+/// account (another owner is replaced by Administrators, or the file refused; see `audit_acl`).
+/// The error says which it is.
 pub fn open_audit_file(path: &Path) -> anyhow::Result<File> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
     if let Some(parent) = parent {
@@ -46,11 +48,16 @@ pub fn open_audit_file(path: &Path) -> anyhow::Result<File> {
             .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32)
             .open(path)
     };
-    // Created with a DACL of its own (SYSTEM and Administrators), not following a reparse point.
-    #[cfg(windows)]
-    let opened = super::audit_acl::open(path);
     let refused = |why: &str| {
         anyhow::anyhow!("audit file {} {why}; refusing to write the audit trail there (another user could rewrite or remove records)", shown(path))
+    };
+    // Created with a DACL and owner of its own (SYSTEM and Administrators), not following a
+    // reparse point, shared for reading only; an existing one's owner checked (and fixed).
+    #[cfg(windows)]
+    let opened = match super::audit_acl::open(path) {
+        Ok(f) => Ok(f),
+        Err(super::audit_acl::AuditFileError::Io(e)) => Err(e),
+        Err(e) => return Err(refused(&e.to_string())),
     };
     let file = match opened {
         Ok(f) => f,

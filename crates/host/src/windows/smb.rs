@@ -258,7 +258,7 @@ impl Smb {
                 return Err(Error::exists(format!(
                     "{root} is already mapped for user {:?}, not {:?} (Windows error 1219, \
                      ERROR_SESSION_CREDENTIAL_CONFLICT: Windows connects to a server as one user); hint: give this \
-                     share the same credentials as the mapping's, or remove that mapping first (csi-proxyctl smb ls \
+                     share the same credentials as the mapping's, or remove that mapping first (Get-SmbGlobalMapping \
                      lists them)",
                     clip(&k.user),
                     clip(&mapping.username)
