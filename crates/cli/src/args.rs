@@ -147,7 +147,8 @@ pub enum Command {
     Conformance {
         kubelet_path: std::path::PathBuf,
         scratch_dir: std::path::PathBuf,
-        remote: Remote,
+        /// Boxed: the largest part, which would make every command as large.
+        remote: Box<Remote>,
         /// The daemon's -audit-log file, whose DACL the audit-file-dacl check reads (Windows).
         audit_log: Option<std::path::PathBuf>,
         /// `-cleanup`: only remove what runs killed outright left (by their markers).
@@ -442,7 +443,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
         "conformance" => Command::Conformance {
             kubelet_path: kubelet_path.take().unwrap_or_else(|| DEFAULT_KUBELET_PATH.into()),
             scratch_dir: scratch_dir.take().unwrap_or_else(std::env::temp_dir),
-            remote: remote.clone(),
+            remote: Box::new(remote.clone()),
             audit_log: audit_log.take(),
             cleanup: cleanup.take().unwrap_or(false),
             list: list.take().unwrap_or(false),
@@ -533,11 +534,14 @@ fn bounded(s: &str) -> String {
     s.chars().take(64).collect()
 }
 
+/// A boolean option: alone it is true; `-name=VALUE` takes the daemon's spellings (Go's
+/// `strconv.ParseBool`: [`csi_proxy_client::go_bool`]).
 fn bool_flag(name: &str, value: Option<&str>) -> Result<bool, String> {
     match value {
-        None | Some("true") | Some("1") => Ok(true),
-        Some("false") | Some("0") => Ok(false),
-        Some(v) => Err(format!("invalid value {:?} for -{name}: expected true or false", bounded(v))),
+        None => Ok(true),
+        Some(v) => csi_proxy_client::go_bool::parse(v).ok_or_else(|| {
+            format!("invalid value {:?} for -{name}: expected true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)", bounded(v))
+        }),
     }
 }
 
@@ -649,6 +653,20 @@ mod tests {
         assert_eq!(run(&["version"]).unwrap().command, Command::Version);
     }
 
+    /// The daemon's boolean spellings (Go's strconv.ParseBool), and no others: `-yes=T` was
+    /// refused here while the daemon took `-require-privacy=T`.
+    #[test]
+    fn boolean_options_take_the_daemons_spellings() {
+        for t in ["1", "t", "T", "true", "TRUE", "True"] {
+            assert!(run(&[&format!("-yes={t}"), "disks"]).unwrap().yes, "{t}");
+        }
+        for f in ["0", "f", "F", "false", "FALSE", "False"] {
+            assert!(!run(&["-yes", &format!("-yes={f}"), "disks"]).unwrap().yes, "{f}");
+        }
+        let e = run(&["-yes=yes", "disks"]).unwrap_err();
+        assert!(e.contains("invalid value \"yes\" for -yes"), "{e}");
+    }
+
     #[test]
     fn the_socket_dir_flag_wins_over_the_environment() {
         let p = |s: &str| Some(std::path::PathBuf::from(s));
@@ -672,7 +690,7 @@ mod tests {
     fn conformance_takes_its_directories() {
         let o = run(&["conformance", "-kubelet-path=/k", "-scratch-dir", "/s", "-json"]).unwrap();
         assert_eq!(o.output, Output::Json);
-        let (kubelet_path, scratch_dir, remote) = ("/k".into(), "/s".into(), Remote::default());
+        let (kubelet_path, scratch_dir, remote) = ("/k".into(), "/s".into(), Box::default());
         assert_eq!(
             o.command,
             Command::Conformance { kubelet_path, scratch_dir, remote, audit_log: None, cleanup: false, list: false }
@@ -702,7 +720,7 @@ mod tests {
         let mut all = vec!["conformance", "-kubelet-path", if cfg!(windows) { r"C:\k" } else { "/k" }];
         all.extend_from_slice(args);
         match run(&all)?.command {
-            Command::Conformance { remote, .. } => Ok(remote),
+            Command::Conformance { remote, .. } => Ok(*remote),
             other => panic!("{other:?}"),
         }
     }

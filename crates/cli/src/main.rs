@@ -419,7 +419,18 @@ async fn dry_run(
     }
     let mut req = tonic::Request::new(p.request);
     req.metadata_mut().insert(DRY_RUN_METADATA, tonic::metadata::MetadataValue::from_static("true"));
-    let answer = dynamic::call_with(channel, &p.method, req).await.map_err(rpc(p.what.clone()))?;
+    let answer = match dynamic::call_with(channel, &p.method, req).await {
+        Ok(a) => a,
+        Err(s) if s.metadata().get(DRY_RUN_METADATA).is_none_or(|v| v != "true") => {
+            return Err(Failure::Other(anyhow::anyhow!(
+                "{}: code {:?}: {} (the answer is not marked {DRY_RUN_METADATA}: true; the daemon may have tried the call for real)",
+                p.what,
+                s.code(),
+                term::shown(s.message(), 300)
+            )))
+        }
+        Err(s) => return Err(rpc(p.what.clone())(s)),
+    };
     let meta = answer.metadata();
     if meta.get(DRY_RUN_METADATA).is_none_or(|v| v != "true") {
         return Err(Failure::Other(anyhow::anyhow!(

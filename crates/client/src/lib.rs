@@ -25,6 +25,7 @@
 
 #[cfg(windows)]
 pub mod file_dacl;
+pub mod go_bool;
 pub mod go_duration;
 
 use csi_proxy_sync::LockExt;

@@ -668,13 +668,9 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
     Ok(())
 }
 
-/// The spellings Go's `strconv.ParseBool` accepts.
+/// The spellings Go's `strconv.ParseBool` accepts (the one grammar csi-proxyctl shares).
 fn parse_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
-    }
+    csi_proxy_client::go_bool::parse(s)
 }
 
 /// Decimal digits only (no sign, no spaces), within u64.

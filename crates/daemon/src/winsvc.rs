@@ -212,6 +212,11 @@ enum Kubelet {
     Stopped,
     /// Running, stopping, or any other state.
     Up,
+    /// Running but not accepting PRESHUTDOWN (a kubelet built without Windows graceful node
+    /// shutdown accepts only STOP and SHUTDOWN): the SCM sends it SHUTDOWN only once every preshutdown handler has finished
+    /// ("Service Control Handler Function", learn.microsoft.com), so it cannot stop first and
+    /// waiting for it only delays the node's shutdown.
+    NoPreshutdown,
 }
 
 /// Where the kubelet's state comes from: the SCM ([`ScmStates`]) or a script (tests).
@@ -224,6 +229,8 @@ trait ServiceStates {
 enum WaitEnd {
     Stopped,
     Absent,
+    /// The kubelet takes no PRESHUTDOWN ([`Kubelet::NoPreshutdown`]).
+    KubeletTakesNoPreshutdown,
     TimedOut,
     /// The SCM could not be asked; waiting on would be blind.
     CannotTell(String),
@@ -234,6 +241,9 @@ impl std::fmt::Display for WaitEnd {
         match self {
             WaitEnd::Stopped => f.write_str("stopped"),
             WaitEnd::Absent => f.write_str("not installed"),
+            WaitEnd::KubeletTakesNoPreshutdown => {
+                f.write_str("running, but it takes no PRESHUTDOWN, so it stops only after this service")
+            }
             WaitEnd::TimedOut => f.write_str("still running at the end of -preshutdown-wait"),
             WaitEnd::CannotTell(e) => write!(f, "state unknown ({})", csi_proxy_host::error::clip(e)),
         }
@@ -276,6 +286,7 @@ fn wait_for_kubelet(
         match states.kubelet() {
             Ok(Kubelet::Stopped) => return WaitEnd::Stopped,
             Ok(Kubelet::Absent) => return WaitEnd::Absent,
+            Ok(Kubelet::NoPreshutdown) => return WaitEnd::KubeletTakesNoPreshutdown,
             Err(e) => return WaitEnd::CannotTell(e),
             Ok(Kubelet::Up) => {}
         }
@@ -308,8 +319,9 @@ impl ServiceStates for ScmStates {
             }
         }
         let state = self.service.as_ref().map(|s| s.query_status()).transpose().map_err(|e| e.to_string())?;
-        Ok(match state.map(|s| s.current_state) {
-            Some(ServiceState::Stopped) => Kubelet::Stopped,
+        Ok(match state {
+            Some(s) if s.current_state == ServiceState::Stopped => Kubelet::Stopped,
+            Some(s) if !s.controls_accepted.contains(ServiceControlAccept::PRESHUTDOWN) => Kubelet::NoPreshutdown,
             _ => Kubelet::Up,
         })
     }
@@ -402,6 +414,9 @@ mod tests {
         assert_eq!((end, waited), (WaitEnd::CannotTell("access denied".into()), Duration::ZERO));
         let (end, waited, _) = run(vec![Ok(Kubelet::Up)], Duration::ZERO);
         assert_eq!((end, waited), (WaitEnd::TimedOut, Duration::ZERO));
+        // A kubelet that takes no PRESHUTDOWN is told to stop only after this wait: no wait.
+        let (end, waited, _) = run(vec![Ok(Kubelet::NoPreshutdown)], Duration::from_secs(120));
+        assert_eq!((end, waited), (WaitEnd::KubeletTakesNoPreshutdown, Duration::ZERO));
     }
 
     /// PRESHUTDOWN is accepted (the SCM sends it only to services that accept it), with Stop.

@@ -238,7 +238,7 @@ impl Context {
             }
             Ok((resp, Some(plan))) => {
                 let plan = bound_message(&plan);
-                tracing::info!(target: "csi_proxy::call", %service, %method, request, elapsed_ms = ms(elapsed),
+                tracing::debug!(target: "csi_proxy::call", %service, %method, request, elapsed_ms = ms(elapsed),
                     plan = plan.as_ref(), "dry run: nothing was done");
                 let mut response = Response::new(resp);
                 let headers = response.metadata_mut();
@@ -247,7 +247,14 @@ impl Context {
                 Ok(response)
             }
             Err(e) => {
-                let status = to_status(&e);
+                let mut status = to_status(&e);
+                if dry_run {
+                    // A refused dry run says it was one, as its plan would: the client can tell
+                    // this refusal from a real call's failure.
+                    status
+                        .metadata_mut()
+                        .insert(crate::dry_run::DRY_RUN_METADATA, tonic::metadata::MetadataValue::from_static("true"));
+                }
                 let error = status.message();
                 if code == Code::Internal {
                     tracing::error!(target: "csi_proxy::call", %service, %method, request, elapsed_ms = ms(elapsed), error, "failed");
@@ -371,7 +378,7 @@ impl Context {
         Req: IntoOp + prost::Message,
         Resp: Default,
     {
-        let logged = tracing::enabled!(target: "csi_proxy::call", tracing::Level::INFO);
+        let logged = tracing::enabled!(target: "csi_proxy::call", tracing::Level::DEBUG);
         let shown = (logged || audit.is_some()).then(|| crate::shown::request_json(name.0, name.1, &message));
         let text = logged.then(|| shown.as_ref().map(|j| j.to_string())).flatten();
         let prepared = catch_unwind(AssertUnwindSafe(|| -> Result<_> {

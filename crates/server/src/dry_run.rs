@@ -2,15 +2,19 @@
 //! `csi-proxy-dry-run: true`, answers what it would do and does nothing.
 //!
 //! - Its request is read and validated as for the real call ([`crate::call::Op::serial`]), then
-//!   its [`Plan`] is made with a [`Look`], which offers the host's reading calls only: a plan
-//!   cannot write, mount, map or start anything, by construction.
-//! - The checks the real call makes before its first change (the interlocks, "already holds a
-//!   filesystem", the allowed services, the paths' containment) run as they would: a refusal is
-//!   the same error the real call would answer.
+//!   its [`Plan`] is made with a [`Look`], which offers the host's reading calls and the
+//!   backends' own plans only, never a changing call. The backends' plans read (a Linux plan
+//!   takes the disk's shared lock, as a reading call does, and never opens a device
+//!   exclusively).
+//! - The checks the real call makes before its first change and that reading can make (the
+//!   interlocks, "already holds a filesystem", the allowed services, the paths' containment) run
+//!   as they would: such a refusal is the real call's error. Some checks come only as the real
+//!   call goes (a device in use at that moment, a mount target that is not an empty directory,
+//!   the SMB server's answer): a plan is what would be tried, not a promise.
 //! - Otherwise the answer is OK with the response message's defaults, and the response headers
 //!   `csi-proxy-dry-run: true` (the daemon did dry-run it) and `csi-proxy-plan` (what it would do,
-//!   percent-encoded as gRPC encodes `grpc-message`). A plan is not a promise: the host may
-//!   change before the real call.
+//!   percent-encoded as gRPC encodes `grpc-message`). A refusal carries `csi-proxy-dry-run: true`
+//!   too. The host may change before the real call.
 //! - A dry run never joins a real call in flight, nor is joined ([`crate::join`]), and takes no
 //!   disk's turn. Its audit records are marked `dry_run`; the end record's message is the plan.
 //! - A read-only call (List*, Get*, Is*, the stats) changes nothing: it runs as asked.
@@ -52,6 +56,9 @@ const ENCODED: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%
 /// `plan` as a header value: bounded, with `%`, controls and non-ASCII bytes percent-encoded
 /// (the encoding of `grpc-message`, which gRPC clients already decode).
 pub fn plan_header(plan: &str) -> MetadataValue<tonic::metadata::Ascii> {
+    // The plan as the call log shows it (head and tail kept), then cut to the header's bound.
+    let bounded = csi_proxy_host::error::bound_message(plan);
+    let plan = bounded.as_ref();
     let mut end = plan.len().min(MAX_PLAN);
     while !plan.is_char_boundary(end) {
         end -= 1;
@@ -60,6 +67,10 @@ pub fn plan_header(plan: &str) -> MetadataValue<tonic::metadata::Ascii> {
     if end < plan.len() {
         out.push_str("...");
     }
+    // A header value must not end in whitespace (RFC 9113, 8.2.1): a last space is encoded.
+    let spaces = out.len() - out.trim_end_matches(' ').len();
+    out.truncate(out.len() - spaces);
+    out.push_str(&"%20".repeat(spaces));
     MetadataValue::try_from(out).expect("only visible ASCII is left")
 }
 
@@ -153,6 +164,7 @@ mod tests {
     fn plans_are_encoded_and_bounded() {
         assert_eq!(plan_header("would format /dev/sdb1").to_str().unwrap(), "would format /dev/sdb1");
         assert_eq!(plan_header("100% é\n").to_str().unwrap(), "100%25 %C3%A9%0A");
+        assert_eq!(plan_header("at /mnt/a ").to_str().unwrap(), "at /mnt/a%20");
         let long = plan_header(&"é".repeat(MAX_PLAN));
         let text = long.to_str().unwrap();
         assert!(text.ends_with("...") && text.len() <= 3 * MAX_PLAN + 3, "{}", text.len());

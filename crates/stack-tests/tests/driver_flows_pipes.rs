@@ -58,8 +58,8 @@ async fn driver_flows_on_the_pipes() {
     let hosts = csi_proxy_host::native(HostConfig { roots: Roots::new(vec![root.clone()]), ..Default::default() });
     let apis: Vec<_> = APIS.iter().chain(&legacy::APIS).map(|(g, v)| api(*g, v)).collect();
     let server = PipeServer::start(&apis, Context::new(hosts, Config::default()));
-    let mut p = Proxy::connect(|g, v| channel(g, v)).await;
-    p.connect_legacy(|g, v| channel(g, v)).await;
+    let mut p = Proxy::connect(channel).await;
+    p.connect_legacy(channel).await;
     let node = Node::windows(&root);
 
     // aws-ebs-csi-driver NodeStageVolume (pkg/driver/node.go, mount_windows_proxyV1.go) up to
@@ -289,7 +289,7 @@ fn handles_and_threads() -> (u32, usize) {
 /// closed 200 times; afterwards the process (the pipe server is in it) holds no more handles
 /// or threads than before (under Wine only the threads: its GetProcessHandleCount answers 0).
 async fn connection_per_call() {
-    let mut p = Proxy::connect(|g, v| channel(g, v)).await;
+    let mut p = Proxy::connect(channel).await;
     let id = "vol-0123456789abcdef0";
     let _ = ebs::v1_64::find_device_path(&mut p, channel(Group::Disk, "v1"), "", id).await;
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;

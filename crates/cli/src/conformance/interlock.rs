@@ -11,6 +11,24 @@ use csi_proxy_client::wire::DRY_RUN_METADATA;
 use csi_proxy_client::{v1, Code, Status};
 use csi_proxy_flows::Proxy;
 
+/// Whether the running system's root is on a block device (on Windows it always is: the boot
+/// volume). On Linux, `/`'s device number must name one in /sys/dev/block.
+fn root_on_a_disk() -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(dev) = std::fs::metadata("/").map(|m| m.dev()) else { return true };
+        // glibc's major() and minor() of a dev_t.
+        let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff);
+        let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0xff);
+        std::path::Path::new(&format!("/sys/dev/block/{major}:{minor}")).exists()
+    }
+    #[cfg(not(unix))]
+    {
+        true
+    }
+}
+
 /// `message` as a dry run.
 fn dry<T>(message: T) -> tonic::Request<T> {
     let mut r = tonic::Request::new(message);
@@ -24,7 +42,12 @@ fn outcome<T>(answer: Result<tonic::Response<T>, Status>, what: &str) -> Result<
     match answer {
         Ok(r) if r.metadata().get(DRY_RUN_METADATA).is_some_and(|v| v == "true") => Ok(Ok(())),
         Ok(_) => Err(wrong(format!("{what} answered OK without {DRY_RUN_METADATA}: true: it may have run for real"))),
-        Err(s) => Ok(Err(s)),
+        Err(s) if s.metadata().get(DRY_RUN_METADATA).is_some_and(|v| v == "true") => Ok(Err(s)),
+        Err(s) => Err(wrong(format!(
+            "{what} answered {:?} without {DRY_RUN_METADATA}: true: it may have been tried for real: {}",
+            s.code(),
+            bounded(s.message())
+        ))),
     }
 }
 
@@ -46,7 +69,10 @@ pub(super) async fn interlock_dry_run(report: &mut Report, p: &mut Proxy) {
                     "the daemon does not list dry-run: a dry run would run for real, so none is sent".into(),
                 ));
             }
-            Ok(r.into_inner().disk_locations.into_keys().collect::<Vec<u32>>())
+            // Every disk: ListDiskLocations leaves out those without a location (virtio, NVMe).
+            let mut disks: std::collections::BTreeSet<u32> = r.into_inner().disk_locations.into_keys().collect();
+            disks.extend(p.disk.list_disk_i_ds(v1::ListDiskIDsRequest {}).await?.into_inner().disk_i_ds.into_keys());
+            Ok(disks.into_iter().collect::<Vec<u32>>())
         })
         .await;
     let Some(disks) = disks else {
@@ -65,6 +91,10 @@ pub(super) async fn interlock_dry_run(report: &mut Report, p: &mut Proxy) {
             }
             match refused.first() {
                 Some(&n) => Ok(n),
+                None if !root_on_a_disk() => Err(StepErr::Skip(
+                    "/ is on no block device here (a network or memory root), so no disk holds the running system"
+                        .into(),
+                )),
                 None => Err(wrong(format!("no disk of {disks:?} was refused as the system's"))),
             }
         })
@@ -87,8 +117,17 @@ pub(super) async fn interlock_dry_run(report: &mut Report, p: &mut Proxy) {
         };
         for v in &volumes {
             let answer = p.volume.format_volume(dry(v1::FormatVolumeRequest { volume_id: v.clone() })).await;
-            if let Ok(()) = outcome(answer, &format!("FormatVolume({v})"))? {
-                return Err(wrong(format!("FormatVolume of volume {v} of the system's disk {system} would run")));
+            match outcome(answer, &format!("FormatVolume({v})"))? {
+                // Windows checks for a filesystem first (the system's volumes all hold one).
+                Err(s) if refused_as_the_systems(&s) || s.message().contains("already holds") => {}
+                Err(s) => {
+                    return Err(wrong(format!(
+                        "FormatVolume of volume {v} of the system's disk {system} was refused, but not by the interlock: {:?}: {}",
+                        s.code(),
+                        bounded(s.message())
+                    )))
+                }
+                Ok(()) => return Err(wrong(format!("FormatVolume of volume {v} of the system's disk {system} would run"))),
             }
         }
         Ok(())
@@ -97,7 +136,7 @@ pub(super) async fn interlock_dry_run(report: &mut Report, p: &mut Proxy) {
     c.run("ResizeVolume dry run by its number is refused", async {
         let req = v1::ResizeVolumeRequest { volume_id: system.to_string(), size_bytes: 0 };
         match outcome(p.volume.resize_volume(dry(req)).await, &format!("ResizeVolume({system})"))? {
-            Err(s) if s.code() == Code::FailedPrecondition => Ok(()),
+            Err(s) if refused_as_the_systems(&s) => Ok(()),
             Err(s) => Err(StepErr::Skip(format!(
                 "refused, though not by an interlock: {:?}: {}",
                 s.code(),

@@ -18,14 +18,15 @@
 //!   `OWNER_SECURITY_INFORMATION`; the descriptor it returns is freed with `LocalFree`, as its
 //!   page says) and must be LocalSystem, BUILTIN\Administrators or the daemon's own account (as
 //!   the Unix path wants the daemon's uid). Any other owner is replaced by Administrators
-//!   (`SetSecurityInfo` with `OWNER_SECURITY_INFORMATION`, which needs the handle opened with
-//!   `WRITE_OWNER`; the new owner must be a group of the caller's token that may own objects, as
+//!   (`SetSecurityInfo` with `OWNER_SECURITY_INFORMATION`, which needs a handle opened with
+//!   `WRITE_OWNER`: a second one, by `ReOpenFile`, only then; the new owner must be a group of the caller's token that may own objects, as
 //!   Administrators is for an elevated administrator and for LocalSystem); if that fails, the
 //!   open is refused, saying so. A created file is given that owner directly (`O:BA` in its
 //!   descriptor).
 //! - Access is checked when a handle is opened, and a handle keeps what it was granted; so a
-//!   writer that opened the file before the daemon (say whoever planted it) is kept out by the
-//!   share mode instead: the daemon shares reading only (`FILE_SHARE_READ`). `CreateFileW`: "If
+//!   data writer that opened the file before the daemon (say whoever planted it) is kept out by
+//!   the share mode instead (a handle holding only WRITE_DAC or WRITE_OWNER is not: share modes
+//!   govern data access): the daemon shares reading only (`FILE_SHARE_READ`). `CreateFileW`: "If
 //!   this flag is not specified, but the file ... has been opened for write access ..., the
 //!   function fails" with ERROR_SHARING_VIOLATION, and no later open for writing succeeds while
 //!   the daemon holds the file.
@@ -56,8 +57,9 @@ use windows_sys::Win32::Security::{
     PROTECTED_DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR, PSID, SECURITY_ATTRIBUTES, TOKEN_QUERY, TOKEN_USER,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    CreateFileW, FILE_APPEND_DATA, FILE_ATTRIBUTE_NORMAL, FILE_FLAG_OPEN_REPARSE_POINT, FILE_READ_ATTRIBUTES,
-    FILE_SHARE_READ, FILE_WRITE_ATTRIBUTES, OPEN_ALWAYS, READ_CONTROL, SYNCHRONIZE, WRITE_DAC, WRITE_OWNER,
+    CreateFileW, ReOpenFile, FILE_APPEND_DATA, FILE_ATTRIBUTE_NORMAL, FILE_FLAG_OPEN_REPARSE_POINT,
+    FILE_READ_ATTRIBUTES, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_WRITE_ATTRIBUTES, OPEN_ALWAYS, READ_CONTROL,
+    SYNCHRONIZE, WRITE_DAC, WRITE_OWNER,
 };
 use windows_sys::Win32::System::Threading::{GetCurrentProcess, OpenProcessToken};
 
@@ -151,13 +153,8 @@ pub fn open(path: &Path) -> Result<File, AuditFileError> {
     };
     let wide: Vec<u16> = path.as_os_str().encode_wide().chain(std::iter::once(0)).collect();
     // Appending only (no FILE_WRITE_DATA): every write goes to the end, as std's append(true).
-    let access = FILE_APPEND_DATA
-        | FILE_READ_ATTRIBUTES
-        | FILE_WRITE_ATTRIBUTES
-        | READ_CONTROL
-        | WRITE_DAC
-        | WRITE_OWNER
-        | SYNCHRONIZE;
+    let access =
+        FILE_APPEND_DATA | FILE_READ_ATTRIBUTES | FILE_WRITE_ATTRIBUTES | READ_CONTROL | WRITE_DAC | SYNCHRONIZE;
     // SAFETY: `wide` is NUL-terminated and outlives the call; `sa` and the descriptor it points to
     // are valid for the call (CreateFileW copies the descriptor into the new file).
     let handle = unsafe {
@@ -295,13 +292,29 @@ fn owner_of(file: &File) -> io::Result<Owner> {
     Ok(answer)
 }
 
-/// Makes BUILTIN\Administrators the open file's owner.
+/// Makes BUILTIN\Administrators the open file's owner, through a second handle with
+/// WRITE_OWNER only. The file's own handle does not ask for WRITE_OWNER: an existing file whose
+/// trusted owner needs no change must open even where its DACL grants no WRITE_OWNER (the owner
+/// is implicitly allowed READ_CONTROL and WRITE_DAC only: "Ownership of Objects",
+/// learn.microsoft.com). By now [`set_dacl`] has given Administrators full control, so the
+/// reopen (ReOpenFile, the same file whatever its path now names) is allowed; it asks for no data
+/// access, so the share modes of the handles already open do not apply to it, and it shares
+/// reading and writing with them.
 fn make_administrators_owner(file: &File) -> io::Result<()> {
     let mut admins = WellKnownSid::new(WinBuiltinAdministratorsSid)?;
+    // SAFETY: the handle is a valid open file handle for the call.
+    let raw = unsafe {
+        ReOpenFile(file.as_raw_handle(), WRITE_OWNER, FILE_SHARE_READ | FILE_SHARE_WRITE, FILE_FLAG_OPEN_REPARSE_POINT)
+    };
+    if raw == INVALID_HANDLE_VALUE {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a valid handle ReOpenFile just returned, owned by nothing else.
+    let owner_handle = unsafe { OwnedHandle::from_raw_handle(raw) };
     // SAFETY: the handle is open with WRITE_OWNER; `admins` is a valid SID for the call.
     let status = unsafe {
         SetSecurityInfo(
-            file.as_raw_handle(),
+            owner_handle.as_raw_handle(),
             SE_FILE_OBJECT,
             OWNER_SECURITY_INFORMATION,
             admins.as_psid(),

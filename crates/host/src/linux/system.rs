@@ -1,6 +1,7 @@
 //! System group on Linux: DMI for the BIOS serial, systemd for services (the logic is in
 //! [`crate::linux::systemd`]; this file only runs the real `systemctl`).
 
+use crate::linux::block::tools;
 use crate::linux::systemd::{Output, Runner, Systemd};
 use crate::services::WAIT_TIMEOUT;
 use crate::{Error, Result};
@@ -20,7 +21,7 @@ impl System {
     }
 }
 
-/// Runs the real program: no shell, no stdin, the C locale (so that messages are the ones
+/// Runs the real program: no shell, no stdin, found in the fixed PATH with a clean environment, the C locale (so that messages are the ones
 /// [`crate::linux::systemd`] recognises), killed when it runs longer than `timeout` (a start or stop
 /// job it waits for then goes on inside systemd).
 pub struct Systemctl {
@@ -32,8 +33,20 @@ impl Runner for Systemctl {
         read_serial(Path::new(DMI_SERIAL))
     }
     fn run(&self, program: &str, args: &[String]) -> std::io::Result<Output> {
-        let mut cmd = Command::new(program);
-        cmd.args(args).env("LC_ALL", "C").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // As every tool of the Linux backend runs (linux/block/tools.rs): found in the fixed
+        // PATH, with a clean environment holding only that PATH and the C locale, never the
+        // daemon's own (its PATH, proxies, credentials).
+        let found = tools::find(program).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, format!("{program} is not in {}", tools::SEARCH_PATH))
+        })?;
+        let mut cmd = Command::new(found);
+        cmd.args(args)
+            .env_clear()
+            .env("PATH", tools::SEARCH_PATH)
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         super::die_with_daemon(&mut cmd);
         let mut child = cmd.spawn()?;
         let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
@@ -126,6 +139,13 @@ mod tests {
         assert_eq!((out.stdout.len(), out.stderr.len()), (300000, 300000));
         let e = r.run("csi-proxy-no-such-program", &[]).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        // The environment is the fixed PATH and the C locale only, not this process's (a test
+        // runs with HOME, CARGO_* and more).
+        assert!(std::env::vars().count() > 2);
+        let out = r.run("env", &[]).unwrap();
+        let mut env: Vec<&str> = out.stdout.lines().collect();
+        env.sort_unstable();
+        assert_eq!(env, ["LC_ALL=C", &format!("PATH={}", tools::SEARCH_PATH)], "{}", out.stdout);
         let r = Systemctl { timeout: Duration::from_millis(200) };
         let t = Instant::now();
         let e = r.run("sleep", &args(&["5"])).unwrap_err();

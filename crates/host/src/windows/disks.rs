@@ -183,14 +183,15 @@ impl Disks {
         refuse_unwritable(disk, live.offline(), live.read_only() || row.bool("IsReadOnly")?)
     }
 
-    /// What PartitionDisk would do, by reading only (no storage-cache update either: a stale
-    /// row is read as it is).
+    /// What PartitionDisk would do, by reading only. No storage-cache update either: where the
+    /// provider's row disagrees with the disk's live attributes (just after SetDiskState), the
+    /// live attributes decide, as the real call's refreshed row would.
     fn plan_partition(&self, disk: u32) -> Result<String> {
         self.interlock(disk, Action::PartitionDisk)?;
         let row = self.disk_row(disk)?;
         let writable = || -> Result<()> {
             let live = self.attributes(disk)?;
-            refuse_unwritable(disk, live.offline(), live.read_only() || row.bool("IsReadOnly")?)
+            refuse_unwritable(disk, live.offline(), live.read_only())
         };
         let style = row.u16("PartitionStyle")?;
         const CREATE: &str = "one basic data partition of the maximum size, without a drive letter";
@@ -248,16 +249,10 @@ fn parse<T>(r: Result<T>) -> io::Result<T> {
     r.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
 }
 
-/// A Win32 failure while doing `what`, classified by its Win32 code (the same number means
-/// something else as an errno, so `io::ErrorKind` can't be trusted off Windows).
-fn win32_error(what: String, e: io::Error) -> Error {
-    let msg = format!("{what} failed: {e}");
-    match e.raw_os_error() {
-        Some(code::ERROR_FILE_NOT_FOUND | code::ERROR_PATH_NOT_FOUND) => Error::not_found(msg),
-        Some(code::ERROR_ACCESS_DENIED) => Error::denied(msg),
-        Some(code::ERROR_NOT_READY) => Error::precondition(msg),
-        _ => Error::internal(msg),
-    }
+/// A Win32 failure while doing `what`, classified by the backend's one table
+/// ([`super::failure`]).
+pub(super) fn win32_error(what: String, e: io::Error) -> Error {
+    super::failure(format_args!("{what} failed"), e)
 }
 
 /// Does `partition` hold data, on a disk of partition style `style`?

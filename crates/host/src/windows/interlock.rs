@@ -8,10 +8,13 @@
 //! A page file or the crash dump moved off the boot volume makes its disk the system's too
 //! (Azure's temporary disk `D:` holds `D:\pagefile.sys` by default): the disk's partitions'
 //! access paths (MSFT_Partition.AccessPaths: drive letters and `\\?\Volume{…}\` names) are
-//! compared with the volumes Win32_Volume says hold a page file (`PageFilePresent`, documented as
-//! "the volume contains a system paging file") and with the drive of the crash dump file
-//! (Win32_OSRecoveryConfiguration.DebugFilePath; a path under an environment variable such as
-//! the default `%SystemRoot%\MEMORY.DMP` is on the boot volume, which `IsBoot` covers). A disk
+//! compared with the volumes Win32_Volume says hold a page file (its `PageFilePresent`, which
+//! the class's summary syntax leaves out but its Windows Server 2003 and later provider
+//! reports) and with the drive of the crash dump file
+//! (Win32_OSRecoveryConfiguration.ExpandedDebugFilePath, "the expanded version of the
+//! DebugFilePath property", unless DebugInfoType is 0, none; learn.microsoft.com,
+//! cimwin32prov/win32-osrecoveryconfiguration; the default `C:\Windows\MEMORY.DMP` is on the boot
+//! volume, which `IsBoot` covers). A disk
 //! without partitions holds no file, and costs only the one query of its access paths. The
 //! hibernation file is always on the boot volume. A dedicated dump file (the registry's
 //! CrashControl\DedicatedDumpFile) is not read here: name its disk with `-protected-disk`.
@@ -48,7 +51,7 @@ pub fn page_file_query() -> Query {
 
 /// Where the crash dump is written.
 pub fn dump_query() -> Query {
-    Query::select(Namespace::Cimv2, "Win32_OSRecoveryConfiguration", &["DebugFilePath"])
+    Query::select(Namespace::Cimv2, "Win32_OSRecoveryConfiguration", &["ExpandedDebugFilePath", "DebugInfoType"])
 }
 
 /// Why disk `disk` holds a page file or the crash dump, if it does: its partitions' access paths
@@ -74,12 +77,16 @@ fn system_files(wmi: &dyn Wmi, disk: u32) -> Result<Option<String>> {
         }
     }
     for row in wmi.query(&dump_query())? {
-        let file = row.opt_str("DebugFilePath")?.unwrap_or_default();
-        // `X:\...`: the drive `X:`; anything else (`%SystemRoot%\...`) is on the boot volume.
+        // DebugInfoType 0: no dump is written at all.
+        if matches!(row.get("DebugInfoType"), super::wmi::Value::I64(0) | super::wmi::Value::U64(0)) {
+            continue;
+        }
+        let file = row.opt_str("ExpandedDebugFilePath")?.unwrap_or_default();
+        // `X:\...`: the drive `X:`; anything else (a UNC or volume path) is not a drive here.
         let drive = file.get(..2).filter(|d| d.as_bytes()[0].is_ascii_alphabetic() && d.ends_with(':'));
         if let Some(drive) = drive.filter(|d| on_disk(d)) {
             return Ok(Some(format!(
-                "the crash dump file {:?} is on its volume {drive} (Win32_OSRecoveryConfiguration.DebugFilePath)",
+                "the crash dump file {:?} is on its volume {drive} (Win32_OSRecoveryConfiguration.ExpandedDebugFilePath)",
                 crate::error::clip(file)
             )));
         }

@@ -86,7 +86,10 @@ pub fn provider_error(e: &io::Error) -> Option<&ProviderError> {
 }
 
 /// A Win32 failure, classified by its Win32 code (the logic also runs where codes are not the
-/// OS's own, so `io::ErrorKind` can't be trusted).
+/// OS's own, so `io::ErrorKind` can't be trusted): the one table of the backend's plain Win32
+/// failures. ERROR_NOT_READY (a disk without media, offline or still arriving) is a state of
+/// the device the caller or the operator must change, FailedPrecondition, not Unavailable,
+/// which clients read as "this daemon is down, try again".
 pub(crate) fn failure(what: impl fmt::Display, e: io::Error) -> Error {
     let msg = format!("{what}: {e}");
     match e.raw_os_error() {
@@ -94,7 +97,7 @@ pub(crate) fn failure(what: impl fmt::Display, e: io::Error) -> Error {
             Error::NotFound(msg)
         }
         Some(code::ERROR_ACCESS_DENIED) => Error::PermissionDenied(msg),
-        Some(code::ERROR_NOT_READY) => Error::Unavailable(msg),
+        Some(code::ERROR_NOT_READY) => Error::FailedPrecondition(msg),
         Some(code::ERROR_DIR_NOT_EMPTY) => Error::FailedPrecondition(msg),
         Some(_) => Error::Internal(msg),
         None => Error::io(what, e),
@@ -191,3 +194,32 @@ pub mod remove;
 pub mod smb;
 pub mod system;
 pub mod volumes;
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+
+    /// One classification: the disk group's failures are the same table's (ERROR_NOT_READY was
+    /// Unavailable here and FailedPrecondition there).
+    #[test]
+    fn win32_codes_are_classified_once() {
+        let kind = |code| match failure("x", io::Error::from_raw_os_error(code)) {
+            Error::NotFound(_) => "NotFound",
+            Error::PermissionDenied(_) => "PermissionDenied",
+            Error::FailedPrecondition(_) => "FailedPrecondition",
+            Error::Internal(_) => "Internal",
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(kind(code::ERROR_NOT_READY), "FailedPrecondition");
+        assert_eq!(kind(code::ERROR_FILE_NOT_FOUND), "NotFound");
+        assert_eq!(kind(code::ERROR_ACCESS_DENIED), "PermissionDenied");
+        assert_eq!(kind(code::ERROR_DIR_NOT_EMPTY), "FailedPrecondition");
+        assert_eq!(kind(87), "Internal");
+        for code in [code::ERROR_NOT_READY, code::ERROR_FILE_NOT_FOUND, code::ERROR_ACCESS_DENIED, 87] {
+            let a = failure("x failed", io::Error::from_raw_os_error(code));
+            let b = disks::win32_error("x".into(), io::Error::from_raw_os_error(code));
+            assert_eq!(std::mem::discriminant(&a), std::mem::discriminant(&b), "{code}");
+            assert_eq!(a.to_string(), b.to_string(), "{code}");
+        }
+    }
+}

@@ -295,9 +295,6 @@ impl<N: Nt> Volumes<N> {
         self
     }
 
-    /// The interlocks ([`super::interlock`]) for `action` on volume `v` of disk `disk`: the
-    /// disk's, then the volume's mount points, each of which must be inside the working
-    /// directories (a drive letter never is).
     /// What FormatVolume refuses before it formats, by reading only; the volume to format.
     fn format_checks(&self, volume_id: &str) -> Result<VolumeId> {
         let v = self.volume_id(volume_id, DiskNumber::Refused)?;
@@ -337,6 +334,9 @@ impl<N: Nt> Volumes<N> {
         Ok(Grow { v, disk, partition: info.number, current, target })
     }
 
+    /// The interlocks ([`super::interlock`]) for `action` on volume `v` of disk `disk`: the
+    /// disk's, then the volume's mount points, each of which must be inside the working
+    /// directories (a drive letter never is).
     fn interlock(&self, v: &VolumeId, disk: u32, action: Action) -> Result<()> {
         let what = format!("volume {v} (on disk {disk})");
         super::interlock::check_disk(&*self.wmi, &self.protected, disk, action, &what)?;

@@ -219,7 +219,7 @@ impl EndRecord {
     pub(crate) async fn finish_plan(self, result: &Result<String>) {
         *self.0.stage() = Stage::Ended;
         let (code, message) = match result {
-            Ok(plan) => (go_code_name(Code::Ok), Some(plan.clone())),
+            Ok(plan) => (go_code_name(Code::Ok), Some(csi_proxy_host::error::bound_message(plan).into_owned())),
             Err(e) => error_outcome(e),
         };
         self.0.audit.write_last(Event::End, code, message, self.0.slot()).await;

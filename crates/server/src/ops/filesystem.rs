@@ -88,7 +88,10 @@ impl Plan for CreateSymlink {
         let there = if look.path_exists(destination)? { "" } else { " (which does not exist yet)" };
         if look.path_exists(link)? {
             let what = if look.is_symlink(link)? { "a link" } else { "something" };
-            return Ok(format!("{link} is already {what}: CreateSymlink would not replace it"));
+            return Ok(format!(
+                "{link} is already {what}: CreateSymlink would succeed only if it is a link to {destination}, and \
+                 replaces nothing"
+            ));
         }
         Ok(format!("would create the link {link} pointing to {destination}{there}"))
     }

@@ -95,7 +95,7 @@ impl Plan for RemoveTargetPortal {
 
 impl Plan for ConnectTarget {
     fn plan(&self, _look: &Look<'_>) -> csi_proxy_host::Result<String> {
-        let iqn = required("iqn", &self.request.iqn)?;
+        let iqn = csi_proxy_host::error::clip(required("iqn", &self.request.iqn)?);
         let auth = match self.request.auth {
             csi_proxy_host::types::AuthType::None => "without CHAP",
             csi_proxy_host::types::AuthType::OneWayChap => "with one-way CHAP",
@@ -107,7 +107,7 @@ impl Plan for ConnectTarget {
 
 impl Plan for DisconnectTarget {
     fn plan(&self, _look: &Look<'_>) -> csi_proxy_host::Result<String> {
-        let iqn = required("iqn", &self.iqn)?;
+        let iqn = csi_proxy_host::error::clip(required("iqn", &self.iqn)?);
         Ok(format!("would log out of target {iqn:?} at portal {}", self.portal))
     }
 }

@@ -40,11 +40,11 @@ impl Plan for NewSmbGlobalMapping {
         let remote = normalise_remote(&self.remote_path)?;
         let at = match self.local_path.as_str() {
             "" => String::new(),
-            local => format!(" for {local}"),
+            local => format!(" for {}", csi_proxy_host::error::clip(local)),
         };
         let user = csi_proxy_host::error::clip(&self.username);
         Ok(format!(
-            "would map {remote} globally{at} as user {user:?} (RequirePrivacy {})",
+            "would map {remote} globally{at} as user {user:?} (RequirePrivacy {}; the server checks the credentials then)",
             look.config().require_privacy
         ))
     }

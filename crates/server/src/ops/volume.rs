@@ -136,7 +136,10 @@ impl Plan for MountVolume {
                     "{t} has volume {m} mounted; MountVolume of volume {v} there would be refused"
                 )))
             }
-            None => format!("would mount volume {v} (disk {disk}) at {t}"),
+            None => format!(
+                "would mount volume {v} (disk {disk}) at {t} (the real call also needs an empty folder there and a \
+                 filesystem on the volume)"
+            ),
         })
     }
 }
@@ -148,7 +151,11 @@ impl Plan for UnmountVolume {
         look.disk_of_volume(v)?;
         Ok(match look.volume_at(t)? {
             Some(m) if same_volume(&m, v) => format!("would unmount volume {v} from {t}"),
-            Some(m) => format!("{t} has volume {m} mounted, not volume {v}: it would be left alone"),
+            Some(m) => {
+                return Err(csi_proxy_host::Error::precondition(format!(
+                    "{t} has volume {m} mounted, not volume {v}; left alone"
+                )))
+            }
             None => format!("no volume is mounted at {t}: nothing would be unmounted"),
         })
     }

@@ -78,8 +78,10 @@ impl Block {
         Ok(self.probe_device(v, &device)?.is_some())
     }
 
-    /// What FormatVolume refuses before it runs mkfs, by reading only; the device to format.
-    fn format_checks(&self, v: &HeldVolume) -> Result<Device> {
+    /// What FormatVolume refuses before it runs mkfs; the device to format. With `claim`, the
+    /// device is also opened exclusively for a moment ([`check_unused`]), which a dry run must
+    /// not do (a concurrent mount or mkfs would meet EBUSY).
+    fn format_checks(&self, v: &HeldVolume, claim: bool) -> Result<Device> {
         let device = self.open_device(v)?;
         if let Some(kind) = self.probe_device(v, &device)? {
             return Err(Error::precondition(format!(
@@ -91,20 +93,27 @@ impl Block {
         }
         // Nothing may hold the device open exclusively (a mount we can't recognise or can't
         // see, a RAID or device-mapper user); mkfs would fail less clearly, or not at all.
-        check_unused(v, &device, "refusing to format it")?;
+        if claim {
+            check_unused(v, &device, "refusing to format it")?;
+        }
         Ok(device)
     }
 
     /// Dry-run of FormatVolume on a resolved volume.
     pub(crate) fn plan_format(&self, v: &HeldVolume) -> Result<String> {
-        self.format_checks(v)?;
+        self.format_checks(v, false)?;
         let argv = tools::mkfs_argv(self.fs_type, &v.node);
-        Ok(format!("would format {} with {}: {}", label(v), self.fs_type.name(), tools::show(&argv)))
+        Ok(format!(
+            "would format {} with {}: {} (if nothing holds the device open then)",
+            label(v),
+            self.fs_type.name(),
+            tools::show(&argv)
+        ))
     }
 
     /// FormatVolume on a resolved volume.
     pub(crate) fn format(&self, v: &HeldVolume) -> Result<()> {
-        let device = self.format_checks(v)?;
+        let device = self.format_checks(v, true)?;
         let dev_arg = fd_path(v, &device)?;
         let argv = tools::mkfs_argv(self.fs_type, &dev_arg.path());
         tracing::info!(volume = %v.id, node = %v.node.display(), argv = %tools::show(&argv), "formatting");

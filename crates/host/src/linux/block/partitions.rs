@@ -229,10 +229,9 @@ impl Block {
         ))
     }
 
-    /// PartitionDisk on one disk; see the module documentation. The disk is opened for writing
-    /// only when something is to be written (a close after writing makes udev, where it runs,
-    /// re-read the partitions), and exclusively when a table or partition is to be created.
-    /// Dry-run of PartitionDisk: [`Self::partition`]'s reading half, told.
+    /// Dry-run of PartitionDisk: [`Self::partition`]'s reading half, told. It does not test
+    /// whether the disk is in use (that takes an exclusive open, a change a dry run must not
+    /// make): the plan then says what would be written if it is not.
     pub fn plan_partition(&self, disk: &Disk) -> Result<String> {
         let _lock = self.lock_disk(disk, Lock::Shared)?;
         let label = Self::disk_label(disk);
@@ -248,11 +247,14 @@ impl Block {
             }
             Ok(None) => {
                 self.check_writable(disk)?;
-                format!("would write a GPT to {label} with one Linux data partition over the whole disk")
+                format!("would write a GPT to {label} with one Linux data partition over the whole disk (if nothing holds it open then)")
             }
         })
     }
 
+    /// PartitionDisk on one disk; see the module documentation. The disk is opened for writing
+    /// only when something is to be written (a close after writing makes udev, where it runs,
+    /// re-read the partitions), and exclusively when a table or partition is to be created.
     pub fn partition(&self, disk: &Disk) -> Result<()> {
         let lock = self.lock_disk(disk, Lock::Exclusive)?;
         let label = Self::disk_label(disk);

@@ -23,9 +23,10 @@ const FILLED_SLACK: u64 = 16 << 20;
 const CAP_SYS_RESOURCE: u32 = 24;
 
 impl Block {
-    /// What ResizeVolume would do to a resolved volume, found by reading only: every refusal
-    /// that can come before the partition changes comes here.
-    fn grow_checks(&self, v: &HeldVolume, size_bytes: u64) -> Result<GrowChecks> {
+    /// What ResizeVolume would do to a resolved volume: every refusal that can come before the
+    /// partition changes comes here. With `claim`, an offline growth's device is also opened
+    /// exclusively for a moment ([`check_unused`]), which a dry run must not do.
+    fn grow_checks(&self, v: &HeldVolume, size_bytes: u64, claim: bool) -> Result<GrowChecks> {
         let grow_to = match size_bytes {
             0 => Some(0),
             s if s > v.size.saturating_add(RESIZE_TOLERANCE) => Some(s),
@@ -54,7 +55,7 @@ impl Block {
                 (Ok(Grow::Ext), Some(mp)) if !has_capability(CAP_SYS_RESOURCE) => {
                     Some(ext_online_refused(v, mp).to_string())
                 }
-                (Ok(g), None) => match offline_ready(v, &device, *g) {
+                (Ok(g), None) => match offline_ready(v, &device, *g, claim) {
                     Ok(()) => None,
                     Err(Error::FailedPrecondition(why)) => Some(why),
                     Err(e) => return Err(e),
@@ -70,7 +71,7 @@ impl Block {
 
     /// Dry-run of ResizeVolume on a resolved volume: [`Self::grow_checks`], told.
     pub(crate) fn plan_resize(&self, v: &HeldVolume, size_bytes: u64) -> Result<String> {
-        let GrowChecks { grow_to, device, kind, mounted, plan } = self.grow_checks(v, size_bytes)?;
+        let GrowChecks { grow_to, device, kind, mounted, plan } = self.grow_checks(v, size_bytes, false)?;
         let fs = match (kind, &plan) {
             (None, _) => "it holds no filesystem to grow".to_string(),
             (Some(k), Some(Err(e))) => format!("its {} filesystem cannot be grown: {e}", probe::describe(k)),
@@ -98,21 +99,28 @@ impl Block {
 
     /// ResizeVolume on a resolved volume.
     pub(crate) fn resize(&self, v: &HeldVolume, size_bytes: u64) -> Result<()> {
-        let GrowChecks { grow_to, device, kind, mounted, plan } = self.grow_checks(v, size_bytes)?;
+        let GrowChecks { grow_to, device, kind, mounted, plan } = self.grow_checks(v, size_bytes, true)?;
         let before = v.size;
         let (v, device) = match grow_to {
             Some(s) => {
                 tracing::info!(volume = %v.id, size = s, "growing the partition");
                 let v = self.grow_held(v, s)?;
                 // Checked again: the kernel's partition may have been replaced.
-                let device = self.open_device(&v)?;
+                let grown = [format!("the partition of {} was grown from {before} to {} bytes", label(&v), v.size)];
+                let device = self.open_device(&v).map_err(|e| crate::error::after_changes(e, &grown))?;
                 (v, device)
             }
             None => (v.volume.clone(), device),
         };
+        // A growth of the filesystem that fails after the partition grew says so.
+        let done: Vec<String> = (v.size != before)
+            .then(|| format!("the partition of {} was grown from {before} to {} bytes", label(&v), v.size))
+            .into_iter()
+            .collect();
+        let later = |e: Error| crate::error::after_changes(e, &done);
         let (Some(kind), Some(plan)) = (kind, plan) else { return Ok(()) };
         // A filesystem that already fills its partition has nothing to grow, whatever its state.
-        let fs_size = probe::fs_size(kind, &self.read_head(&v, &device)?);
+        let fs_size = probe::fs_size(kind, &self.read_head(&v, &device).map_err(later)?);
         if fs_size.is_some_and(|f| f.saturating_add(FILLED_SLACK) >= v.size) {
             return Ok(());
         }
@@ -123,42 +131,40 @@ impl Block {
                 v.size
             ))
         })?;
-        // A growth of the filesystem that fails after the partition grew says so.
-        let done: Vec<String> = (v.size != before)
-            .then(|| format!("the partition of {} was grown from {before} to {} bytes", label(&v), v.size))
-            .into_iter()
-            .collect();
-        let later = |e: Error| crate::error::after_changes(e, &done);
         let dev_arg = fd_path(&v, &device).map_err(later)?;
-        let grown = match (plan, &mounted) {
-            (Grow::Ext, Some((m, _))) => {
-                tracing::info!(volume = %v.id, mount_point = %m.mount_point.display(), "growing the filesystem online");
-                grow_ext(&*self.sys, &v, &dev_arg, Some(&m.mount_point))
+        // Every error from here on goes through `later`, those of the arms' own steps too.
+        let grow = || -> Result<()> {
+            match (plan, &mounted) {
+                (Grow::Ext, Some((m, _))) => {
+                    tracing::info!(volume = %v.id, mount_point = %m.mount_point.display(), "growing the filesystem online");
+                    grow_ext(&*self.sys, &v, &dev_arg, Some(&m.mount_point))
+                }
+                (Grow::Ext, None) => {
+                    offline_ready(&v, &device, plan, true)?;
+                    tracing::info!(volume = %v.id, node = %v.node.display(), "growing the filesystem offline");
+                    grow_ext(&*self.sys, &v, &dev_arg, None)
+                }
+                (Grow::Ntfs, _) => {
+                    // ntfsresize leaves the volume marked dirty (a chkdsk request for Windows), which
+                    // the kernel's ntfs3 refuses to mount; ntfsfix -d clears it. offline_ready made
+                    // sure the volume was clean before, so nothing is hidden by that.
+                    offline_ready(&v, &device, plan, true)?;
+                    tracing::info!(volume = %v.id, node = %v.node.display(), "growing the filesystem offline");
+                    self.run_checked(&plan.argv(&dev_arg.path()), &[&dev_arg]).map_err(|e| about(&v, e))?;
+                    self.run_checked(&tools::ntfsfix_argv(&dev_arg.path()), &[&dev_arg]).map_err(|e| about(&v, e))?;
+                    Ok(())
+                }
+                (g, Some((m, fd))) => {
+                    let mp_arg = tools::FdPath::new(fd.as_fd()).map_err(|e| {
+                        Error::io(format!("duplicating a descriptor of {}", m.mount_point.display()), e)
+                    })?;
+                    tracing::info!(volume = %v.id, mount_point = %m.mount_point.display(), "growing the filesystem online");
+                    self.run_checked(&g.argv(&mp_arg.path()), &[&mp_arg]).map(drop).map_err(|e| about(&v, e))
+                }
+                (g, None) => Err(Error::internal(format!("{g:?} growth of {} planned while unmounted", label(&v)))),
             }
-            (Grow::Ext, None) => {
-                offline_ready(&v, &device, plan)?;
-                tracing::info!(volume = %v.id, node = %v.node.display(), "growing the filesystem offline");
-                grow_ext(&*self.sys, &v, &dev_arg, None)
-            }
-            (Grow::Ntfs, _) => {
-                // ntfsresize leaves the volume marked dirty (a chkdsk request for Windows), which
-                // the kernel's ntfs3 refuses to mount; ntfsfix -d clears it. offline_ready made
-                // sure the volume was clean before, so nothing is hidden by that.
-                offline_ready(&v, &device, plan)?;
-                tracing::info!(volume = %v.id, node = %v.node.display(), "growing the filesystem offline");
-                self.run_checked(&plan.argv(&dev_arg.path()), &[&dev_arg]).map_err(|e| about(&v, e))?;
-                self.run_checked(&tools::ntfsfix_argv(&dev_arg.path()), &[&dev_arg]).map_err(|e| about(&v, e))?;
-                Ok(())
-            }
-            (g, Some((m, fd))) => {
-                let mp_arg = tools::FdPath::new(fd.as_fd())
-                    .map_err(|e| Error::io(format!("duplicating a descriptor of {}", m.mount_point.display()), e))?;
-                tracing::info!(volume = %v.id, mount_point = %m.mount_point.display(), "growing the filesystem online");
-                self.run_checked(&g.argv(&mp_arg.path()), &[&mp_arg]).map(drop).map_err(|e| about(&v, e))
-            }
-            (g, None) => Err(Error::internal(format!("{g:?} growth of {} planned while unmounted", label(&v)))),
         };
-        grown.map_err(later)
+        grow().map_err(later)
     }
 }
 
@@ -177,8 +183,10 @@ struct GrowChecks {
 /// using the device ([`check_unused`]: the filesystem may be mounted in another mount
 /// namespace), and, for NTFS, a clean volume — ntfsresize would resize a dirty one and the
 /// ntfsfix after it would hide that it was dirty.
-fn offline_ready(v: &Volume, device: &Device, plan: Grow) -> Result<()> {
-    check_unused(v, device, "refusing to grow its filesystem offline")?;
+fn offline_ready(v: &Volume, device: &Device, plan: Grow, claim: bool) -> Result<()> {
+    if claim {
+        check_unused(v, device, "refusing to grow its filesystem offline")?;
+    }
     if plan != Grow::Ntfs {
         return Ok(());
     }

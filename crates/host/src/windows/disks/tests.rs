@@ -988,18 +988,22 @@ fn a_disk_holding_a_page_file_or_the_crash_dump_is_never_changed() {
     let paths = Row::new("MSFT_Partition", "p1").with("AccessPaths", Value::StrArray(vec![r"D:\".into(), VOL.into()]));
     let page_on =
         |letter: &str, id: &str| Row::new("Win32_Volume", "v").with("DriveLetter", letter).with("DeviceID", id);
-    let dump = |path: &str| Row::new("Win32_OSRecoveryConfiguration", "r").with("DebugFilePath", path);
+    let dump = |path: &str, kind: u32| {
+        Row::new("Win32_OSRecoveryConfiguration", "r").with("ExpandedDebugFilePath", path).with("DebugInfoType", kind)
+    };
     type Case = (Vec<Row>, Vec<Row>, Option<&'static str>);
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
         (
             vec![page_on("D:", r"\\?\Volume{other}\")],
-            vec![dump(r"%SystemRoot%\MEMORY.DMP")],
+            vec![dump(r"C:\Windows\MEMORY.DMP", 2)],
             Some("a page file is on its volume D:"),
         ),
         (vec![page_on("", VOL)], vec![], Some("a page file is on its volume \\\\?\\Volume{0a1b2c3d")),
-        (vec![page_on("C:", r"\\?\Volume{c}\")], vec![dump(r"d:\dumps\MEMORY.DMP")], Some("the crash dump file")),
-        (vec![page_on("C:", r"\\?\Volume{c}\")], vec![dump(r"%SystemRoot%\MEMORY.DMP")], None),
-        (vec![], vec![dump(r"E:\MEMORY.DMP")], None),
+        (vec![page_on("C:", r"\\?\Volume{c}\")], vec![dump(r"d:\dumps\MEMORY.DMP", 1)], Some("the crash dump file")),
+        // No dump is written (DebugInfoType 0): its path does not matter.
+        (vec![page_on("C:", r"\\?\Volume{c}\")], vec![dump(r"D:\MEMORY.DMP", 0)], None),
+        (vec![page_on("C:", r"\\?\Volume{c}\")], vec![dump(r"C:\Windows\MEMORY.DMP", 2)], None),
+        (vec![], vec![dump(r"E:\MEMORY.DMP", 2)], None),
     ];
     for (pages, dumps, why) in cases {
         let s = partitioning(disk_row(2, false, false), vec![gpt_partition(2, GPT_BASIC_DATA)], vec![], 0);

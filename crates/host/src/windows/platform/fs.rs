@@ -314,7 +314,7 @@ impl crate::windows::smb::ShareLinks for Filesystem {
     fn link(&self, local: &str, target: &str) -> Result<()> {
         // Only a share may be the target: this trait must not become a way to link out of the
         // roots to anything else.
-        if !wp::components(target).is_some_and(|t| t[0] == "UNC") {
+        if wp::components(target).is_none_or(|t| t[0] != "UNC") {
             return Err(Error::internal(format!("SMB link target {target} is not a \\\\?\\UNC\\ share path")));
         }
         let at = self.locate(local)?;

@@ -199,7 +199,7 @@ fn under_wine() -> bool {
         // a reference) and the procedure is only tested for presence, never called.
         unsafe {
             let module = GetModuleHandleW(ntdll.as_ptr());
-            !module.is_null() && !GetProcAddress(module, b"wine_get_version\0".as_ptr()).is_null()
+            !module.is_null() && !GetProcAddress(module, c"wine_get_version".as_ptr().cast()).is_null()
         }
     })
 }
