@@ -40,7 +40,10 @@ param(
     [int]$StartTimeout = 60,
     # At a node's shutdown, how long (seconds) the service keeps serving while the kubelet service
     # has not stopped (its pods' volumes are unstaged through csi-proxy); at least the kubelet's
-    # shutdownGracePeriod. The daemon sets its own preshutdown timeout to this plus 20 s.
+    # shutdownGracePeriod. The daemon sets its own preshutdown timeout to this plus 20 s. Passed
+    # to the daemon only when given (its default is the same 120 s), so that a -Rollback to an
+    # exe that predates the flag keeps a command line it accepts. At most an hour.
+    [ValidateRange(0, 3600)]
     [int]$PreshutdownWait = 120,
     [switch]$Rollback,
     [switch]$Uninstall
@@ -194,7 +197,8 @@ if ($Rollback) {
     if (-not (Test-Path -PathType Leaf $Source)) { throw "no csi-proxy.exe at $Source (pass -Source PATH)" }
     # Upstream's flags and -preshutdown-wait; on an upgrade without -Flags, -LogFile or
     # -PreshutdownWait, the ones the service already has.
-    $arguments = "-windows-service -log_file=$LogFile -logtostderr=false -preshutdown-wait=$($PreshutdownWait)s $Flags".TrimEnd()
+    $wait = if ($PSBoundParameters.ContainsKey('PreshutdownWait')) { " -preshutdown-wait=$($PreshutdownWait)s" } else { '' }
+    $arguments = "-windows-service -log_file=$LogFile -logtostderr=false$wait $Flags".TrimEnd()
     if ($installed -and -not ($PSBoundParameters.ContainsKey('Flags') -or $PSBoundParameters.ContainsKey('LogFile') -or $PSBoundParameters.ContainsKey('PreshutdownWait'))) {
         # The command line is the exe, quoted or not, then the flags.
         if (-not ((Get-BinPath) -match '^\s*("[^"]*"|\S+)\s*(.*)$')) { throw "cannot read the command line of service $Name" }

@@ -36,6 +36,9 @@ pub const DEFAULT_SOCKET_DIR: &str = "/run/csi-proxy";
 pub const DEFAULT_LINUX_SMB_DIR: &str = "/var/lib/csi-proxy/smb";
 /// Default of `-connection-idle-timeout`.
 pub const DEFAULT_CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// Most `-preshutdown-wait` may be.
+const MAX_PRESHUTDOWN_WAIT: Duration = Duration::from_secs(3600);
+
 /// Default of `-preshutdown-wait`.
 pub const DEFAULT_PRESHUTDOWN_WAIT: Duration = Duration::from_secs(120);
 /// Default of `-handshake-timeout`.
@@ -277,8 +280,8 @@ const FLAGS: &[Spec] = &[
         target: Target::PreshutdownWait,
         default: "2m0s",
         help: "With -windows-service, at a node's shutdown: keep serving until the kubelet service has stopped, \
-               for at most this long, then stop (0: stop at once); the service's preshutdown timeout is set to this \
-               plus the drain's 20 s",
+               for at most this long (at most 1h), then stop (0: stop at once; no wait for a kubelet that takes no \
+               preshutdown); the service's preshutdown timeout is set to this plus the drain's 20 s",
     },
     Spec {
         name: "require-privacy",
@@ -635,7 +638,13 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
         Target::PipeSddl => opts.pipe_sddl = non_empty(value),
         Target::ConnectionIdleTimeout => opts.connection_idle_timeout = duration,
         Target::HandshakeTimeout => opts.handshake_timeout = duration,
-        Target::PreshutdownWait => opts.preshutdown_wait = duration,
+        Target::PreshutdownWait => {
+            // A node's shutdown waits this long at most: a typo must not hold it for days.
+            if duration > MAX_PRESHUTDOWN_WAIT {
+                return Err(invalid("a duration of at most 1h"));
+            }
+            opts.preshutdown_wait = duration
+        }
         Target::ProgressTimeout => opts.progress_timeout = duration,
         Target::MaxConnectionsPerEndpoint => opts.max_connections_per_endpoint = positive(uint)?,
         Target::MaxConnections => opts.max_connections = positive(uint)?,
@@ -758,6 +767,15 @@ mod tests {
         for name in ["-audit-log-maxsize", "-audit-log-maxbackup", "-audit-log-maxage"] {
             assert!(usage.contains(name), "{name} missing from the usage text");
         }
+    }
+
+    /// A node's shutdown waits -preshutdown-wait at most: an hour at most, not a typo's days.
+    #[test]
+    fn the_preshutdown_wait_is_bounded() {
+        assert_eq!(run(&["-preshutdown-wait=1h"]).preshutdown_wait, Duration::from_secs(3600));
+        assert_eq!(run(&["-preshutdown-wait=0"]).preshutdown_wait, Duration::ZERO);
+        let e = fail(&["-preshutdown-wait=1h0m1s"]).to_string();
+        assert!(e.contains("preshutdown-wait") && e.contains("at most 1h"), "{e}");
     }
 
     #[test]
