@@ -194,6 +194,11 @@ pub trait VolumeHost: Send + Sync {
     fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String>;
     /// WriteVolumeCache: flushes the volume's cached writes to the disk.
     fn write_volume_cache(&self, volume_id: &str) -> Result<()>;
+    /// Dry-run of MountVolume, as [`DiskHost::plan_partition_disk`].
+    fn plan_mount_volume(&self, volume_id: &str, target_path: &str) -> Result<String> {
+        let _ = (volume_id, target_path);
+        Err(no_plan("MountVolume"))
+    }
     /// Dry-run of FormatVolume, as [`DiskHost::plan_partition_disk`].
     fn plan_format_volume(&self, volume_id: &str) -> Result<String> {
         let _ = volume_id;

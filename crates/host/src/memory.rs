@@ -324,6 +324,19 @@ impl VolumeHost for MemoryHost {
             Ok(())
         })
     }
+    fn plan_mount_volume(&self, volume_id: &str, target_path: &str) -> Result<String> {
+        let target = norm(target_path);
+        self.with(|s| {
+            if let Some((other, _)) = s.volumes.iter().find(|(id, v)| *id != volume_id && v.mounts.contains(&target)) {
+                return Err(Error::exists(format!("{target_path} already has volume {other} mounted")));
+            }
+            Ok(if s.volume(volume_id)?.mounts.contains(&target) {
+                format!("volume {volume_id} is already mounted at {target_path}: nothing would change")
+            } else {
+                format!("would mount volume {volume_id} at {target_path}")
+            })
+        })
+    }
     fn plan_format_volume(&self, volume_id: &str) -> Result<String> {
         self.with(|s| {
             if s.volume(volume_id)?.formatted {

@@ -8,9 +8,11 @@
 //!   exclusively).
 //! - The checks the real call makes before its first change and that reading can make (the
 //!   interlocks, "already holds a filesystem", the allowed services, the paths' containment) run
-//!   as they would: such a refusal is the real call's error. Some checks come only as the real
-//!   call goes (a device in use at that moment, a mount target that is not an empty directory,
-//!   the SMB server's answer): a plan is what would be tried, not a promise.
+//!   as they would: such a refusal is the real call's error. PartitionDisk, SetDiskState,
+//!   FormatVolume, ResizeVolume and MountVolume are planned by the backends from the checks
+//!   their real calls share. Some checks come only as the real call goes (a device in use at
+//!   that moment, a Windows mount folder that is not empty, the SMB server's or the iSCSI
+//!   target's answer): a plan is what would be tried, not a promise.
 //! - Otherwise the answer is OK with the response message's defaults, and the response headers
 //!   `csi-proxy-dry-run: true` (the daemon did dry-run it) and `csi-proxy-plan` (what it would do,
 //!   percent-encoded as gRPC encodes `grpc-message`). A refusal carries `csi-proxy-dry-run: true`
@@ -103,6 +105,9 @@ impl<'a> Look<'a> {
     }
     pub fn disks_to_refresh(&self) -> Result<Vec<u32>> {
         self.hosts.disk.disks_to_refresh()
+    }
+    pub fn plan_mount_volume(&self, volume_id: &str, target_path: &str) -> Result<String> {
+        self.hosts.volume.plan_mount_volume(volume_id, target_path)
     }
     pub fn plan_format_volume(&self, volume_id: &str) -> Result<String> {
         self.hosts.volume.plan_format_volume(volume_id)

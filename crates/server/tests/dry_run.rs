@@ -283,9 +283,17 @@ async fn refusals_are_the_real_calls_and_unclear_metadata_runs_nothing() {
         (
             "v1.Volume",
             "MountVolume",
-            r#"{"volumeId": "vol-9-1", "targetPath": "/mnt/a"}"#.to_string(),
+            r#"{"volumeId": "vol-9-1", "targetPath": "/mnt/z"}"#.to_string(),
             Code::NotFound,
             "vol-9-1",
+        ),
+        // Another volume mounted there: the real call's AlreadyExists (the memory host's).
+        (
+            "v1.Volume",
+            "MountVolume",
+            r#"{"volumeId": "vol-1-1", "targetPath": "/mnt/a"}"#.to_string(),
+            Code::AlreadyExists,
+            "already has volume vol-0-1 mounted",
         ),
     ];
     for (service, method, json, code, says) in cases {

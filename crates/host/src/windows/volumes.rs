@@ -295,6 +295,36 @@ impl<N: Nt> Volumes<N> {
         self
     }
 
+    /// What MountVolume refuses before it mounts, by reading only: the volume and the held
+    /// target, or `None` when the volume is mounted there already.
+    fn mount_checks(&self, volume_id: &str, target_path: &str) -> Result<Option<(VolumeId, Target<N::Handle>)>> {
+        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
+        let t = self.target(target_path, false)?;
+        let Some(attrs) = t.attrs() else {
+            return Err(Error::not_found(format!(
+                "target {target_path} does not exist; expected an empty directory to mount volume {v} at"
+            )));
+        };
+        if attrs & attr::DIRECTORY == 0 {
+            return Err(Error::precondition(format!(
+                "target {target_path} is not a directory; expected an empty directory to mount volume {v} at"
+            )));
+        }
+        match &t.mounted {
+            Some(m) if v.is(m) => {
+                tracing::debug!(volume = %v, target = %t.shown, "already mounted there");
+                Ok(None)
+            }
+            Some(m) => Err(Error::precondition(format!(
+                "{target_path} has volume {m} mounted; refusing to mount volume {v} over it"
+            ))),
+            None if t.held.is_reparse() => Err(Error::precondition(format!(
+                "target {target_path} is a link, not a directory; expected an empty directory to mount volume {v} at"
+            ))),
+            None => Ok(Some((v, t))),
+        }
+    }
+
     /// What FormatVolume refuses before it formats, by reading only; the volume to format.
     fn format_checks(&self, volume_id: &str) -> Result<VolumeId> {
         let v = self.volume_id(volume_id, DiskNumber::Refused)?;
@@ -587,9 +617,20 @@ impl<N: Nt> VolumeHost for Volumes<N> {
             .collect())
     }
 
+    fn plan_mount_volume(&self, volume_id: &str, target_path: &str) -> Result<String> {
+        Ok(match self.mount_checks(volume_id, target_path)? {
+            None => format!("volume {volume_id} is already mounted at {target_path}: nothing would change"),
+            Some((v, t)) => {
+                format!("would mount volume {v} at {} (SetVolumeMountPointW; the folder must be empty then)", t.shown)
+            }
+        })
+    }
+
     fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
-        let v = self.volume_id(volume_id, DiskNumber::Refused)?;
-        let t = self.target(target_path, false)?;
+        let Some((v, t)) = self.mount_checks(volume_id, target_path)? else { return Ok(()) };
+        let other = |m: &str| {
+            Error::precondition(format!("{target_path} has volume {m} mounted; refusing to mount volume {v} over it"))
+        };
         let Some(attrs) = t.attrs() else {
             return Err(Error::not_found(format!(
                 "target {target_path} does not exist; expected an empty directory to mount volume {v} at"
@@ -599,22 +640,6 @@ impl<N: Nt> VolumeHost for Volumes<N> {
             return Err(Error::precondition(format!(
                 "target {target_path} is not a directory; expected an empty directory to mount volume {v} at"
             )));
-        }
-        let other = |m: &str| {
-            Error::precondition(format!("{target_path} has volume {m} mounted; refusing to mount volume {v} over it"))
-        };
-        match &t.mounted {
-            Some(m) if v.is(m) => {
-                tracing::debug!(volume = %v, target = %t.shown, "already mounted there");
-                return Ok(());
-            }
-            Some(m) => return Err(other(m)),
-            None if t.held.is_reparse() => {
-                return Err(Error::precondition(format!(
-                "target {target_path} is a link, not a directory; expected an empty directory to mount volume {v} at"
-            )))
-            }
-            None => {}
         }
         // The held target's canonical path: what was checked is what gets mounted on.
         let dir = t.dir();

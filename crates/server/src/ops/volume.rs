@@ -127,20 +127,7 @@ fn same_volume(a: &str, b: &str) -> bool {
 impl Plan for MountVolume {
     fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
         let v = required("volume_id", &self.volume_id)?;
-        let t = required("target_path", &self.target_path)?;
-        let disk = look.disk_of_volume(v)?;
-        Ok(match look.volume_at(t)? {
-            Some(m) if same_volume(&m, v) => format!("volume {v} is already mounted at {t}: nothing would change"),
-            Some(m) => {
-                return Err(csi_proxy_host::Error::precondition(format!(
-                    "{t} has volume {m} mounted; MountVolume of volume {v} there would be refused"
-                )))
-            }
-            None => format!(
-                "would mount volume {v} (disk {disk}) at {t} (the real call also needs an empty folder there and a \
-                 filesystem on the volume)"
-            ),
-        })
+        look.plan_mount_volume(v, required("target_path", &self.target_path)?)
     }
 }
 

@@ -24,6 +24,17 @@ use std::path::{Path, PathBuf};
 /// Mounts walked up from a path by GetClosestVolumeIDFromTargetPath (upstream: 256 parents).
 const MAX_MOUNT_DEPTH: usize = 256;
 
+/// Where and how [`Block::mount_checks`] found a volume may be mounted: the target directory
+/// (held open) and its canonical path, the device (held open), its filesystem and the type it is
+/// mounted as.
+struct MountAt {
+    dir: OwnedFd,
+    canonical: String,
+    device: Device,
+    kind: &'static str,
+    fstype: &'static str,
+}
+
 impl Block {
     // Every NotFound here carries DOES_NOT_EXIST: the words AWS EBS's driver matches to decide
     // that a staging folder is not mounted yet.
@@ -86,8 +97,9 @@ impl Block {
         )))
     }
 
-    /// MountVolume on a resolved volume.
-    pub(crate) fn mount(&self, v: &HeldVolume, target_path: &str) -> Result<()> {
+    /// What MountVolume checks before it mounts, by reading only: `None` when the volume is
+    /// mounted there already.
+    fn mount_checks(&self, v: &HeldVolume, target_path: &str) -> Result<Option<MountAt>> {
         let (dir, canonical) = self.fs.contained_dir(target_path)?;
         self.refuse_root(v, target_path, &canonical)?;
         let device = self.open_device(v)?;
@@ -95,7 +107,7 @@ impl Block {
         let mounts = self.read_mounts()?;
         if let Some(m) = mount_rooted_at(&*self.sys, &dir, &canonical, &mounts)? {
             if self.mount_device(m, &mounts) == Some(dev) {
-                return Ok(());
+                return Ok(None);
             }
             return Err(Error::precondition(format!(
                 "cannot mount {} at {target_path}: {} is already mounted there",
@@ -126,6 +138,23 @@ impl Block {
                 probe::describe(kind)
             ))
         })?;
+        Ok(Some(MountAt { dir, canonical, device, kind, fstype }))
+    }
+
+    /// Dry-run of MountVolume on a resolved volume: [`Self::mount_checks`], told.
+    pub(crate) fn plan_mount(&self, v: &HeldVolume, target_path: &str) -> Result<String> {
+        Ok(match self.mount_checks(v, target_path)? {
+            None => format!("{} is already mounted at {target_path}: nothing would change", label(v)),
+            Some(at) => format!("would mount {} ({}) at {} as {}", label(v), at.kind, at.canonical, at.fstype),
+        })
+    }
+
+    /// MountVolume on a resolved volume.
+    pub(crate) fn mount(&self, v: &HeldVolume, target_path: &str) -> Result<()> {
+        let Some(MountAt { dir, canonical, device, kind, fstype }) = self.mount_checks(v, target_path)? else {
+            return Ok(());
+        };
+        let dev = device.num;
         tracing::info!(volume = %v.id, target = %canonical, fstype, "mounting");
         // The kernel is given the node's path (what mountinfo shows as the source; a
         // `/proc/self/fd/N` there would mislead every reader of it), checked above and held open

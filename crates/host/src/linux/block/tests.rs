@@ -426,6 +426,35 @@ mod mounts {
         assert_eq!(of(&fake.take_log(), "mount ").len(), 1, "only the first mount reached the kernel");
     }
 
+    /// MountVolume's dry run answers the real call's refusals (mounted elsewhere, a folder that
+    /// is not empty, a working directory itself, no filesystem) and its plan, and mounts nothing.
+    #[test]
+    fn dry_runs_refuse_as_the_real_call_and_mount_nothing() {
+        let (fake, b, v, target) = xfs_volume_and_dir("one");
+        let plan = b.plan_mount_volume(&v.id, &target).unwrap();
+        assert!(plan.starts_with("would mount") && plan.contains("as xfs"), "{plan}");
+        assert!(fake.mounted().is_empty(), "planned, not mounted");
+        b.mount_volume(&v.id, &target).unwrap();
+        assert!(b.plan_mount_volume(&v.id, &target).unwrap().contains("already mounted"));
+        let other = fake.kubelet().join("two");
+        std::fs::create_dir_all(other.join("file-inside")).unwrap();
+        let other = other.to_str().unwrap();
+        let refusal = |target: &str| match (b.plan_mount_volume(&v.id, target), b.mount_volume(&v.id, target)) {
+            (Err(plan), Err(real)) => {
+                assert_eq!(plan.to_string(), real.to_string());
+                plan.to_string()
+            }
+            other => panic!("{other:?}"),
+        };
+        assert!(refusal(other).contains("already mounted at"));
+        b.unmount_volume(&v.id, &target).unwrap();
+        assert!(refusal(other).contains("not empty"));
+        assert!(refusal(fake.kubelet().to_str().unwrap()).contains("working directories"));
+        fake.poke_partition("vda", 1, 0, b"\0\0\0\0");
+        assert!(refusal(&target).contains("format it first"));
+        assert!(fake.mounted().is_empty());
+    }
+
     /// Another filesystem mounted at the target is left alone by UnmountVolume, and a busy one
     /// is a FailedPrecondition.
     #[test]

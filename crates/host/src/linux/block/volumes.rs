@@ -94,6 +94,9 @@ impl VolumeHost for Block {
         self.interlock(&held.lock.disk, Some(&held), Action::ResizeVolume)?;
         self.resize(&held, size_bytes)
     }
+    fn plan_mount_volume(&self, volume_id: &str, target_path: &str) -> Result<String> {
+        self.plan_mount(&self.hold_volume(volume_id, Lock::Shared)?, target_path)
+    }
     fn plan_format_volume(&self, volume_id: &str) -> Result<String> {
         let held = self.hold_volume(volume_id, Lock::Shared)?;
         self.interlock(&held.lock.disk, Some(&held), Action::FormatVolume)?;

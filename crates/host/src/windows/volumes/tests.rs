@@ -331,6 +331,23 @@ fn mounting_over_another_volume_or_a_full_directory_is_refused() {
     assert!(s.calls("set_mount_point").is_empty());
 }
 
+/// MountVolume's dry run: the plan for a fresh directory, the real call's refusal over another
+/// volume, and never a mount point set.
+#[test]
+fn dry_runs_of_mount_plan_or_refuse_as_the_real_call() {
+    let (s, v) = setup();
+    plain_dir(&s, MNT);
+    let plan = v.plan_mount_volume(V1, MNT).unwrap();
+    assert!(plan.starts_with(&format!("would mount volume {V1} at")), "{plan}");
+    assert!(s.calls("set_mount_point").is_empty());
+    let (s, v) = setup();
+    mount_point(&s, MNT, V2);
+    let (plan, real) = (v.plan_mount_volume(V1, MNT).unwrap_err(), v.mount_volume(V1, MNT).unwrap_err());
+    assert_eq!(plan.to_string(), real.to_string());
+    assert!(matches!(plan, Error::FailedPrecondition(_)), "{plan:?}");
+    assert!(s.calls("set_mount_point").is_empty());
+}
+
 #[test]
 fn mount_targets_outside_the_roots_are_refused_without_a_mount() {
     for target in [r"D:\x", r"C:\rootx", r"C:\rootx\mnt", r"C:\", r"C:\other\root\x", r"C:\ROOT"] {
