@@ -315,9 +315,7 @@ impl<N: Nt> Volumes<N> {
                 tracing::debug!(volume = %v, target = %t.shown, "already mounted there");
                 Ok(None)
             }
-            Some(m) => Err(Error::precondition(format!(
-                "{target_path} has volume {m} mounted; refusing to mount volume {v} over it"
-            ))),
+            Some(m) => Err(mounted_over(target_path, m, &v)),
             None if t.held.is_reparse() => Err(Error::precondition(format!(
                 "target {target_path} is a link, not a directory; expected an empty directory to mount volume {v} at"
             ))),
@@ -597,6 +595,11 @@ impl<N: Nt> Volumes<N> {
     }
 }
 
+/// MountVolume's refusal of `target_path`, where volume `m` is mounted, for volume `v`.
+fn mounted_over(target_path: &str, m: &str, v: &VolumeId) -> Error {
+    Error::precondition(format!("{target_path} has volume {m} mounted; refusing to mount volume {v} over it"))
+}
+
 /// What [`Volumes::resize_checks`] found: the volume, its disk and partition number, the
 /// partition's size and the size asked for (the largest possible for 0).
 struct Grow {
@@ -628,19 +631,7 @@ impl<N: Nt> VolumeHost for Volumes<N> {
 
     fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
         let Some((v, t)) = self.mount_checks(volume_id, target_path)? else { return Ok(()) };
-        let other = |m: &str| {
-            Error::precondition(format!("{target_path} has volume {m} mounted; refusing to mount volume {v} over it"))
-        };
-        let Some(attrs) = t.attrs() else {
-            return Err(Error::not_found(format!(
-                "target {target_path} does not exist; expected an empty directory to mount volume {v} at"
-            )));
-        };
-        if attrs & attr::DIRECTORY == 0 {
-            return Err(Error::precondition(format!(
-                "target {target_path} is not a directory; expected an empty directory to mount volume {v} at"
-            )));
-        }
+        let other = |m: &str| mounted_over(target_path, m, &v);
         // The held target's canonical path: what was checked is what gets mounted on.
         let dir = t.dir();
         match self.win32.set_mount_point(&dir, &v.id) {
