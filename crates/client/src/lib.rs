@@ -186,6 +186,13 @@ pub async fn connect_socket(path: std::path::PathBuf, wait_for_server: Duration)
     channel(path.display().to_string(), move || open_socket(path.clone(), wait_for_server)).await
 }
 
+/// A connection to the named pipe `path` itself (another daemon's, such as containerd's),
+/// waiting up to `busy` while every instance is busy.
+#[cfg(windows)]
+pub async fn connect_pipe(path: String, busy: Duration) -> Result<Channel, Error> {
+    channel(path.clone(), move || open_pipe(path.clone(), busy, Duration::ZERO)).await
+}
+
 /// One HTTP/2 connection over the streams `open` makes. The first is opened here, so that a
 /// missing or refusing endpoint is reported with its own error (tonic would only say
 /// "transport error"); tonic calls `open` again when it reconnects.

@@ -488,7 +488,7 @@ mod tests {
 
     #[test]
     fn a_record_is_one_json_line() {
-        let caller = Caller { pid: Some(9), uid: Some(0), gid: Some(0), user: None, exe: Some("/x\n\"y".into()) };
+        let caller = Caller { pid: Some(9), uid: Some(0), gid: Some(0), exe: Some("/x\n\"y".into()), ..Caller::default() };
         let r = Record {
             event: Event::End,
             call: 3,

@@ -67,7 +67,7 @@ impl Sink {
 }
 
 fn caller() -> Caller {
-    Caller { pid: Some(4242), uid: Some(1000), gid: Some(1000), user: None, exe: Some("/usr/bin/driver".into()) }
+    Caller { pid: Some(4242), uid: Some(1000), gid: Some(1000), exe: Some("/usr/bin/driver".into()), ..Caller::default() }
 }
 
 fn from_caller<T>(message: T) -> Request<T> {

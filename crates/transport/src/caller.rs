@@ -4,27 +4,74 @@
 #[cfg(unix)]
 use csi_proxy_wire::Caller;
 
-/// The executable of process `pid` (`/proc/<pid>/exe`). `None` when it has exited or procfs
-/// does not say.
+/// The executable and cgroup of process `pid`, from procfs, and only if `pid` is still the
+/// process that connected once they are read: a pidfd opened first tells whether it has exited
+/// since (its pid could then be another process's), in which case both are `None`. What is left is
+/// a client that exits and whose pid is reused between `SO_PEERCRED` and `pidfd_open`, within
+/// microseconds; the kernel's `SO_PEERPIDFD` (Linux 6.5) would close it, but not every node's
+/// kernel has it.
 #[cfg(target_os = "linux")]
-fn exe_of(pid: u32) -> Option<String> {
-    std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.to_string_lossy().into_owned())
+fn procfs_of(pid: u32) -> (Option<String>, Option<String>) {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let Some(raw) = rustix::process::Pid::from_raw(pid as i32) else { return (None, None) };
+    let Ok(pidfd) = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) else {
+        return (None, None);
+    };
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.to_string_lossy().into_owned());
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok().and_then(|text| pod_cgroup(&text));
+    // A pidfd polls readable once its process has exited.
+    let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+    let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+    match poll(&mut fds, Some(&zero)) {
+        Ok(0) => (exe, cgroup),
+        _ => (None, None),
+    }
+}
+
+/// The one cgroup path of `/proc/<pid>/cgroup` that says where the process runs: the unified
+/// hierarchy's (`0::/path`) when it names a pod or there is nothing else, else the first v1
+/// controller's line naming a pod (cgroup v1 nodes), else the unified one. Bounded.
+#[cfg(any(target_os = "linux", test))]
+pub fn pod_cgroup(text: &str) -> Option<String> {
+    let paths: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            Some((controllers, path))
+        })
+        .collect();
+    let unified = paths.iter().find(|(c, _)| c.is_empty()).map(|(_, p)| *p);
+    let names_pod = |p: &&str| p.contains("kubepods");
+    let chosen = unified
+        .filter(names_pod)
+        .or_else(|| paths.iter().map(|(_, p)| *p).find(names_pod))
+        .or(unified)
+        .or_else(|| paths.first().map(|(_, p)| *p))?;
+    let mut end = chosen.len().min(csi_proxy_wire::caller::MAX_CGROUP);
+    while !chosen.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(chosen[..end].to_string())
 }
 
 /// The peer of a unix socket connection as it connected: SO_PEERCRED's pid, uid and gid (fixed by
-/// the kernel at connect, whoever writes on the connection later), and that pid's executable, read
-/// now (at accept). Linux would also give each write's sender (SO_PASSCRED), but the bytes reach
-/// HTTP/2 through plain reads, and tying a request's frames back to the writes that carried them
-/// would take a transport of its own; so the audit trail names this connect-time peer only.
+/// the kernel at connect, whoever writes on the connection later), and that pid's executable and
+/// cgroup, read now (at accept). Linux would also give each write's sender (SO_PASSCRED), but the
+/// bytes reach HTTP/2 through plain reads, and tying a request's frames back to the writes that
+/// carried them would take a transport of its own; so the audit trail names this connect-time
+/// peer only.
 #[cfg(unix)]
 pub fn of_unix_stream(stream: &tokio::net::UnixStream) -> Caller {
     let Ok(cred) = stream.peer_cred() else { return Caller::default() };
-    let pid = cred.pid().and_then(|p| u32::try_from(p).ok());
+    // 0 when the peer is in no PID namespace this process can see (a daemon in a container
+    // without the host's PID namespace): no process to read.
+    let pid = cred.pid().and_then(|p| u32::try_from(p).ok()).filter(|&p| p != 0);
     #[cfg(target_os = "linux")]
-    let exe = pid.and_then(exe_of);
+    let (exe, cgroup) = pid.map_or((None, None), procfs_of);
     #[cfg(not(target_os = "linux"))]
-    let exe = None;
-    Caller { pid, uid: Some(cred.uid()), gid: Some(cred.gid()), user: None, exe }
+    let (exe, cgroup) = (None, None);
+    Caller { pid, uid: Some(cred.uid()), gid: Some(cred.gid()), exe, cgroup, ..Caller::default() }
 }
 
 #[cfg(windows)]
@@ -139,5 +186,20 @@ mod tests {
         assert_eq!(c.gid, Some(rustix::process::getgid().as_raw()));
         let me = std::env::current_exe().unwrap();
         assert_eq!(c.exe.as_deref(), Some(me.to_str().unwrap()));
+        let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        assert_eq!(c.cgroup, pod_cgroup(&mine));
+        assert!(c.cgroup.is_some());
+    }
+
+    #[test]
+    fn the_cgroup_that_names_the_pod_is_kept() {
+        let v2 = "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podab_cd.slice/cri-containerd-12.scope\n";
+        assert_eq!(pod_cgroup(v2).unwrap(), v2[3..].trim_end());
+        let v1 = "12:pids:/kubepods/burstable/podab/34\n1:name=systemd:/kubepods/burstable/podab/34\n0::/\n";
+        assert_eq!(pod_cgroup(v1).unwrap(), "/kubepods/burstable/podab/34");
+        assert_eq!(pod_cgroup("0::/user.slice/user-0.slice/session-1.scope\n").unwrap(), "/user.slice/user-0.slice/session-1.scope");
+        let long = format!("0::/{}\n", "é".repeat(2000));
+        assert!(pod_cgroup(&long).unwrap().len() <= csi_proxy_wire::caller::MAX_CGROUP);
+        assert_eq!(pod_cgroup(""), None);
     }
 }

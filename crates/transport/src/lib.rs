@@ -43,7 +43,7 @@ use body::Answer;
 use bytes::Bytes;
 use conn::{effective, Watch, Watched};
 use csi_proxy_sync::LockExt;
-use csi_proxy_wire::Caller;
+use csi_proxy_wire::{Caller, Workload};
 use futures_util::future::Either;
 use health::{EndpointHealth, WithHealth};
 use hyper::body::Incoming;
@@ -69,6 +69,33 @@ pub trait Listener: Send + 'static {
     }
     /// Where this listener listens, for logs.
     fn describe(&self) -> String;
+}
+
+/// Names the caller of a connection in Kubernetes terms (the daemon's identifier, over the
+/// container runtime), once per connection, before its first request is read.
+pub trait Identify: Send + Sync + 'static {
+    fn identify(&self, caller: &Caller) -> std::pin::Pin<Box<dyn Future<Output = Workload> + Send + 'static>>;
+}
+
+static IDENTIFIER: std::sync::OnceLock<Arc<dyn Identify>> = std::sync::OnceLock::new();
+
+/// Sets the process's [`Identify`]; false if one was already set. Process-wide, as the
+/// connection observer is: the daemon serves one set of endpoints.
+pub fn set_identifier(identifier: Arc<dyn Identify>) -> bool {
+    IDENTIFIER.set(identifier).is_ok()
+}
+
+/// How long a connection's caller may take to be named; past it the caller is unknown for the
+/// whole connection (a runtime that does not answer must not hold connections up for long).
+pub const IDENTIFY_WAIT: Duration = Duration::from_secs(2);
+
+/// `caller` with its workload, if an identifier is set.
+async fn identified(caller: Arc<Caller>) -> Arc<Caller> {
+    let Some(identifier) = IDENTIFIER.get() else { return caller };
+    let workload = tokio::time::timeout(IDENTIFY_WAIT, identifier.identify(&caller)).await.unwrap_or_else(|_| {
+        Workload::Unknown { why: format!("the container runtime did not answer within {IDENTIFY_WAIT:?}") }
+    });
+    Arc::new(Caller { workload: Some(workload), ..(*caller).clone() })
 }
 
 /// How long open connections may finish their calls once shutdown starts.
@@ -260,6 +287,7 @@ async fn serve_connection<IO, S, B>(
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    let caller = identified(caller).await;
     let in_flight = ctx.conn.in_flight.clone();
     let watch = Watch { handshake: options.conn.handshake_timeout, progress: options.progress_timeout };
     let io = authority::AuthorityFix::new(Watched::new(io, watch).with_handshake_flag(ctx.conn.handshake_done.clone()));

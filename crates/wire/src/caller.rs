@@ -20,6 +20,59 @@ pub struct Caller {
     pub user: Option<String>,
     /// The process's executable (Linux: `/proc/<pid>/exe`; Windows: its image path).
     pub exe: Option<String>,
+    /// Linux: the process's cgroup (the unified hierarchy's path, else the first v1 line naming a
+    /// pod), read at accept while the process was known to be the one that connected; it names
+    /// the pod and container for the container runtimes Kubernetes uses. Bounded to
+    /// [`MAX_CGROUP`] bytes.
+    pub cgroup: Option<String>,
+    /// Windows: the container the process runs in, as the OS names it (its silo's ID or the
+    /// compute system that holds it); `None` for a host process or when it cannot be told.
+    pub container_id: Option<String>,
+    /// Who the caller is in Kubernetes terms, resolved once per connection by the daemon's
+    /// identifier; `None` where none ran (in-process tests, a transport used alone).
+    pub workload: Option<Workload>,
+}
+
+/// The longest cgroup path a [`Caller`] keeps: a real one is under 300 bytes.
+pub const MAX_CGROUP: usize = 1024;
+
+/// The caller of a connection in the terms an operator thinks in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Workload {
+    /// A container of a pod, as the node's container runtime names them (CRI).
+    Pod(PodContainer),
+    /// A process of the host, in no container: [`Caller::exe`] and the user say which.
+    Host,
+    /// It could not be told who this is; `why` says what was missing (bounded text). Never a
+    /// guess: a policy grants nothing to an unknown caller but what it grants to anyone.
+    Unknown { why: String },
+}
+
+/// A pod's container, as the container runtime answered for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodContainer {
+    pub namespace: String,
+    pub pod: String,
+    pub pod_uid: String,
+    /// The container's name in the pod spec.
+    pub container: String,
+    /// The runtime's container ID (64 hex digits for containerd and CRI-O).
+    pub container_id: String,
+    /// The image as the pod spec names it (`registry/name:tag`).
+    pub image: String,
+}
+
+impl fmt::Display for Workload {
+    /// `pod=ns/name container=c image=i`, `host` or `unknown (why)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Workload::Pod(p) => {
+                write!(f, "pod={}/{} container={} image={:?}", p.namespace, p.pod, p.container, p.image)
+            }
+            Workload::Host => f.write_str("host"),
+            Workload::Unknown { why } => write!(f, "unknown ({why})"),
+        }
+    }
 }
 
 impl Caller {
@@ -56,6 +109,9 @@ impl fmt::Display for Caller {
         if let Some(v) = &self.exe {
             field(f, "exe", &format_args!("{v:?}"))?;
         }
+        if let Some(v) = &self.workload {
+            field(f, "as", v)?;
+        }
         Ok(())
     }
 }
@@ -67,7 +123,10 @@ mod tests {
     #[test]
     fn display_names_the_known_fields() {
         assert_eq!(Caller::default().to_string(), "unknown");
-        let c = Caller { pid: Some(7), uid: Some(0), gid: None, user: None, exe: Some("/bin/a b".into()) };
+        let c = Caller { pid: Some(7), uid: Some(0), exe: Some("/bin/a b".into()), ..Caller::default() };
         assert_eq!(c.to_string(), r#"pid=7 uid=0 exe="/bin/a b""#);
+        let pod = PodContainer { namespace: "kube-system".into(), pod: "p".into(), container: "c".into(), ..Default::default() };
+        let c = Caller { pid: Some(7), workload: Some(Workload::Pod(pod)), ..Caller::default() };
+        assert_eq!(c.to_string(), r#"pid=7 as=pod=kube-system/p container=c image="""#);
     }
 }
