@@ -34,6 +34,11 @@ pub const DEFAULT_KUBELET_PATH: &str = "/var/lib/kubelet";
 pub const DEFAULT_SOCKET_DIR: &str = "/run/csi-proxy";
 /// Default of `-linux-smb-dir`.
 pub const DEFAULT_LINUX_SMB_DIR: &str = "/var/lib/csi-proxy/smb";
+/// Default of `-cri-endpoint`: containerd's CRI socket or pipe, where the node's runtime is.
+#[cfg(not(windows))]
+pub const DEFAULT_CRI_ENDPOINT: &str = "/run/containerd/containerd.sock";
+#[cfg(windows)]
+pub const DEFAULT_CRI_ENDPOINT: &str = r"\\.\pipe\containerd-containerd";
 /// Default of `-connection-idle-timeout`.
 pub const DEFAULT_CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Most `-preshutdown-wait` may be.
@@ -103,6 +108,15 @@ pub struct Options {
     pub audit_log_max_backup: u64,
     /// `-audit-log-maxage`: days a rotated audit file is kept (0: no limit by age).
     pub audit_log_max_age_days: u64,
+    /// `-cri-endpoint`: the container runtime's CRI socket (Linux) or pipe (Windows), asked which
+    /// pod a caller is; empty: callers are not named beyond their process.
+    pub cri_endpoint: Option<PathBuf>,
+    /// `-authorization-policy`: the YAML file saying what each caller may call; `None`: any
+    /// caller may call anything (upstream's behaviour).
+    pub authorization_policy: Option<PathBuf>,
+    /// `-authorization-mode`: `enforce` refuses what the policy does not grant, `warn` logs and
+    /// audits it and lets it run.
+    pub authorization_warn_only: bool,
 }
 
 /// Default of `-audit-log-maxsize`, megabytes: what kube-apiserver's audit file gets when its flag
@@ -136,6 +150,9 @@ impl Default for Options {
             audit_log_max_size_mb: DEFAULT_AUDIT_LOG_MAX_SIZE_MB,
             audit_log_max_backup: DEFAULT_AUDIT_LOG_MAX_BACKUP,
             audit_log_max_age_days: 0,
+            cri_endpoint: Some(PathBuf::from(DEFAULT_CRI_ENDPOINT)),
+            authorization_policy: None,
+            authorization_warn_only: false,
         }
     }
 }
@@ -235,6 +252,9 @@ enum Target {
     AuditLogMaxAge,
     LogFileMaxSize,
     LoggingFormat,
+    CriEndpoint,
+    AuthorizationPolicy,
+    AuthorizationMode,
     /// `-version`: [`parse`] answers [`ParseOutcome::Version`].
     Version,
     /// A klog flag accepted for compatibility only.
@@ -508,6 +528,32 @@ const FLAGS: &[Spec] = &[
         help: "Append a JSON record to this file when each privileged call starts and ends, with the \
                caller's identity; a call whose record cannot be written fails (empty: no audit)",
     },
+    Spec {
+        name: "cri-endpoint",
+        kind: Kind::String,
+        target: Target::CriEndpoint,
+        default: DEFAULT_CRI_ENDPOINT,
+        help: "The container runtime's CRI socket (Linux) or named pipe (Windows), asked read-only which pod and \
+               container a caller is, for the audit trail and -authorization-policy (empty: callers are named by \
+               process only)",
+    },
+    Spec {
+        name: "authorization-policy",
+        kind: Kind::String,
+        target: Target::AuthorizationPolicy,
+        default: "",
+        help: "YAML file of rules saying which callers (pods by namespace, name, container and image; host \
+               processes by executable and user) may call which methods on which paths, disks, shares and \
+               services; checked at start, reloaded when it changes (empty: any caller may call anything)",
+    },
+    Spec {
+        name: "authorization-mode",
+        kind: Kind::String,
+        target: Target::AuthorizationMode,
+        default: "enforce",
+        help: "enforce: a call -authorization-policy does not grant is refused (PermissionDenied); warn: it is \
+               logged and audited as one that would be refused, and runs",
+    },
     // kube-apiserver's names and meanings for its audit file's rotation.
     Spec {
         name: "audit-log-maxsize",
@@ -672,6 +718,15 @@ fn apply(opts: &mut Options, spec: &Spec, value: String) -> Result<(), FlagError
         Target::AuditLogMaxAge => opts.audit_log_max_age_days = uint,
         Target::LogFileMaxSize => opts.log.log_file_max_size_mb = uint,
         Target::LoggingFormat => opts.log.format = value.parse().map_err(|_| invalid("one of text, json"))?,
+        Target::CriEndpoint => opts.cri_endpoint = non_empty(value).map(PathBuf::from),
+        Target::AuthorizationPolicy => opts.authorization_policy = non_empty(value).map(PathBuf::from),
+        Target::AuthorizationMode => {
+            opts.authorization_warn_only = match value.as_str() {
+                "enforce" => false,
+                "warn" => true,
+                _ => return Err(invalid("enforce or warn")),
+            }
+        }
         Target::Ignored | Target::Version => {}
     }
     Ok(())
