@@ -5,15 +5,19 @@
 #   scripts/deps.sh images   the container images' tools (scripts/images.sh): mmdebstrap, umoci,
 #                            skopeo, and hivex's tools to check the Windows image's hives
 #   scripts/deps.sh test     all of the above, the mkfs and grow tools of every -linux-fs-type, lvm2
-#                            (the interlock tests make LVM volumes), and
-#                            zip/unzip for the release packages (scripts/release.sh)
+#                            (the interlock tests make LVM volumes),
+#                            zip/unzip for the release packages (scripts/release.sh), and
+#                            containerd (with ctr and its CRI plugin), runc and busybox-static:
+#                            crates/daemon/tests/containerd_e2e.rs starts a containerd of its own
+#                            and runs pods from images it builds (umoci, busybox)
 set -euo pipefail
 pkgs=()
 images=(mmdebstrap umoci skopeo libhivex-bin)
 case "${1:-}" in
   "") pkgs=(libblkid-dev libclang-dev pkg-config) ;;
   images) pkgs=("${images[@]}") ;;
-  test) pkgs=(libblkid-dev libclang-dev pkg-config xfsprogs btrfs-progs ntfs-3g lvm2 zip unzip "${images[@]}") ;;
+  test) pkgs=(libblkid-dev libclang-dev pkg-config xfsprogs btrfs-progs ntfs-3g lvm2 zip unzip
+    containerd runc busybox-static "${images[@]}") ;;
   *) echo "usage: scripts/deps.sh [images|test]" >&2; exit 2 ;;
 esac
 need=()
