@@ -9,7 +9,7 @@
 
 mod containerd;
 
-use containerd::{caller_image, host_mounts, ro, rw, Containerd, Killed};
+use containerd::{caller_image, host_mounts, ro, rw, Containerd, Exited, Killed, Pod};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -81,8 +81,96 @@ fn container_cgroups(text: &str) -> Vec<&str> {
     text.lines().filter_map(|l| l.splitn(3, ':').nth(2)).filter(|p| p.contains("/kubepods/")).collect()
 }
 
+/// The policy under test: pods `csi-test/allowed-*`, container `caller`, may check and make
+/// directories under `root`, and nothing else; no other caller is granted anything.
+fn policy(root: &Path) -> String {
+    let root = serde_json::to_string(root.to_str().unwrap()).unwrap();
+    format!(
+        r#"rules:
+- name: test-driver
+  callers:
+  - pod: {{namespace: csi-test, name: "allowed-*", container: caller}}
+  allow:
+  - {{api: filesystem, methods: [PathExists, Mkdir]}}
+  paths: [{root}]
+"#
+    )
+}
+
+/// What the runs share: the runtime, the caller image, csi-proxyctl.
+struct Setup {
+    runtime: Containerd,
+    image: String,
+    ctl: PathBuf,
+}
+
+impl Setup {
+    /// Container `caller` of `pod` calls filesystem/v1 `method` on `path` through `daemon`'s
+    /// sockets, with the real csi-proxyctl; its process's cgroup is checked to be the one the
+    /// kubelet and containerd give that container (`/kubepods/besteffort/pod<uid>/<id>`).
+    fn call(&self, pod: &Pod, daemon: &Daemon, method: &str, path: &Path) -> Exited {
+        let mut mounts = host_mounts();
+        mounts.push(ro(self.ctl.to_str().unwrap(), "/csi-proxyctl"));
+        // As a driver's DaemonSet mounts the socket directory (hostPath).
+        mounts.push(rw(daemon.socket_dir.to_str().unwrap(), "/csi"));
+        let request = serde_json::json!({ "path": path.to_str().unwrap() }).to_string();
+        // The process's cgroup first, then the same process becomes csi-proxyctl (the script is
+        // fixed; the call's arguments come as its own arguments).
+        let command = [
+            "/bin/busybox",
+            "sh",
+            "-c",
+            "cat /proc/self/cgroup && exec /csi-proxyctl \"$@\"",
+            "sh",
+            "-socket-dir",
+            "/csi",
+            "-y",
+            "call",
+            "filesystem/v1",
+            method,
+            &request,
+        ];
+        let exited = pod.run("caller", &self.image, &command, mounts);
+        let expected = format!("{}/{}", pod.cgroup_parent(), exited.id);
+        let cgroups = container_cgroups(&exited.output);
+        assert!(
+            !cgroups.is_empty() && cgroups.iter().all(|c| *c == expected),
+            "the container's cgroups {cgroups:?}, expected {expected}: {exited:?}"
+        );
+        exited
+    }
+}
+
+/// The audit records of container `id`'s calls (its `caller.container_id`).
+fn records_of<'a>(records: &'a [serde_json::Value], id: &str) -> Vec<&'a serde_json::Value> {
+    records.iter().filter(|r| r["caller"]["container_id"] == id).collect()
+}
+
+/// `record` names container `exited` of `pod`, as the runtime knows them.
+#[track_caller]
+fn assert_names(record: &serde_json::Value, pod: &Pod, exited: &Exited, image: &str) {
+    let caller = &record["caller"];
+    let expected = serde_json::json!({
+        "kind": "pod",
+        "namespace": "csi-test",
+        "pod": pod.name(),
+        "pod_uid": pod.uid,
+        "container": "caller",
+        "container_id": exited.id,
+        "image": image,
+    });
+    for (k, v) in expected.as_object().unwrap() {
+        assert_eq!(&caller[k], v, "caller.{k} of {record}");
+    }
+}
+
+/// The records of a call: (start, end), or the one refused record.
+fn events<'a>(records: &[&'a serde_json::Value], event: &str) -> Vec<&'a serde_json::Value> {
+    records.iter().copied().filter(|r| r["event"] == event).collect()
+}
+
 #[test]
-fn a_pods_container_calls_the_daemon_through_its_socket() {
+fn pods_are_named_in_audit_records_and_the_policy_allows_and_denies_as_written() {
     if !can_run() {
         return;
     }
@@ -90,44 +178,105 @@ fn a_pods_container_calls_the_daemon_through_its_socket() {
     let began = Instant::now();
     let runtime = Containerd::start("csi-proxy-containerd");
     let image = runtime.import(&caller_image("caller"));
-    let dir = runtime.dir.path();
+    let s = Setup { runtime, image, ctl };
+    let dir = s.runtime.dir.path();
     let root = dir.join("kubelet/plugins/test-driver");
+    let elsewhere = dir.join("kubelet/pods");
     std::fs::create_dir_all(&root).unwrap();
-    let daemon = start_daemon(dir, "plain", &[], &runtime.socket);
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let policy_file = dir.join("policy.yaml");
+    std::fs::write(&policy_file, policy(&root)).unwrap();
+    let policy_flag = format!("-authorization-policy={}", policy_file.display());
+    let enforce = start_daemon(dir, "enforce", &[&policy_flag, "-authorization-mode=enforce"], &s.runtime.socket);
+    let warn = start_daemon(dir, "warn", &[&policy_flag, "-authorization-mode=warn"], &s.runtime.socket);
+    let open = start_daemon(dir, "open", &[], &s.runtime.socket);
 
-    let pod = runtime.run_pod("csi-test", "allowed-1");
+    // A pod the policy grants: its call runs, and its records name it.
+    let allowed = s.runtime.run_pod("csi-test", "allowed-1");
     let made = root.join("made-by-allowed-1");
-    let mut mounts = host_mounts();
-    mounts.push(ro(ctl.to_str().unwrap(), "/csi-proxyctl"));
-    mounts.push(rw(daemon.socket_dir.to_str().unwrap(), "/csi"));
-    let request = serde_json::json!({ "path": made.to_str().unwrap() }).to_string();
-    // The process's cgroup first, then the same process becomes csi-proxyctl (the script is fixed;
-    // the call's arguments come as its own arguments).
-    let command = [
-        "/bin/busybox",
-        "sh",
-        "-c",
-        "cat /proc/self/cgroup && exec /csi-proxyctl \"$@\"",
-        "sh",
-        "-socket-dir",
-        "/csi",
-        "-y",
-        "call",
-        "filesystem/v1",
-        "Mkdir",
-        &request,
-    ];
-    let exited = pod.run("caller", &image, &command, mounts);
-    assert_eq!(exited.exit_code, 0, "{exited:?}");
-    assert!(made.is_dir(), "the container's call made {}: {exited:?}", made.display());
-    let expected = format!("{}/{}", pod.cgroup_parent(), exited.id);
-    let cgroups = container_cgroups(&exited.output);
-    assert!(!cgroups.is_empty() && cgroups.iter().all(|c| *c == expected), "cgroups {cgroups:?}, expected {expected}");
+    let ok = s.call(&allowed, &enforce, "Mkdir", &made);
+    assert_eq!(ok.exit_code, 0, "{ok:?}");
+    assert!(made.is_dir(), "{ok:?}");
+    // The same pod outside its grant: a path under no root of its rule.
+    let outside = elsewhere.join("made-by-allowed-1");
+    let out_of_root = s.call(&allowed, &enforce, "Mkdir", &outside);
+    assert_ne!(out_of_root.exit_code, 0, "{out_of_root:?}");
+    assert!(out_of_root.output.contains("code PermissionDenied"), "{out_of_root:?}");
+    assert!(!outside.exists(), "a refused call did nothing");
 
-    let records = records(&daemon.audit);
-    let mkdir: Vec<_> = records.iter().filter(|r| r["method"] == "Mkdir").collect();
-    assert_eq!(mkdir.len(), 2, "a start and an end record: {records:#?}");
-    eprintln!("{mkdir:#?}");
-    drop(pod);
+    // A pod of the same namespace that no rule grants: PermissionDenied, naming it.
+    let denied = s.runtime.run_pod("csi-test", "denied-1");
+    let refused_path = root.join("made-by-denied-1");
+    let refused = s.call(&denied, &enforce, "Mkdir", &refused_path);
+    assert_ne!(refused.exit_code, 0, "{refused:?}");
+    assert!(refused.output.contains("code PermissionDenied"), "{refused:?}");
+    assert!(refused.output.contains("denied-1"), "the message names the caller: {refused:?}");
+    assert!(!refused_path.exists(), "a refused call did nothing");
+
+    // The same pod against the daemon in warn mode: the call runs, and is recorded as one the
+    // policy would deny.
+    let warned_path = root.join("made-by-denied-1-warn");
+    let warned = s.call(&denied, &warn, "Mkdir", &warned_path);
+    assert_eq!(warned.exit_code, 0, "{warned:?}");
+    assert!(warned_path.is_dir(), "{warned:?}");
+
+    // Without a policy every call runs, and the caller is still named.
+    let open_path = root.join("made-by-denied-1-open");
+    let unchecked = s.call(&denied, &open, "Mkdir", &open_path);
+    assert_eq!(unchecked.exit_code, 0, "{unchecked:?}");
+    assert!(open_path.is_dir(), "{unchecked:?}");
+
+    let enforced = records(&enforce.audit);
+    let ok_records = records_of(&enforced, &ok.id);
+    let (start, end) = (events(&ok_records, "start"), events(&ok_records, "end"));
+    assert!(start.len() == 1 && end.len() == 1, "a start and an end record: {enforced:#?}");
+    for r in [start[0], end[0]] {
+        assert_eq!(r["method"], "Mkdir", "{r}");
+        assert_names(r, &allowed, &ok, &s.image);
+        assert!(r.get("authorization").is_none_or(|a| a.get("denied").is_none()), "nothing denied: {r}");
+    }
+    assert_eq!(end[0]["code"], "OK", "{}", end[0]);
+    for (exited, pod) in [(&out_of_root, &allowed), (&refused, &denied)] {
+        let of_it = records_of(&enforced, &exited.id);
+        let refusals = events(&of_it, "refused");
+        assert!(refusals.len() == 1 && of_it.len() == 1, "only a refused record: {enforced:#?}");
+        assert_eq!(refusals[0]["code"], "PermissionDenied", "{}", refusals[0]);
+        assert_names(refusals[0], pod, exited, &s.image);
+    }
+
+    let warned_records = records(&warn.audit);
+    let of_it = records_of(&warned_records, &warned.id);
+    let (start, end) = (events(&of_it, "start"), events(&of_it, "end"));
+    assert!(start.len() == 1 && end.len() == 1, "a start and an end record: {warned_records:#?}");
+    assert_names(start[0], &denied, &warned, &s.image);
+    let authorization = &start[0]["authorization"];
+    assert_eq!(authorization["mode"], "warn", "{}", start[0]);
+    assert!(authorization["denied"].as_str().is_some_and(|why| !why.is_empty()), "what would be denied: {}", start[0]);
+    assert_eq!(end[0]["code"], "OK", "{}", end[0]);
+
+    let open_records = records(&open.audit);
+    let of_it = records_of(&open_records, &unchecked.id);
+    let (start, end) = (events(&of_it, "start"), events(&of_it, "end"));
+    assert!(start.len() == 1 && end.len() == 1, "a start and an end record: {open_records:#?}");
+    assert_names(start[0], &denied, &unchecked, &s.image);
+    assert!(start[0].get("authorization").is_none_or(|a| a.get("denied").is_none()), "{}", start[0]);
+
+    // The host's csi-proxyctl is named as the host, and no rule grants it anything here.
+    let host = Command::new(&s.ctl)
+        .arg("-socket-dir")
+        .arg(&enforce.socket_dir)
+        .args(["-y", "call", "filesystem/v1", "PathExists"])
+        .arg(serde_json::json!({ "path": root.to_str().unwrap() }).to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!host.status.success(), "{host:?}");
+    assert!(String::from_utf8_lossy(&host.stderr).contains("code PermissionDenied"), "{host:?}");
+    let enforced = records(&enforce.audit);
+    let host_refusal = enforced.last().unwrap();
+    assert_eq!(host_refusal["event"], "refused", "{host_refusal}");
+    assert_eq!(host_refusal["caller"]["kind"], "host", "{host_refusal}");
+
+    drop((allowed, denied));
     eprintln!("containerd test: {:.1} s", began.elapsed().as_secs_f64());
 }

@@ -182,7 +182,7 @@ impl Containerd {
         let id = self
             .block_on(self.cri.run_pod_sandbox(config.clone()))
             .unwrap_or_else(|e| panic!("RunPodSandbox {namespace}/{name}: {e}\n{}", self.log()));
-        Pod { containerd: self, id, uid, config, log_directory }
+        Pod { containerd: self, id, uid, config, log_directory, runs: Default::default() }
     }
 
     /// containerd's own log, for a failure's message.
@@ -326,6 +326,9 @@ pub struct Pod<'a> {
     pub uid: String,
     pub config: cri::PodSandboxConfig,
     log_directory: PathBuf,
+    /// Containers run so far: the next one's attempt number (as the kubelet counts restarts),
+    /// so that one name may be run again.
+    runs: std::cell::Cell<u32>,
 }
 
 /// A container that ran to its end.
@@ -346,9 +349,11 @@ impl Pod<'_> {
     /// (60 s at most) until it has exited.
     pub fn run(&self, name: &str, image: &str, command: &[&str], mounts: Vec<cri::Mount>) -> Exited {
         let c = self.containerd;
-        let log_path = format!("{name}.log");
+        let attempt = self.runs.get();
+        self.runs.set(attempt + 1);
+        let log_path = format!("{name}-{attempt}.log");
         let config = cri::ContainerConfig {
-            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt }),
             image: Some(cri::ImageSpec { image: image.into() }),
             command: command.iter().map(|s| s.to_string()).collect(),
             args: Vec::new(),
