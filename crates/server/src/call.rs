@@ -9,6 +9,7 @@ use crate::locks::{Key, Locks, Serial};
 use crate::outcome::{panicked, payload_message, Name};
 use crate::pool::{Pool, Pools, Submitted, GROW_AFTER};
 use crate::status::{code_of, go_code_name, to_status};
+use crate::policy::{Authorizer, Verdict};
 use crate::{inline, CallObserver, Config};
 use csi_proxy_host::error::bound_message;
 use csi_proxy_host::{Error, Hosts, Result};
@@ -32,6 +33,9 @@ pub trait Op: Debug + Send + 'static {
         false
     }
     fn run(self, ctx: &Context) -> Result<Self::Output>;
+    /// Every path, disk, volume, share, service and portal the request names, as the
+    /// authorization policy judges them ([`crate::policy`]).
+    fn args(&self) -> Vec<crate::policy::args::Arg<'_>>;
     /// A dry run's answer: what the operation would do (see [`crate::dry_run`]). Read-only
     /// operations have no plan (a dry run of one runs it).
     fn plan(&self, look: &crate::dry_run::Look<'_>) -> Result<String> {
@@ -64,6 +68,8 @@ struct Inner {
     next_call: AtomicU64,
     /// Mutating calls in flight, which an identical call joins ([`crate::join`]).
     joins: Arc<Joins>,
+    /// The authorization policy in force ([`crate::policy`]); `None`: every call is granted.
+    authorizer: Option<Arc<Authorizer>>,
 }
 
 /// Shared state of every service: the host backends, configuration, observers, and what the
@@ -87,6 +93,16 @@ impl Context {
         observer: Option<Arc<dyn CallObserver>>,
         audit: Option<Arc<Writer>>,
     ) -> Self {
+        Self::build_all(hosts, config, observer, audit, None)
+    }
+
+    fn build_all(
+        hosts: Hosts,
+        config: Config,
+        observer: Option<Arc<dyn CallObserver>>,
+        audit: Option<Arc<Writer>>,
+        authorizer: Option<Arc<Authorizer>>,
+    ) -> Self {
         Context(Arc::new(Inner {
             hosts,
             locks: Locks::default(),
@@ -97,6 +113,7 @@ impl Context {
             inline: inline::Inline::default(),
             next_call: AtomicU64::new(1),
             joins: Arc::default(),
+            authorizer,
         }))
     }
 
@@ -112,7 +129,17 @@ impl Context {
     pub fn with_audit_within(self, sink: Arc<dyn AuditSink>, wait: Duration) -> Self {
         let inner = &self.0;
         let writer = Arc::new(Writer::start(sink, wait));
-        Self::build(inner.hosts.clone(), inner.config.clone(), inner.observer.clone(), Some(writer))
+        let (hosts, config, observer) = (inner.hosts.clone(), inner.config.clone(), inner.observer.clone());
+        Self::build_all(hosts, config, observer, Some(writer), inner.authorizer.clone())
+    }
+
+    /// This context with an authorization policy: every call is judged by `authorizer` before it
+    /// waits for anything (see [`crate::policy`]). Call before serving: the copy starts with
+    /// fresh disk locks and threads.
+    pub fn with_authorizer(self, authorizer: Arc<Authorizer>) -> Self {
+        let inner = &self.0;
+        let (hosts, config, observer) = (inner.hosts.clone(), inner.config.clone(), inner.observer.clone());
+        Self::build_all(hosts, config, observer, inner.audit.clone(), Some(authorizer))
     }
 
     pub fn hosts(&self) -> &Hosts {
@@ -201,6 +228,7 @@ impl Context {
         };
         // Mutating calls may join an identical one in flight, by the same principal.
         let principal = (!is_read_only(method)).then(|| principal(peer_at_connect.as_deref()));
+        let caller = peer_at_connect.clone();
         let audit = self.0.audit.as_ref().filter(|a| a.read_only_calls() || !is_read_only(method)).map(|writer| {
             let call = self.0.next_call.fetch_add(1, Ordering::Relaxed);
             let audit = CallAudit::new(writer.clone(), call, peer_at_connect, (service, method), start);
@@ -213,10 +241,10 @@ impl Context {
         // Also returns the request as logged, rendered only when it will be written (one line
         // per call, together with the outcome, after the work).
         let (result, shown) = if dry_run {
-            self.dry_run::<Req, Resp>((service, method), request.into_inner(), audit).await
+            self.dry_run::<Req, Resp>((service, method), request.into_inner(), audit, caller).await
         } else {
             let (result, shown) =
-                self.serve::<Req, Resp>((service, method), request.into_inner(), audit, principal).await;
+                self.serve::<Req, Resp>((service, method), request.into_inner(), audit, principal, caller).await;
             (result.map(|r| (r, None)), shown)
         };
         let elapsed = start.elapsed();
@@ -275,6 +303,7 @@ impl Context {
         message: Req,
         audit: Option<CallAudit>,
         principal: Option<String>,
+        caller: Option<Arc<Caller>>,
     ) -> (Result<Resp>, Option<String>)
     where
         Req: IntoOp + prost::Message,
@@ -305,6 +334,10 @@ impl Context {
             }
         };
         let text = logged.then(|| shown.as_ref().map(|j| j.to_string())).flatten();
+        let audit = match self.authorize(name, &op, caller.as_deref(), audit).await {
+            Ok(audit) => audit,
+            Err(e) => return (Err(e), text),
+        };
         // A rescan (every disk, step by step) is cheap to repeat and not joined.
         let join_key = join_key.filter(|_| !matches!(serial, Serial::EachDisk));
         let mut interest = None;
@@ -373,6 +406,7 @@ impl Context {
         name: Name,
         message: Req,
         audit: Option<CallAudit>,
+        caller: Option<Arc<Caller>>,
     ) -> (Result<(Resp, Option<String>)>, Option<String>)
     where
         Req: IntoOp + prost::Message,
@@ -394,6 +428,12 @@ impl Context {
                 }
                 return (Err(e), text);
             }
+        };
+        // A dry run is judged as the real call would be: its plan is not for a caller who may
+        // not make the call.
+        let audit = match self.authorize(name, &op, caller.as_deref(), audit).await {
+            Ok(audit) => audit,
+            Err(e) => return (Err(e), text),
         };
         let end = match audit {
             None => None,
@@ -503,6 +543,51 @@ impl Context {
         };
         let outcome = csi_proxy_host::rescan_in_order(rescan, disks, refresh).await?;
         Ok(outcome.and_then(Resp::from_output))
+    }
+}
+
+impl Context {
+    /// The authorization policy's verdict on `op` for `caller` ([`crate::policy`]): the audit
+    /// trail to go on with, or the PermissionDenied the call ends with (recorded as refused).
+    /// Disks and volumes a rule names by serial number or location are looked up on a pool
+    /// thread, with the host's reading calls.
+    async fn authorize<O: Op>(
+        &self,
+        (service, method): Name,
+        op: &O,
+        caller: Option<&Caller>,
+        audit: Option<CallAudit>,
+    ) -> Result<Option<CallAudit>> {
+        let Some(authorizer) = &self.0.authorizer else { return Ok(audit) };
+        let args = op.args();
+        let mut facts = crate::policy::Gathered::default();
+        let verdict = loop {
+            let verdict = authorizer.check(caller, service, method, &args, &facts);
+            let wanted = facts.wanted();
+            // Each pass may want more (a volume's disk, then that disk's serial); at most one
+            // per argument.
+            if wanted.is_empty() || facts.passes() > args.len() {
+                break verdict;
+            }
+            let ctx = self.clone();
+            facts = run_on(&self.0.pools.unlocked, None, None, move || Ok(facts.gather(ctx.hosts(), wanted)))
+                .await
+                .unwrap_or_else(|why| Err(Error::internal(format!("looking up disks for the policy panicked ({why})"))))?;
+        };
+        if let Verdict::Denied { why, .. } = &verdict {
+            authorizer.report(service, method, why);
+        }
+        match verdict {
+            Verdict::Granted { .. } => Ok(audit),
+            Verdict::Denied { why, enforced: false } => Ok(audit.map(|a| a.would_deny(&why))),
+            Verdict::Denied { why, enforced: true } => {
+                let e = Error::PermissionDenied(why);
+                if let Some(audit) = &audit {
+                    audit.refused(&e).await;
+                }
+                Err(e)
+            }
+        }
     }
 }
 

@@ -23,6 +23,7 @@ mod inline;
 pub mod join;
 pub mod locks;
 pub mod ops;
+pub mod policy;
 mod outcome;
 mod pool;
 pub mod shown;

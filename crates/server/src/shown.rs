@@ -14,7 +14,7 @@ pub const REDACTED: &str = "<redacted>";
 /// Strings longer than this (in bytes) are cut, at a character boundary, and marked.
 pub const MAX_STRING: usize = 1024;
 
-fn pool() -> Option<&'static DescriptorPool> {
+pub(crate) fn pool() -> Option<&'static DescriptorPool> {
     static POOL: OnceLock<Option<DescriptorPool>> = OnceLock::new();
     POOL.get_or_init(|| DescriptorPool::decode(csi_proxy_wire::FILE_DESCRIPTOR_SET).ok()).as_ref()
 }

@@ -25,6 +25,8 @@ pub(crate) struct CallAudit {
     start: Instant,
     /// A dry run: every record says so ([`crate::dry_run`]).
     dry_run: bool,
+    /// Why the authorization policy would refuse this call, run because it only warns.
+    would_deny: Option<Arc<str>>,
 }
 
 impl CallAudit {
@@ -35,12 +37,17 @@ impl CallAudit {
         (service, method): Name,
         start: Instant,
     ) -> Self {
-        CallAudit { writer, call, peer_at_connect, service, method, start, dry_run: false }
+        CallAudit { writer, call, peer_at_connect, service, method, start, dry_run: false, would_deny: None }
     }
 
     /// This call's records say it is a dry run.
     pub(crate) fn dry_run(self) -> Self {
         CallAudit { dry_run: true, ..self }
+    }
+
+    /// The start record says the policy would refuse this call (`-authorization-mode=warn`).
+    pub(crate) fn would_deny(self, why: &str) -> Self {
+        CallAudit { would_deny: Some(why.into()), ..self }
     }
 
     fn record(&self, event: Event) -> Owned {
@@ -56,6 +63,7 @@ impl CallAudit {
             message: None,
             duration: None,
             dry_run: self.dry_run,
+            would_deny: if event == Event::Start { self.would_deny.clone() } else { None },
         }
     }
 

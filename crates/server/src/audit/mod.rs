@@ -115,6 +115,9 @@ pub struct Record<'a> {
     pub lost: Option<u64>,
     /// A dry run ([`crate::dry_run`]): nothing was done; an end record's message is the plan.
     pub dry_run: bool,
+    /// Start records of calls the authorization policy does not grant, run because the daemon
+    /// only warns (`-authorization-mode=warn`): why the policy would refuse it.
+    pub would_deny: Option<&'a str>,
 }
 
 /// How long a call waits for its start record to be written before it is refused (and its
@@ -161,6 +164,7 @@ pub(crate) struct Owned {
     pub message: Option<String>,
     pub duration: Option<Duration>,
     pub dry_run: bool,
+    pub would_deny: Option<Arc<str>>,
 }
 
 impl Owned {
@@ -175,6 +179,7 @@ impl Owned {
             code: Some(code),
             message: Some(message),
             duration: Some(began.elapsed()),
+            would_deny: None,
             ..*self
         }
     }
@@ -194,6 +199,7 @@ impl Owned {
             late: None,
             lost: None,
             dry_run: self.dry_run,
+            would_deny: self.would_deny.as_deref(),
         }
     }
 }
@@ -399,7 +405,7 @@ impl Writer {
         let (done, written) = oneshot::channel();
         // What the end record is made from if this future is dropped after the writer took the
         // record.
-        let start = Owned { request: None, message: None, peer_at_connect: record.peer_at_connect.clone(), ..record };
+        let start = Owned { request: None, message: None, peer_at_connect: record.peer_at_connect.clone(), would_deny: record.would_deny.clone(), ..record };
         let job = Job { record, ticket: Some(ticket.clone()), began, done: Some(done) };
         let slot = {
             let mut state = self.queue.state();
@@ -647,6 +653,7 @@ fn write_late(queue: &Queue, write: &dyn Fn(&Record<'_>) -> std::io::Result<()>)
         late: None,
         lost: Some(lost),
         dry_run: false,
+        would_deny: None,
     };
     if write(&record).is_err() {
         return false;

@@ -1,4 +1,5 @@
 use super::op;
+use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::locks::Serial;
 use csi_proxy_host::types::{DiskIds, DiskLocation};
@@ -83,5 +84,59 @@ impl Plan for Rescan {
 impl Plan for SetDiskState {
     fn plan(&self, look: &Look<'_>) -> csi_proxy_host::Result<String> {
         look.plan_set_disk_state(self.disk, self.online)
+    }
+}
+
+// What each operation names, for the authorization policy (crate::policy).
+
+impl Args for ListDiskLocations {
+    fn args(&self) -> Vec<Arg<'_>> {
+        vec![]
+    }
+}
+
+impl Args for PartitionDisk {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Disk(s.disk)]
+    }
+}
+
+impl Args for Rescan {
+    fn args(&self) -> Vec<Arg<'_>> {
+        vec![]
+    }
+}
+
+impl Args for ListDiskIds {
+    fn args(&self) -> Vec<Arg<'_>> {
+        vec![]
+    }
+}
+
+impl Args for GetDiskStats {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Disk(s.disk)]
+    }
+}
+
+impl Args for SetDiskState {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Disk(s.disk)]
+    }
+}
+
+impl Args for GetDiskState {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Disk(s.disk)]
+    }
+}
+
+impl Args for GetDiskNumberByName {
+    fn args(&self) -> Vec<Arg<'_>> {
+        vec![]
     }
 }

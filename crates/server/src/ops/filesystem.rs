@@ -1,4 +1,5 @@
 use super::op;
+use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::fields::required;
 
@@ -94,5 +95,49 @@ impl Plan for CreateSymlink {
             ));
         }
         Ok(format!("would create the link {link} pointing to {destination}{there}"))
+    }
+}
+
+// What each operation names, for the authorization policy (crate::policy).
+
+impl Args for PathExists {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Path(&s.path)]
+    }
+}
+
+impl Args for Mkdir {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Path(&s.path)]
+    }
+}
+
+impl Args for Rmdir {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Path(&s.path)]
+    }
+}
+
+impl Args for RmdirContents {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Path(&s.path)]
+    }
+}
+
+impl Args for CreateSymlink {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Path(&s.source_path), Arg::Path(&s.target_path)]
+    }
+}
+
+impl Args for IsSymlink {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Path(&s.path)]
     }
 }

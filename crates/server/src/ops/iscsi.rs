@@ -1,4 +1,5 @@
 use super::op;
+use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::fields::required;
 use csi_proxy_host::types::{ConnectTarget as Connect, Secret, TargetPortal};
@@ -115,5 +116,61 @@ impl Plan for DisconnectTarget {
 impl Plan for SetMutualChapSecret {
     fn plan(&self, _look: &Look<'_>) -> csi_proxy_host::Result<String> {
         Ok("would set the initiator's mutual CHAP secret (not shown)".to_string())
+    }
+}
+
+// What each operation names, for the authorization policy (crate::policy).
+
+impl Args for AddTargetPortal {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Portal(&s.portal)]
+    }
+}
+
+impl Args for DiscoverTargetPortal {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Portal(&s.portal)]
+    }
+}
+
+impl Args for RemoveTargetPortal {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Portal(&s.portal)]
+    }
+}
+
+impl Args for ListTargetPortals {
+    fn args(&self) -> Vec<Arg<'_>> {
+        vec![]
+    }
+}
+
+impl Args for ConnectTarget {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Portal(&s.request.portal)]
+    }
+}
+
+impl Args for DisconnectTarget {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Portal(&s.portal)]
+    }
+}
+
+impl Args for GetTargetDisks {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Portal(&s.portal)]
+    }
+}
+
+impl Args for SetMutualChapSecret {
+    fn args(&self) -> Vec<Arg<'_>> {
+        vec![]
     }
 }

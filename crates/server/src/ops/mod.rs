@@ -21,7 +21,8 @@ pub mod volume;
 /// [`crate::call::Op::quick`]).
 ///
 /// Every operation that is not `read_only` must implement [`crate::dry_run::Plan`] (written out
-/// beside it): its [`crate::call::Op::plan`] is that.
+/// beside it): its [`crate::call::Op::plan`] is that. Every operation must implement
+/// [`crate::policy::args::Args`]: what it names, for the authorization policy.
 ///
 /// [`Serial::ReadOnly`]: crate::locks::Serial::ReadOnly
 /// [`Serial::OwnTurns`]: crate::locks::Serial::OwnTurns
@@ -55,6 +56,9 @@ macro_rules! op {
             fn run(self, $ctx: &$crate::Context) -> csi_proxy_host::Result<$out> {
                 let $s = self;
                 $body
+            }
+            fn args(&self) -> Vec<$crate::policy::args::Arg<'_>> {
+                $crate::policy::args::Args::args(self)
             }
             $crate::ops::op!(@plan $plan);
         }

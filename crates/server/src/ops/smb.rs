@@ -1,4 +1,5 @@
 use super::op;
+use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::fields::required;
 use csi_proxy_host::types::{Secret, SmbMapping};
@@ -68,5 +69,26 @@ mod tests {
         for bad in ["", "srv", r"\\srv\", "//"] {
             assert!(matches!(normalise_remote(bad), Err(Error::InvalidArgument(_))), "{bad:?}");
         }
+    }
+}
+
+// What each operation names, for the authorization policy (crate::policy).
+
+impl Args for NewSmbGlobalMapping {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        let mut args = vec![Arg::Remote(&s.remote_path)];
+        // An empty local path asks for no folder (a mapping only).
+        if !s.local_path.is_empty() {
+            args.push(Arg::Path(&s.local_path));
+        }
+        args
+    }
+}
+
+impl Args for RemoveSmbGlobalMapping {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Remote(&s.remote_path)]
     }
 }

@@ -1,4 +1,5 @@
 use super::op;
+use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::fields::required;
 use crate::Config;
@@ -105,5 +106,34 @@ mod tests {
         assert_eq!(service_allowed("ISCSID", &allowed), cfg!(windows));
         assert_eq!(service_allowed("msiscsi", &allowed), cfg!(windows));
         assert!(!service_allowed("iscsid.service", &allowed), "Linux compares unit names exactly");
+    }
+}
+
+// What each operation names, for the authorization policy (crate::policy).
+
+impl Args for GetBiosSerialNumber {
+    fn args(&self) -> Vec<Arg<'_>> {
+        vec![]
+    }
+}
+
+impl Args for StartService {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Service(&s.name)]
+    }
+}
+
+impl Args for StopService {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Service(&s.name)]
+    }
+}
+
+impl Args for GetService {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Service(&s.name)]
     }
 }

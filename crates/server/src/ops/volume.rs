@@ -1,4 +1,5 @@
 use super::op;
+use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::fields::{non_negative, required};
 use crate::locks::Serial;
@@ -181,5 +182,84 @@ mod tests {
         let id = r"\\?\Volume{0a1b2c3d-0000-1111-2222-333344445555}\";
         let by_id = ResizeVolume { volume_id: id.into(), size_bytes: 0 };
         assert_eq!(by_id.serial().unwrap(), Serial::Volume(id.into()));
+    }
+}
+
+// What each operation names, for the authorization policy (crate::policy).
+
+impl Args for ListVolumesOnDisk {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Disk(s.disk)]
+    }
+}
+
+impl Args for MountVolume {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Volume(&s.volume_id), Arg::Path(&s.target_path)]
+    }
+}
+
+impl Args for UnmountVolume {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Volume(&s.volume_id), Arg::Path(&s.target_path)]
+    }
+}
+
+impl Args for IsVolumeFormatted {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Volume(&s.volume_id)]
+    }
+}
+
+impl Args for FormatVolume {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Volume(&s.volume_id)]
+    }
+}
+
+impl Args for ResizeVolume {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Volume(&s.volume_id)]
+    }
+}
+
+impl Args for GetVolumeStats {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Volume(&s.volume_id)]
+    }
+}
+
+impl Args for GetDiskNumberFromVolumeId {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Volume(&s.volume_id)]
+    }
+}
+
+impl Args for GetVolumeIdFromTargetPath {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Path(&s.target_path)]
+    }
+}
+
+impl Args for GetClosestVolumeIdFromTargetPath {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Path(&s.target_path)]
+    }
+}
+
+impl Args for WriteVolumeCache {
+    fn args(&self) -> Vec<Arg<'_>> {
+        let s = self;
+        vec![Arg::Volume(&s.volume_id)]
     }
 }
