@@ -2,7 +2,8 @@
 # Runs the whole test suite:
 #   0. the gates: rustfmt's layout (cargo fmt --check) and clippy with the workspace lints, every
 #      warning an error (Linux target here; the Windows target's clippy runs with stage 3);
-#   1. every Rust test of the workspace on Linux (some need root: sockets in /run, loop devices);
+#   1. every Rust test of the workspace on Linux (some need root: sockets in /run, loop devices, a
+#      containerd of their own running pods: crates/daemon/tests/containerd_e2e.rs);
 #   2. the block backend's SCSI identity tests inside ../shared/tools/storage-vm (a throwaway VM
 #      with scsi_debug disks), unless SKIP_STORAGE_VM=1;
 #   3. clippy -D warnings for the Windows target (most unsafe blocks are Windows-only), the
