@@ -9,7 +9,7 @@
 
 mod containerd;
 
-use containerd::{caller_image, host_mounts, ro, rw, Containerd, Exited, Killed, Pod};
+use containerd::{caller_image, host_mounts, ro, rw, Containerd, Exited, Killed, Pod, LAST_LINE};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -114,13 +114,16 @@ impl Setup {
         // As a driver's DaemonSet mounts the socket directory (hostPath).
         mounts.push(rw(daemon.socket_dir.to_str().unwrap(), "/csi"));
         let request = serde_json::json!({ "path": path.to_str().unwrap() }).to_string();
-        // The process's cgroup first, then the same process becomes csi-proxyctl (the script is
-        // fixed; the call's arguments come as its own arguments).
+        // The container's cgroup, then csi-proxyctl's output (its errors too: one stream, in
+        // order) and its exit status, the last line. The script is fixed; the call's arguments
+        // come as its own arguments.
+        let script =
+            format!("cat /proc/self/cgroup; /csi-proxyctl \"$@\" 2>&1; rc=$?; echo \"{LAST_LINE}$rc\"; exit $rc");
         let command = [
             "/bin/busybox",
             "sh",
             "-c",
-            "cat /proc/self/cgroup && exec /csi-proxyctl \"$@\"",
+            &script,
             "sh",
             "-socket-dir",
             "/csi",

@@ -331,6 +331,9 @@ pub struct Pod<'a> {
     runs: std::cell::Cell<u32>,
 }
 
+/// How the last line a container writes begins (see [`Pod::run`]).
+pub const LAST_LINE: &str = "exit status ";
+
 /// A container that ran to its end.
 #[derive(Debug)]
 pub struct Exited {
@@ -346,7 +349,8 @@ impl Pod<'_> {
     }
 
     /// Creates and starts container `name` of `image` running `command` with `mounts`, and waits
-    /// (60 s at most) until it has exited.
+    /// (60 s at most) until it has exited and its output (one stream, stdout: the command's last
+    /// line there begins with [`LAST_LINE`]) is in its log.
     pub fn run(&self, name: &str, image: &str, command: &[&str], mounts: Vec<cri::Mount>) -> Exited {
         let c = self.containerd;
         let attempt = self.runs.get();
@@ -374,7 +378,17 @@ impl Pod<'_> {
             assert!(Instant::now() < deadline, "container {name} still running after 60 s: {s:?}");
             std::thread::sleep(Duration::from_millis(50));
         };
-        let output = cri_log_text(&read(&self.log_directory.join(&log_path)));
+        // containerd writes the log from its own copy of the container's output, which may end
+        // a moment after the container: the command's last line says it is all there.
+        let log = self.log_directory.join(&log_path);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let output = loop {
+            let output = cri_log_text(&read(&log));
+            if output.lines().any(|l| l.starts_with(LAST_LINE)) || Instant::now() > deadline {
+                break output;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         Exited { id, exit_code: status.exit_code, output }
     }
 
