@@ -38,6 +38,7 @@ use crate::logging::private_file::open_audit_file;
 use crate::logging::{LogFile, Retention};
 use csi_proxy_server::audit::{AuditSink, Record};
 use csi_proxy_sync::LockExt;
+use csi_proxy_wire::Workload;
 use serde_json::{json, Map, Value};
 use std::io;
 use std::path::Path;
@@ -85,6 +86,21 @@ impl AuditSink for AuditFile {
     }
 }
 
+/// Who called, in Kubernetes terms: `{"kind":"pod","namespace":..,"pod":..,"pod_uid":..,
+/// "container":..,"container_id":..,"image":..}`, `{"kind":"host"}` (the process is in
+/// `peer_at_connect`) or `{"kind":"unknown","why":..}`. Values come bounded from the identifier;
+/// JSON escapes them.
+fn caller_json(w: &Workload) -> Value {
+    match w {
+        Workload::Pod(p) => json!({
+            "kind": "pod", "namespace": p.namespace, "pod": p.pod, "pod_uid": p.pod_uid,
+            "container": p.container, "container_id": p.container_id, "image": p.image,
+        }),
+        Workload::Host => json!({"kind": "host"}),
+        Workload::Unknown { why } => json!({"kind": "unknown", "why": why}),
+    }
+}
+
 /// The record as one JSON object and a newline.
 pub fn json_line(r: &Record<'_>) -> String {
     let mut o = Map::new();
@@ -103,9 +119,14 @@ pub fn json_line(r: &Record<'_>) -> String {
         put("gid", c.gid.map(Value::from));
         put("user", c.user.clone().map(Value::from));
         put("exe", c.exe.clone().map(Value::from));
+        put("cgroup", c.cgroup.clone().map(Value::from));
+        put("container_id", c.container_id.clone().map(Value::from));
         Value::Object(m)
     });
     o.insert("peer_at_connect".into(), peer.unwrap_or(Value::Null));
+    if let Some(w) = r.peer_at_connect.and_then(|c| c.workload.as_ref()) {
+        o.insert("caller".into(), caller_json(w));
+    }
     o.insert("api".into(), r.service.into());
     o.insert("method".into(), r.method.into());
     if let Some(v) = r.request {
@@ -126,6 +147,9 @@ pub fn json_line(r: &Record<'_>) -> String {
     if let Some(n) = r.lost {
         o.insert("lost_records".into(), n.into());
     }
+    if let Some(why) = r.would_deny {
+        o.insert("authorization".into(), json!({"mode": "warn", "denied": why}));
+    }
     if r.dry_run {
         o.insert("dry_run".into(), true.into());
     }
@@ -143,7 +167,7 @@ fn rfc3339(time: SystemTime) -> String {
 mod tests {
     use super::*;
     use csi_proxy_server::audit::Event;
-    use csi_proxy_wire::Caller;
+    use csi_proxy_wire::{Caller, PodContainer};
     use std::time::{Duration, UNIX_EPOCH};
 
     const FIVE: Retention = Retention { keep: Some(5), max_age: None };
@@ -171,6 +195,7 @@ mod tests {
                 late: None,
                 lost: None,
                 dry_run: false,
+                would_deny: None,
             };
             sink.write(&r).unwrap();
         }
@@ -488,7 +513,8 @@ mod tests {
 
     #[test]
     fn a_record_is_one_json_line() {
-        let caller = Caller { pid: Some(9), uid: Some(0), gid: Some(0), exe: Some("/x\n\"y".into()), ..Caller::default() };
+        let caller =
+            Caller { pid: Some(9), uid: Some(0), gid: Some(0), exe: Some("/x\n\"y".into()), ..Caller::default() };
         let r = Record {
             event: Event::End,
             call: 3,
@@ -503,6 +529,7 @@ mod tests {
             late: None,
             lost: None,
             dry_run: false,
+            would_deny: None,
         };
         let line = json_line(&r);
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'), "{line}");
@@ -510,7 +537,7 @@ mod tests {
         assert_eq!(v["event"], "end");
         assert_eq!(v["call"], 3);
         assert_eq!(v["peer_at_connect"], json!({"pid": 9, "uid": 0, "gid": 0, "exe": "/x\n\"y"}));
-        assert_eq!(v.get("caller"), None, "the connect-time peer is named as such only");
+        assert_eq!(v.get("caller"), None, "no identifier named the caller");
         assert_eq!(v["api"], "v1.Disk");
         assert_eq!(v["code"], "NotFound");
         assert_eq!(v["message"], "disk 3 \"x\"\nnot found");
@@ -524,8 +551,33 @@ mod tests {
         let lost = Record { event: Event::Lost, lost: Some(4), ..r.clone() };
         let lost: Value = serde_json::from_str(&json_line(&lost)).unwrap();
         assert_eq!((lost["event"].clone(), lost["lost_records"].clone()), (json!("lost"), json!(4)));
+        let warned: Value =
+            serde_json::from_str(&json_line(&Record { would_deny: Some("no rule"), ..r.clone() })).unwrap();
+        assert_eq!(warned["authorization"], json!({"mode": "warn", "denied": "no rule"}));
         let unknown = Caller::default();
-        let v: Value = serde_json::from_str(&json_line(&Record { peer_at_connect: Some(&unknown), ..r })).unwrap();
+        let v: Value =
+            serde_json::from_str(&json_line(&Record { peer_at_connect: Some(&unknown), ..r.clone() })).unwrap();
         assert_eq!(v["peer_at_connect"], Value::Null);
+        // The caller as the identifier named it, its values escaped by JSON.
+        let pod = PodContainer {
+            namespace: "kube-system".into(),
+            pod: "csi-node-\"x\"".into(),
+            pod_uid: "u".into(),
+            container: "c".into(),
+            container_id: "id".into(),
+            image: "i".into(),
+        };
+        let named = Caller { workload: Some(Workload::Pod(pod)), cgroup: Some("/kubepods/pod-u/id".into()), ..caller };
+        let v: Value =
+            serde_json::from_str(&json_line(&Record { peer_at_connect: Some(&named), ..r.clone() })).unwrap();
+        assert_eq!(
+            v["caller"],
+            json!({"kind": "pod", "namespace": "kube-system", "pod": "csi-node-\"x\"", "pod_uid": "u", "container": "c",
+                   "container_id": "id", "image": "i"})
+        );
+        assert_eq!(v["peer_at_connect"]["cgroup"], "/kubepods/pod-u/id");
+        let unnamed = Caller { workload: Some(Workload::Unknown { why: "no runtime".into() }), ..Caller::default() };
+        let v: Value = serde_json::from_str(&json_line(&Record { peer_at_connect: Some(&unnamed), ..r })).unwrap();
+        assert_eq!(v["caller"], json!({"kind": "unknown", "why": "no runtime"}));
     }
 }

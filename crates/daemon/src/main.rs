@@ -1,6 +1,7 @@
 //! `csi-proxy`: serves the 23 upstream APIs on named pipes (Windows) or unix sockets (Linux).
 
 mod audit;
+mod authz;
 #[cfg(windows)]
 mod console;
 mod flags;
@@ -251,6 +252,11 @@ async fn serve(
             Context::with_observer(hosts, config, Arc::new(MetricsObserver(metrics)))
         }
         None => Context::new(hosts, config),
+    };
+    authz::start_identifier(&opts);
+    let ctx = match authz::start_authorizer(&opts)? {
+        Some(authorizer) => ctx.with_authorizer(authorizer),
+        None => ctx,
     };
     let ctx = match &opts.audit_log {
         // Read-only calls too at -v=4 and above, where calls are logged in detail anyway.

@@ -41,9 +41,9 @@ pub fn parse(path: &str) -> Place {
                 None => Place::Pod { pod_uid },
                 Some(s) => match container_id_of(s) {
                     Some(Runtime { id, monitor: false }) => Place::Container { id, pod_uid: Some(pod_uid) },
-                    Some(Runtime { monitor: true, .. }) => {
-                        Place::OutsideKubernetes { what: format!("the runtime's monitor of a container of pod {pod_uid}") }
-                    }
+                    Some(Runtime { monitor: true, .. }) => Place::OutsideKubernetes {
+                        what: format!("the runtime's monitor of a container of pod {pod_uid}"),
+                    },
                     None => Place::Pod { pod_uid },
                 },
             };
@@ -139,7 +139,9 @@ mod tests {
     fn the_four_layouts_name_pod_and_container() {
         let u = UID.replace('-', "_");
         for path in [
-            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope"),
+            format!(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope"
+            ),
             format!("/kubepods/burstable/pod{UID}/{ID}"),
             format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice/crio-{ID}.scope"),
             format!("/kubepods/besteffort/pod{UID}/crio-{ID}"),

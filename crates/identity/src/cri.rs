@@ -95,8 +95,10 @@ impl Cri {
             grpc.unary(tonic::Request::new(request), path, tonic_prost::ProstCodec::default()).await
         };
         let answered = tokio::time::timeout(CALL_WAIT, asked).await;
-        let failed = |status: String| {
-            RuntimeError::Call { endpoint: self.shown(), call, status: crate::cgroup::bounded(&status) }
+        let failed = |status: String| RuntimeError::Call {
+            endpoint: self.shown(),
+            call,
+            status: crate::cgroup::bounded(&status),
         };
         match answered {
             Ok(Ok(r)) => Ok(r.into_inner()),

@@ -35,8 +35,14 @@ impl Runtime for Scripted {
 
 fn runtime(uid: &str) -> Scripted {
     let mut r = Scripted::default();
-    r.containers.insert(ID.into(), ContainerInfo { sandbox_id: "sb".into(), name: "azuredisk".into(), image: "mcr/azuredisk:v1".into() });
-    r.sandboxes.insert("sb".into(), SandboxInfo { name: "csi-azuredisk-node-x".into(), namespace: "kube-system".into(), uid: uid.into() });
+    r.containers.insert(
+        ID.into(),
+        ContainerInfo { sandbox_id: "sb".into(), name: "azuredisk".into(), image: "mcr/azuredisk:v1".into() },
+    );
+    r.sandboxes.insert(
+        "sb".into(),
+        SandboxInfo { name: "csi-azuredisk-node-x".into(), namespace: "kube-system".into(), uid: uid.into() },
+    );
     r
 }
 
@@ -98,7 +104,8 @@ async fn the_cache_is_bounded() {
     let mut r = Scripted::default();
     for n in 0..(CACHE + 10) {
         let cid = format!("{n:064x}");
-        r.containers.insert(cid.clone(), ContainerInfo { sandbox_id: "sb".into(), name: "c".into(), image: "i".into() });
+        r.containers
+            .insert(cid.clone(), ContainerInfo { sandbox_id: "sb".into(), name: "c".into(), image: "i".into() });
     }
     r.sandboxes.insert("sb".into(), SandboxInfo { name: "p".into(), namespace: "n".into(), uid: UID.into() });
     let id = Identifier::new(Arc::new(r));

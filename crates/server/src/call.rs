@@ -7,9 +7,9 @@ use crate::audit::{is_read_only, AuditSink, Writer, RECORD_WAIT};
 use crate::join::{Entered, Interest, Joins, Publisher};
 use crate::locks::{Key, Locks, Serial};
 use crate::outcome::{panicked, payload_message, Name};
+use crate::policy::{Authorizer, Verdict};
 use crate::pool::{Pool, Pools, Submitted, GROW_AFTER};
 use crate::status::{code_of, go_code_name, to_status};
-use crate::policy::{Authorizer, Verdict};
 use crate::{inline, CallObserver, Config};
 use csi_proxy_host::error::bound_message;
 use csi_proxy_host::{Error, Hosts, Result};
@@ -572,7 +572,9 @@ impl Context {
             let ctx = self.clone();
             facts = run_on(&self.0.pools.unlocked, None, None, move || Ok(facts.gather(ctx.hosts(), wanted)))
                 .await
-                .unwrap_or_else(|why| Err(Error::internal(format!("looking up disks for the policy panicked ({why})"))))?;
+                .unwrap_or_else(|why| {
+                    Err(Error::internal(format!("looking up disks for the policy panicked ({why})")))
+                })?;
         };
         if let Verdict::Denied { why, .. } = &verdict {
             authorizer.report(service, method, why);
@@ -582,6 +584,14 @@ impl Context {
             Verdict::Denied { why, enforced: false } => Ok(audit.map(|a| a.would_deny(&why))),
             Verdict::Denied { why, enforced: true } => {
                 let e = Error::PermissionDenied(why);
+                // A denial is recorded even for a read-only call, which the trail otherwise
+                // leaves out: someone tried something the policy does not grant.
+                let audit = audit.or_else(|| {
+                    let writer = self.0.audit.clone()?;
+                    let call = self.0.next_call.fetch_add(1, Ordering::Relaxed);
+                    let peer = caller.map(|c| Arc::new(c.clone()));
+                    Some(CallAudit::new(writer, call, peer, (service, method), Instant::now()))
+                });
                 if let Some(audit) = &audit {
                     audit.refused(&e).await;
                 }

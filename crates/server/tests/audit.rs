@@ -67,7 +67,13 @@ impl Sink {
 }
 
 fn caller() -> Caller {
-    Caller { pid: Some(4242), uid: Some(1000), gid: Some(1000), exe: Some("/usr/bin/driver".into()), ..Caller::default() }
+    Caller {
+        pid: Some(4242),
+        uid: Some(1000),
+        gid: Some(1000),
+        exe: Some("/usr/bin/driver".into()),
+        ..Caller::default()
+    }
 }
 
 fn from_caller<T>(message: T) -> Request<T> {

@@ -288,6 +288,7 @@ async fn serve_connection<IO, S, B>(
     B::Error: Into<BoxError>,
 {
     let caller = identified(caller).await;
+    let caller_value = caller.workload.as_ref().map(caller_header);
     let in_flight = ctx.conn.in_flight.clone();
     let watch = Watch { handshake: options.conn.handshake_timeout, progress: options.progress_timeout };
     let io = authority::AuthorityFix::new(Watched::new(io, watch).with_handshake_flag(ctx.conn.handshake_done.clone()));
@@ -308,6 +309,7 @@ async fn serve_connection<IO, S, B>(
         let (body, wait) = CallBody::new(body, unary);
         let call = start_call(&service, http::Request::from_parts(parts, body));
         let (endpoint, shared, calls, key) = (endpoint.clone(), shared.clone(), calls.clone(), key.clone());
+        let caller_value = caller_value.clone();
         async move {
             tokio::pin!(call);
             // The permit, once the request has arrived; the call counts as in flight from then.
@@ -339,6 +341,9 @@ async fn serve_connection<IO, S, B>(
             if let Ok(r) = &mut answer {
                 r.headers_mut().insert(VERSION_HEADER_NAME, version_value());
                 r.headers_mut().insert(FEATURES_HEADER_NAME, http::HeaderValue::from_static(csi_proxy_wire::FEATURES));
+                if let Some(v) = &caller_value {
+                    r.headers_mut().insert(CALLER_HEADER_NAME, v.clone());
+                }
             }
             drop(held);
             answer
@@ -431,6 +436,25 @@ const VERSION_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(VERS
 
 /// [`csi_proxy_wire::FEATURES_HEADER`] as a header name, on every answer beside the version.
 const FEATURES_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(csi_proxy_wire::FEATURES_HEADER);
+
+/// [`csi_proxy_wire::CALLER_HEADER`] as a header name.
+const CALLER_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(csi_proxy_wire::CALLER_HEADER);
+
+/// The longest [`csi_proxy_wire::CALLER_HEADER`] value, before encoding.
+const CALLER_HEADER_MAX: usize = 1024;
+
+/// `workload` as the caller header says it: its text, bounded, with `%`, controls and non-ASCII
+/// percent-encoded (as gRPC encodes `grpc-message`), so any name makes a valid header value.
+fn caller_header(workload: &Workload) -> http::HeaderValue {
+    const ENCODED: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%');
+    let text = workload.to_string();
+    let mut end = text.len().min(CALLER_HEADER_MAX);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let encoded = percent_encoding::utf8_percent_encode(&text[..end], ENCODED).to_string();
+    http::HeaderValue::from_str(&encoded).unwrap_or_else(|_| http::HeaderValue::from_static("unknown"))
+}
 
 static VERSION: std::sync::OnceLock<http::HeaderValue> = std::sync::OnceLock::new();
 

@@ -125,7 +125,12 @@ mod tests {
         assert_eq!(Caller::default().to_string(), "unknown");
         let c = Caller { pid: Some(7), uid: Some(0), exe: Some("/bin/a b".into()), ..Caller::default() };
         assert_eq!(c.to_string(), r#"pid=7 uid=0 exe="/bin/a b""#);
-        let pod = PodContainer { namespace: "kube-system".into(), pod: "p".into(), container: "c".into(), ..Default::default() };
+        let pod = PodContainer {
+            namespace: "kube-system".into(),
+            pod: "p".into(),
+            container: "c".into(),
+            ..Default::default()
+        };
         let c = Caller { pid: Some(7), workload: Some(Workload::Pod(pod)), ..Caller::default() };
         assert_eq!(c.to_string(), r#"pid=7 as=pod=kube-system/p container=c image="""#);
     }

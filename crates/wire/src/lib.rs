@@ -142,6 +142,12 @@ pub const FEATURES_HEADER: &str = "csi-proxy-features";
 /// [`FEATURES_HEADER`]'s value.
 pub const FEATURES: &str = "dry-run";
 
+/// The header on every answer of a connection whose caller the daemon named: who the daemon
+/// takes the caller to be, as [`Workload`]'s text (`host`, `pod=ns/name container=c image="i"`,
+/// `unknown (why)`), percent-encoded like `grpc-message`. It tells a caller only about itself:
+/// what the audit trail and the authorization policy see (`csi-proxyctl whoami` prints it).
+pub const CALLER_HEADER: &str = "csi-proxy-caller";
+
 /// The request fields (by their .proto names) whose values never reach logs, audit records or
 /// the screen: SMB passwords, CHAP secrets, and the CHAP user name, half of the credential. The
 /// one list every place that shows a request redacts by (the daemon's call log and audit

@@ -405,7 +405,13 @@ impl Writer {
         let (done, written) = oneshot::channel();
         // What the end record is made from if this future is dropped after the writer took the
         // record.
-        let start = Owned { request: None, message: None, peer_at_connect: record.peer_at_connect.clone(), would_deny: record.would_deny.clone(), ..record };
+        let start = Owned {
+            request: None,
+            message: None,
+            peer_at_connect: record.peer_at_connect.clone(),
+            would_deny: record.would_deny.clone(),
+            ..record
+        };
         let job = Job { record, ticket: Some(ticket.clone()), began, done: Some(done) };
         let slot = {
             let mut state = self.queue.state();

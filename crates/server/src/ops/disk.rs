@@ -1,7 +1,7 @@
 use super::op;
-use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::locks::Serial;
+use crate::policy::args::{Arg, Args};
 use csi_proxy_host::types::{DiskIds, DiskLocation};
 use csi_proxy_host::Error;
 use std::collections::BTreeMap;

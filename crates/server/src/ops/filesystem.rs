@@ -1,7 +1,7 @@
 use super::op;
-use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::fields::required;
+use crate::policy::args::{Arg, Args};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PathExists {

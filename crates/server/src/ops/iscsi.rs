@@ -1,7 +1,7 @@
 use super::op;
-use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::fields::required;
+use crate::policy::args::{Arg, Args};
 use csi_proxy_host::types::{ConnectTarget as Connect, Secret, TargetPortal};
 
 #[derive(Debug, Clone, PartialEq)]

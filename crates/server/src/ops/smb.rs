@@ -1,7 +1,7 @@
 use super::op;
-use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::fields::required;
+use crate::policy::args::{Arg, Args};
 use csi_proxy_host::types::{Secret, SmbMapping};
 
 /// The request's remote path, checked by the one rule both backends use

@@ -1,8 +1,8 @@
 use super::op;
-use crate::policy::args::{Arg, Args};
 use crate::dry_run::{Look, Plan};
 use crate::fields::{non_negative, required};
 use crate::locks::Serial;
+use crate::policy::args::{Arg, Args};
 use csi_proxy_host::data_volume::disk_number_in;
 use csi_proxy_host::types::VolumeStats;
 

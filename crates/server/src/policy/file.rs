@@ -124,8 +124,8 @@ pub fn parse(text: &str) -> Result<Policy, PolicyError> {
         for a in &rule.allow {
             allow.extend(grant(a)?);
         }
-        let globs = |list: &[Spanned<String>], field: &str, case: bool| {
-            list.iter().map(|s| glob(s, field, case)).collect::<Result<Vec<_>, _>>()
+        let globs = |list: &[Spanned<String>], field: &str| {
+            list.iter().map(|s| glob(s, field, false, false)).collect::<Result<Vec<_>, _>>()
         };
         rules.push(Rule {
             name: rule.name.value.clone(),
@@ -138,11 +138,11 @@ pub fn parse(text: &str) -> Result<Policy, PolicyError> {
                 .iter()
                 .map(|s| {
                     let unified = Spanned { value: super::remote_form(&s.value), ..s.clone() };
-                    glob(&unified, "smb_remotes", false)
+                    glob(&unified, "smb_remotes", false, false)
                 })
                 .collect::<Result<_, _>>()?,
-            services: globs(&rule.services, "services", false)?,
-            portals: globs(&rule.iscsi_portals, "iscsi_portals", false)?,
+            services: globs(&rule.services, "services")?,
+            portals: globs(&rule.iscsi_portals, "iscsi_portals")?,
         });
     }
     Ok(Policy { rules })
@@ -156,18 +156,18 @@ fn first_lines(message: &str) -> String {
 }
 
 fn caller(c: &CallerFile) -> Result<CallerRule, PolicyError> {
-    let opt = |s: &Option<Spanned<String>>, field: &str| s.as_ref().map(|s| glob(s, field, true)).transpose();
+    let opt = |s: &Option<Spanned<String>>, field: &str| s.as_ref().map(|s| glob(s, field, true, false)).transpose();
     Ok(match c {
         CallerFile::Pod(p) => CallerRule::Pod {
-            namespace: glob(&p.namespace, "pod.namespace", true)?,
+            namespace: glob(&p.namespace, "pod.namespace", true, false)?,
             name: opt(&p.name, "pod.name")?,
             container: opt(&p.container, "pod.container")?,
-            image: opt(&p.image, "pod.image")?,
+            image: p.image.as_ref().map(|s| glob(s, "pod.image", true, true)).transpose()?,
         },
         // Windows image paths and SIDs compare without case, as Windows compares them.
         CallerFile::Host(h) => CallerRule::Host {
-            exe: glob(&h.exe, "host.exe", !h.exe.value.contains('\\'))?,
-            user: h.user.as_ref().map(|u| glob(u, "host.user", false)).transpose()?,
+            exe: glob(&h.exe, "host.exe", !h.exe.value.contains('\\'), true)?,
+            user: h.user.as_ref().map(|u| glob(u, "host.user", false, false)).transpose()?,
         },
     })
 }
@@ -205,7 +205,12 @@ fn grant(a: &AllowFile) -> Result<Vec<MethodGrant>, PolicyError> {
                 return Err(at(
                     m,
                     "methods",
-                    format!("{} has no method {:?}; it has {:?}", a.api.value, csi_proxy_host::error::clip(&m.value), all),
+                    format!(
+                        "{} has no method {:?}; it has {:?}",
+                        a.api.value,
+                        csi_proxy_host::error::clip(&m.value),
+                        all
+                    ),
                 ));
             }
         }
@@ -214,13 +219,13 @@ fn grant(a: &AllowFile) -> Result<Vec<MethodGrant>, PolicyError> {
     Ok(grants)
 }
 
-fn glob(s: &Spanned<String>, field: &str, case_sensitive: bool) -> Result<Glob, PolicyError> {
+fn glob(s: &Spanned<String>, field: &str, case_sensitive: bool, spans_separators: bool) -> Result<Glob, PolicyError> {
     if s.value.is_empty() {
         return Err(at(s, field, "an empty pattern"));
     }
     let pattern = glob::Pattern::new(&s.value)
         .map_err(|e| at(s, field, format!("{:?} is not a pattern ({e})", csi_proxy_host::error::clip(&s.value))))?;
-    Ok(Glob { pattern, case_sensitive })
+    Ok(Glob { pattern, case_sensitive, spans_separators })
 }
 
 fn root(s: &Spanned<String>) -> Result<Root, PolicyError> {

@@ -65,13 +65,17 @@ pub(crate) enum Disks {
 pub(crate) struct Glob {
     pub pattern: glob::Pattern,
     pub case_sensitive: bool,
+    /// Whether `*` and `?` match `/` too: yes for executables and images
+    /// (`*/csi-proxyctl`, `registry.k8s.io/*`), no for SMB shares, where a `*` must stay
+    /// within one part of `//server/share`.
+    pub spans_separators: bool,
 }
 
 impl Glob {
     fn matches(&self, text: &str) -> bool {
         let options = glob::MatchOptions {
             case_sensitive: self.case_sensitive,
-            require_literal_separator: true,
+            require_literal_separator: !self.spans_separators,
             require_literal_leading_dot: false,
         };
         self.pattern.matches_with(text, options)
@@ -207,7 +211,8 @@ impl Gathered {
     /// These facts and the `wanted` ones, from the host.
     pub fn gather(mut self, hosts: &csi_proxy_host::Hosts, wanted: Vec<Want>) -> Gathered {
         self.passes += 1;
-        let disks: Vec<u32> = wanted.iter().filter_map(|w| if let Want::Disk(n) = w { Some(*n) } else { None }).collect();
+        let disks: Vec<u32> =
+            wanted.iter().filter_map(|w| if let Want::Disk(n) = w { Some(*n) } else { None }).collect();
         if !disks.is_empty() {
             // One listing of each kind answers for every disk asked about.
             let ids = hosts.disk.list_disk_ids().map_err(|e| e.to_string());
@@ -261,6 +266,10 @@ pub fn needs_facts(args: &[Arg<'_>]) -> bool {
 }
 
 impl Policy {
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
     /// The rule that grants `method` of `api` on `args` to `caller`, or why none does.
     pub fn decide(
         &self,
@@ -349,8 +358,11 @@ impl Rule {
                 let disk = facts
                     .disk_of_volume(v)
                     .map_err(|e| format!("{arg}: its disk could not be found to judge it ({e})"))?;
-                self.admits_disk(disk, facts)
-                    .map_err(|why| why.unwrap_or_else(|| format!("rule {:?} does not admit {arg} on disk {disk} (its disks)", self.name)))
+                self.admits_disk(disk, facts).map_err(|why| {
+                    why.unwrap_or_else(|| {
+                        format!("rule {:?} does not admit {arg} on disk {disk} (its disks)", self.name)
+                    })
+                })
             }
             Arg::Remote(r) => {
                 if self.remotes.iter().any(|g| g.matches(&remote_form(r))) {
@@ -386,7 +398,8 @@ impl Rule {
         if selectors.iter().all(|s| matches!(s, ProtectedDisk::Number(_))) {
             return Err(None);
         }
-        let (serial, location) = facts.disk(n).map_err(|e| Some(format!("disk {n} could not be looked up to judge it ({e})")))?;
+        let (serial, location) =
+            facts.disk(n).map_err(|e| Some(format!("disk {n} could not be looked up to judge it ({e})")))?;
         if selectors.iter().any(|s| s.matches(n, &serial, &location)) {
             Ok(())
         } else {
@@ -415,9 +428,14 @@ pub struct Authorizer {
 /// What the authorizer says of one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    Granted { rule: String },
+    Granted {
+        rule: String,
+    },
     /// Not granted; in warn mode it runs anyway.
-    Denied { why: String, enforced: bool },
+    Denied {
+        why: String,
+        enforced: bool,
+    },
 }
 
 impl Authorizer {

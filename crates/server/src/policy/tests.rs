@@ -9,7 +9,10 @@ struct NoHost;
 impl Facts for NoHost {
     fn disk(&self, number: u32) -> csi_proxy_host::Result<(String, DiskLocation)> {
         let serial = if number == 2 { "DATA-2" } else { "OS-0" };
-        Ok((serial.into(), DiskLocation { adapter: "0".into(), bus: "0".into(), target: number.to_string(), lun_id: "0".into() }))
+        Ok((
+            serial.into(),
+            DiskLocation { adapter: "0".into(), bus: "0".into(), target: number.to_string(), lun_id: "0".into() },
+        ))
     }
     fn disk_of_volume(&self, volume_id: &str) -> csi_proxy_host::Result<u32> {
         match volume_id {
@@ -151,7 +154,12 @@ fn shares_services_portals_and_host_callers() {
     let wrong_image = pod("kube-system", "csi-smb-node-1", "smb", "evil/smbplugin:v1");
     assert!(decide(&wrong_image, "v1alpha1.System", "StartService", &[Arg::Service("iscsid")]).is_err());
 
-    let admin = Caller { uid: Some(0), exe: Some("/usr/bin/csi-proxyctl".into()), workload: Some(Workload::Host), ..Caller::default() };
+    let admin = Caller {
+        uid: Some(0),
+        exe: Some("/usr/bin/csi-proxyctl".into()),
+        workload: Some(Workload::Host),
+        ..Caller::default()
+    };
     let portal = TargetPortal { address: "10.0.0.5".into(), port: 3260 };
     assert!(decide(&admin, "v1alpha2.Iscsi", "AddTargetPortal", &[Arg::Portal(&portal)]).is_ok());
     let far = TargetPortal { address: "192.168.1.1".into(), port: 3260 };
@@ -181,9 +189,12 @@ fn faults_in_the_file_name_their_line_and_field() {
         assert!(e.contains(expected), "{e}\n  expected: {expected}");
     }
     // A misspelt field is named, with its line.
-    let e = parse("rules:\n- name: a\n  callers: [{pod: {namespace: x}}]\n  allow: []\n  path: [/x]\n").unwrap_err().to_string();
+    let e = parse("rules:\n- name: a\n  callers: [{pod: {namespace: x}}]\n  allow: []\n  path: [/x]\n")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("path") && e.contains('5'), "{e}");
-    let e = parse("rules:\n- name: a\n  callers: [{pod: {namespace: x, nmae: y}}]\n  allow: []\n").unwrap_err().to_string();
+    let e =
+        parse("rules:\n- name: a\n  callers: [{pod: {namespace: x, nmae: y}}]\n  allow: []\n").unwrap_err().to_string();
     assert!(e.contains("nmae"), "{e}");
 }
 
@@ -195,8 +206,13 @@ fn the_authorizer_enforces_or_warns_and_takes_a_new_policy_whole() {
     let Verdict::Denied { why, enforced: true } = v else { panic!("{v:?}") };
     assert!(why.contains("pod=kube-system/csi-azuredisk-node-abc container=azuredisk"), "{why}");
     a.replace(parse("rules:\n- name: all\n  callers: [{pod: {namespace: '*'}}]\n  allow: [{api: disk, methods: ['*']}]\n  disks: ['*']\n").unwrap());
-    assert_eq!(a.check(Some(&d), "v1.Disk", "PartitionDisk", &[Arg::Disk(0)], &NoHost), Verdict::Granted { rule: "all".into() });
+    assert_eq!(
+        a.check(Some(&d), "v1.Disk", "PartitionDisk", &[Arg::Disk(0)], &NoHost),
+        Verdict::Granted { rule: "all".into() }
+    );
     let w = Authorizer::new(parse(POLICY).unwrap(), Mode::Warn);
-    assert!(matches!(w.check(Some(&d), "v1.Disk", "PartitionDisk", &[Arg::Disk(0)], &NoHost), Verdict::Denied { enforced: false, .. }));
+    assert!(matches!(
+        w.check(Some(&d), "v1.Disk", "PartitionDisk", &[Arg::Disk(0)], &NoHost),
+        Verdict::Denied { enforced: false, .. }
+    ));
 }
-
