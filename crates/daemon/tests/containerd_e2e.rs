@@ -213,7 +213,8 @@ fn pods_are_named_in_audit_records_and_the_policy_allows_and_denies_as_written()
     let refused = s.call(&denied, &enforce, "Mkdir", &refused_path);
     assert_ne!(refused.exit_code, 0, "{refused:?}");
     assert!(refused.output.contains("code PermissionDenied"), "{refused:?}");
-    assert!(refused.output.contains("denied-1"), "the message names the caller: {refused:?}");
+    let named = "pod=csi-test/denied-1 container=caller";
+    assert!(refused.output.contains(named), "the message names the caller: {refused:?}");
     assert!(!refused_path.exists(), "a refused call did nothing");
 
     // The same pod against the daemon in warn mode: the call runs, and is recorded as one the
@@ -245,6 +246,8 @@ fn pods_are_named_in_audit_records_and_the_policy_allows_and_denies_as_written()
         assert!(refusals.len() == 1 && of_it.len() == 1, "only a refused record: {enforced:#?}");
         assert_eq!(refusals[0]["code"], "PermissionDenied", "{}", refusals[0]);
         assert_names(refusals[0], pod, exited, &s.image);
+        let message = refusals[0]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("pod=csi-test/{}", pod.name())), "{}", refusals[0]);
     }
 
     let warned_records = records(&warn.audit);
