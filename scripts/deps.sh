@@ -22,7 +22,8 @@ case "${1:-}" in
 esac
 need=()
 for p in "${pkgs[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+  # Installed, not merely known: a removed package keeps its conffiles and a dpkg -s entry.
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || need+=("$p")
 done
 [ ${#need[@]} = 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
