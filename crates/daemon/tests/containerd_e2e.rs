@@ -81,15 +81,15 @@ fn container_cgroups(text: &str) -> Vec<&str> {
     text.lines().filter_map(|l| l.splitn(3, ':').nth(2)).filter(|p| p.contains("/kubepods/")).collect()
 }
 
-/// The policy under test: pods `csi-test/allowed-*`, container `caller`, may check and make
-/// directories under `root`, and nothing else; no other caller is granted anything.
+/// The policy under test: pods `csi-test/allowed-*`, container `caller` of the caller image, may
+/// check and make directories under `root`, and nothing else; no other caller is granted anything.
 fn policy(root: &Path) -> String {
     let root = serde_json::to_string(root.to_str().unwrap()).unwrap();
     format!(
         r#"rules:
 - name: test-driver
   callers:
-  - pod: {{namespace: csi-test, name: "allowed-*", container: caller}}
+  - pod: {{namespace: csi-test, name: "allowed-*", container: caller, image: "localhost/csi-proxy-test/caller:*"}}
   allow:
   - {{api: filesystem, methods: [PathExists, Mkdir]}}
   paths: [{root}]
@@ -97,10 +97,12 @@ fn policy(root: &Path) -> String {
     )
 }
 
-/// What the runs share: the runtime, the caller image, csi-proxyctl.
+/// What the runs share: the runtime, the caller image (and another one, the same but for its
+/// name), csi-proxyctl.
 struct Setup {
     runtime: Containerd,
     image: String,
+    other_image: String,
     ctl: PathBuf,
 }
 
@@ -109,6 +111,11 @@ impl Setup {
     /// sockets, with the real csi-proxyctl; its process's cgroup is checked to be the one the
     /// kubelet and containerd give that container (`/kubepods/besteffort/pod<uid>/<id>`).
     fn call(&self, pod: &Pod, daemon: &Daemon, method: &str, path: &Path) -> Exited {
+        self.call_from(&self.image, pod, daemon, method, path)
+    }
+
+    /// [`Self::call`] from a container of `image`.
+    fn call_from(&self, image: &str, pod: &Pod, daemon: &Daemon, method: &str, path: &Path) -> Exited {
         let mut mounts = host_mounts();
         mounts.push(ro(self.ctl.to_str().unwrap(), "/csi-proxyctl"));
         // As a driver's DaemonSet mounts the socket directory (hostPath).
@@ -133,7 +140,7 @@ impl Setup {
             method,
             &request,
         ];
-        let exited = pod.run("caller", &self.image, &command, mounts);
+        let exited = pod.run("caller", image, &command, mounts);
         let expected = format!("{}/{}", pod.cgroup_parent(), exited.id);
         let cgroups = container_cgroups(&exited.output);
         assert!(
@@ -181,7 +188,8 @@ fn pods_are_named_in_audit_records_and_the_policy_allows_and_denies_as_written()
     let began = Instant::now();
     let runtime = Containerd::start("csi-proxy-containerd");
     let image = runtime.import(&caller_image("caller"));
-    let s = Setup { runtime, image, ctl };
+    let other_image = runtime.import(&caller_image("other"));
+    let s = Setup { runtime, image, other_image, ctl };
     let dir = s.runtime.dir.path();
     let root = dir.join("kubelet/plugins/test-driver");
     let elsewhere = dir.join("kubelet/pods");
@@ -206,6 +214,13 @@ fn pods_are_named_in_audit_records_and_the_policy_allows_and_denies_as_written()
     assert_ne!(out_of_root.exit_code, 0, "{out_of_root:?}");
     assert!(out_of_root.output.contains("code PermissionDenied"), "{out_of_root:?}");
     assert!(!outside.exists(), "a refused call did nothing");
+    // The same pod and container name, but another image than the rule's.
+    let other_path = root.join("made-by-allowed-1-other");
+    let other = s.call_from(&s.other_image, &allowed, &enforce, "Mkdir", &other_path);
+    assert_ne!(other.exit_code, 0, "{other:?}");
+    assert!(other.output.contains("code PermissionDenied"), "{other:?}");
+    assert!(other.output.contains("localhost/csi-proxy-test/other:1"), "the message names the image: {other:?}");
+    assert!(!other_path.exists(), "a refused call did nothing");
 
     // A pod of the same namespace that no rule grants: PermissionDenied, naming it.
     let denied = s.runtime.run_pod("csi-test", "denied-1");
@@ -240,12 +255,14 @@ fn pods_are_named_in_audit_records_and_the_policy_allows_and_denies_as_written()
         assert!(r.get("authorization").is_none_or(|a| a.get("denied").is_none()), "nothing denied: {r}");
     }
     assert_eq!(end[0]["code"], "OK", "{}", end[0]);
-    for (exited, pod) in [(&out_of_root, &allowed), (&refused, &denied)] {
+    for (exited, pod, image) in
+        [(&out_of_root, &allowed, &s.image), (&other, &allowed, &s.other_image), (&refused, &denied, &s.image)]
+    {
         let of_it = records_of(&enforced, &exited.id);
         let refusals = events(&of_it, "refused");
         assert!(refusals.len() == 1 && of_it.len() == 1, "only a refused record: {enforced:#?}");
         assert_eq!(refusals[0]["code"], "PermissionDenied", "{}", refusals[0]);
-        assert_names(refusals[0], pod, exited, &s.image);
+        assert_names(refusals[0], pod, exited, image);
         let message = refusals[0]["message"].as_str().unwrap_or_default();
         assert!(message.contains(&format!("pod=csi-test/{}", pod.name())), "{}", refusals[0]);
     }
