@@ -46,6 +46,9 @@ Commands (read-only):
                           and its request and response messages).
   version                 This program's version and the daemon's (which every answer of the
                           daemon names in its csi-proxy-version header).
+  whoami                  Who the daemon takes this program to be, as its audit trail and
+                          -authorization-policy see it (host, a pod's container, or unknown and
+                          why), from the csi-proxy-caller header of its answers.
 
 Node check (changes the host: run it on a node you may test on, as root on Linux):
   conformance             Runs every group's calls and each block driver's node flow (azuredisk,
@@ -139,6 +142,7 @@ pub enum Command {
     Service(String),
     Methods(Option<Api>),
     Version,
+    Whoami,
     Call {
         api: Api,
         method: String,
@@ -428,6 +432,7 @@ pub fn parse(argv: &[String]) -> Result<Parsed, String> {
         "iscsi-portals" => Command::IscsiPortals,
         "bios-serial" => Command::BiosSerial,
         "version" => Command::Version,
+        "whoami" => Command::Whoami,
         "service" => Command::Service(words.next().ok_or("service needs the service's name: service <name>")?),
         "methods" => Command::Methods(
             words.next().map(|a| csi_proxy_client::parse_api(&a)).transpose().map_err(|e| e.to_string())?,

@@ -213,6 +213,7 @@ async fn run(o: args::Options) -> Result<(), Failure> {
             Command::Service(name) => list::service(&ctx, &name).await,
             Command::Methods(api) => methods(&ctx, api),
             Command::Version => version(&ctx).await,
+            Command::Whoami => whoami(&ctx).await,
             Command::Conformance { .. } => Err(Failure::Other(anyhow::anyhow!("conformance runs above"))),
             Command::Call { api, .. } => match prepared {
                 Some(prepared) => call(&ctx, api, prepared).await,
@@ -255,16 +256,16 @@ fn methods(ctx: &Ctx, only: Option<csi_proxy_client::Api>) -> Result<(), Failure
 
 /// This program's version, then the daemon's: the `csi-proxy-version` header of its answer to a
 /// health check on the first endpoint that answers (every answer of csi-proxy carries it).
-async fn version(ctx: &Ctx) -> Result<(), Failure> {
+/// The first endpoint that answers a health check, and its answer's headers; else the last
+/// error.
+async fn first_answer(ctx: &Ctx) -> Result<(String, tonic::metadata::MetadataMap), String> {
     use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
-    let client = env!("CARGO_PKG_VERSION");
-    let mut reached = None;
-    let mut last_error = None;
+    let mut last_error = String::new();
     for api in csi_proxy_client::APIS {
         let channel = match ctx.connector.connect(*api).await {
             Ok(c) => c,
             Err(e) => {
-                last_error = Some(e.to_string());
+                last_error = e.to_string();
                 continue;
             }
         };
@@ -273,14 +274,24 @@ async fn version(ctx: &Ctx) -> Result<(), Failure> {
             // A daemon without the health service (upstream's) still answers, with its headers.
             Err(s) if s.code() == tonic::Code::Unimplemented => s.metadata().clone(),
             Err(s) => {
-                last_error = Some(format!("health check: code {:?}: {}", s.code(), s.message()));
+                last_error = format!("health check: code {:?}: {}", s.code(), s.message());
                 continue;
             }
         };
-        let daemon = metadata.get(VERSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        reached = Some((ctx.connector.endpoint(api), daemon));
-        break;
+        return Ok((ctx.connector.endpoint(api), metadata));
     }
+    Err(last_error)
+}
+
+async fn version(ctx: &Ctx) -> Result<(), Failure> {
+    let client = env!("CARGO_PKG_VERSION");
+    let (reached, last_error) = match first_answer(ctx).await {
+        Ok((endpoint, metadata)) => {
+            let daemon = metadata.get(VERSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            (Some((endpoint, daemon)), None)
+        }
+        Err(e) => (None, Some(e)),
+    };
     let Some((endpoint, daemon)) = reached else {
         if ctx.json {
             println!("{}", term::json(&serde_json::json!({"client": {"version": client}})));
@@ -302,6 +313,29 @@ async fn version(ctx: &Ctx) -> Result<(), Failure> {
     } else {
         println!("csi-proxyctl {client}");
         println!("csi-proxy {}", term::shown(&shown, term::VALUE));
+    }
+    Ok(())
+}
+
+/// Who the daemon takes this program to be: its csi-proxy-caller header, decoded.
+async fn whoami(ctx: &Ctx) -> Result<(), Failure> {
+    let (endpoint, metadata) = first_answer(ctx)
+        .await
+        .map_err(|e| Failure::Other(anyhow::anyhow!("cannot reach the daemon on any endpoint: {e}")))?;
+    let caller = metadata
+        .get(csi_proxy_client::wire::CALLER_HEADER)
+        .map(|v| percent_encoding::percent_decode(v.as_bytes()).decode_utf8_lossy().into_owned());
+    let Some(caller) = caller else {
+        return Err(Failure::Other(anyhow::anyhow!(
+            "{endpoint} does not say who it takes callers to be (no {} header: a daemon without caller \
+             identity, such as upstream's)",
+            csi_proxy_client::wire::CALLER_HEADER
+        )));
+    };
+    if ctx.json {
+        println!("{}", term::json_pretty(&serde_json::json!({"caller": caller, "endpoint": endpoint})));
+    } else {
+        println!("{}", term::shown(&caller, term::VALUE));
     }
     Ok(())
 }

@@ -232,6 +232,7 @@ mod tests {
             late: None,
             lost: None,
             dry_run: false,
+            would_deny: None,
         }
     }
 
@@ -567,7 +568,8 @@ mod tests {
             container_id: "id".into(),
             image: "i".into(),
         };
-        let named = Caller { workload: Some(Workload::Pod(pod)), cgroup: Some("/kubepods/pod-u/id".into()), ..caller };
+        let named =
+            Caller { workload: Some(Workload::Pod(pod)), cgroup: Some("/kubepods/pod-u/id".into()), ..caller.clone() };
         let v: Value =
             serde_json::from_str(&json_line(&Record { peer_at_connect: Some(&named), ..r.clone() })).unwrap();
         assert_eq!(

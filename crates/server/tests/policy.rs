@@ -61,8 +61,11 @@ fn every_method(extra: &str) -> String {
     )
 }
 
+/// What a test reads of a record: event, method, code, the caller as named, the warning.
+type Kept = (Event, String, Option<String>, Option<String>, Option<String>);
+
 #[derive(Default)]
-struct Sink(Mutex<Vec<(Event, String, Option<String>, Option<String>, Option<String>)>>);
+struct Sink(Mutex<Vec<Kept>>);
 
 impl AuditSink for Sink {
     fn write(&self, r: &Record<'_>) -> std::io::Result<()> {

@@ -516,7 +516,8 @@ impl Drop for GiveUp<'_> {
 
 /// What the writer thread does next.
 enum Next {
-    Job(Job),
+    /// Boxed: a job is a whole record, the other variants nothing.
+    Job(Box<Job>),
     /// Records wait to be written late and nothing else came for [`LATE_RETRY`].
     Retry,
     /// Every [`Writer`] is gone and nothing is queued.
@@ -528,7 +529,7 @@ impl Queue {
         let mut state = self.state();
         loop {
             if let Some(job) = state.jobs.pop_front() {
-                return Next::Job(job);
+                return Next::Job(Box::new(job));
             }
             if state.closed {
                 return Next::Stop;
@@ -576,7 +577,7 @@ fn write_queued(queue: &Queue, sink: &dyn AuditSink, wait: Duration) {
     };
     loop {
         let job = match queue.next() {
-            Next::Job(job) => job,
+            Next::Job(job) => *job,
             Next::Retry => {
                 write_late(queue, &write);
                 continue;
@@ -749,6 +750,7 @@ mod tests {
             message: None,
             duration: None,
             dry_run: false,
+            would_deny: None,
         }
     }
 

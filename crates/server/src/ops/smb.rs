@@ -57,21 +57,6 @@ impl Plan for RemoveSmbGlobalMapping {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use csi_proxy_host::Error;
-
-    #[test]
-    fn remote_paths_need_host_and_share() {
-        assert_eq!(normalise_remote("//srv/share/sub").unwrap(), r"\\srv\share\sub");
-        assert_eq!(normalise_remote(r"\\srv\share").unwrap(), r"\\srv\share");
-        for bad in ["", "srv", r"\\srv\", "//"] {
-            assert!(matches!(normalise_remote(bad), Err(Error::InvalidArgument(_))), "{bad:?}");
-        }
-    }
-}
-
 // What each operation names, for the authorization policy (crate::policy).
 
 impl Args for NewSmbGlobalMapping {
@@ -90,5 +75,20 @@ impl Args for RemoveSmbGlobalMapping {
     fn args(&self) -> Vec<Arg<'_>> {
         let s = self;
         vec![Arg::Remote(&s.remote_path)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use csi_proxy_host::Error;
+
+    #[test]
+    fn remote_paths_need_host_and_share() {
+        assert_eq!(normalise_remote("//srv/share/sub").unwrap(), r"\\srv\share\sub");
+        assert_eq!(normalise_remote(r"\\srv\share").unwrap(), r"\\srv\share");
+        for bad in ["", "srv", r"\\srv\", "//"] {
+            assert!(matches!(normalise_remote(bad), Err(Error::InvalidArgument(_))), "{bad:?}");
+        }
     }
 }

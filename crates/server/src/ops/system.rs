@@ -85,30 +85,6 @@ impl Plan for StopService {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn list(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn allowed_services_compare_as_the_os_does() {
-        let allowed = list(&["iscsid", "MSiSCSI"]);
-        assert!(service_allowed("iscsid", &allowed));
-        assert!(service_allowed("MSiSCSI", &allowed));
-        assert!(!service_allowed("kubelet", &allowed));
-        assert!(!service_allowed("", &allowed));
-        assert!(!service_allowed("iscsid ", &allowed));
-        assert!(!service_allowed("iscsi", &allowed), "no prefix matching");
-        assert!(!service_allowed("iscsid", &[]), "an empty list allows nothing");
-        assert_eq!(service_allowed("ISCSID", &allowed), cfg!(windows));
-        assert_eq!(service_allowed("msiscsi", &allowed), cfg!(windows));
-        assert!(!service_allowed("iscsid.service", &allowed), "Linux compares unit names exactly");
-    }
-}
-
 // What each operation names, for the authorization policy (crate::policy).
 
 impl Args for GetBiosSerialNumber {
@@ -135,5 +111,29 @@ impl Args for GetService {
     fn args(&self) -> Vec<Arg<'_>> {
         let s = self;
         vec![Arg::Service(&s.name)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn allowed_services_compare_as_the_os_does() {
+        let allowed = list(&["iscsid", "MSiSCSI"]);
+        assert!(service_allowed("iscsid", &allowed));
+        assert!(service_allowed("MSiSCSI", &allowed));
+        assert!(!service_allowed("kubelet", &allowed));
+        assert!(!service_allowed("", &allowed));
+        assert!(!service_allowed("iscsid ", &allowed));
+        assert!(!service_allowed("iscsi", &allowed), "no prefix matching");
+        assert!(!service_allowed("iscsid", &[]), "an empty list allows nothing");
+        assert_eq!(service_allowed("ISCSID", &allowed), cfg!(windows));
+        assert_eq!(service_allowed("msiscsi", &allowed), cfg!(windows));
+        assert!(!service_allowed("iscsid.service", &allowed), "Linux compares unit names exactly");
     }
 }

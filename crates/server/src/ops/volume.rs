@@ -170,21 +170,6 @@ impl Plan for WriteVolumeCache {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::call::Op;
-
-    #[test]
-    fn a_resize_by_disk_number_holds_that_disk() {
-        let by_disk = ResizeVolume { volume_id: "2".into(), size_bytes: 0 };
-        assert_eq!(by_disk.serial().unwrap(), Serial::Disk(2));
-        let id = r"\\?\Volume{0a1b2c3d-0000-1111-2222-333344445555}\";
-        let by_id = ResizeVolume { volume_id: id.into(), size_bytes: 0 };
-        assert_eq!(by_id.serial().unwrap(), Serial::Volume(id.into()));
-    }
-}
-
 // What each operation names, for the authorization policy (crate::policy).
 
 impl Args for ListVolumesOnDisk {
@@ -261,5 +246,20 @@ impl Args for WriteVolumeCache {
     fn args(&self) -> Vec<Arg<'_>> {
         let s = self;
         vec![Arg::Volume(&s.volume_id)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::Op;
+
+    #[test]
+    fn a_resize_by_disk_number_holds_that_disk() {
+        let by_disk = ResizeVolume { volume_id: "2".into(), size_bytes: 0 };
+        assert_eq!(by_disk.serial().unwrap(), Serial::Disk(2));
+        let id = r"\\?\Volume{0a1b2c3d-0000-1111-2222-333344445555}\";
+        let by_id = ResizeVolume { volume_id: id.into(), size_bytes: 0 };
+        assert_eq!(by_id.serial().unwrap(), Serial::Volume(id.into()));
     }
 }

@@ -131,7 +131,7 @@ pub fn parse(text: &str) -> Result<Policy, PolicyError> {
             name: rule.name.value.clone(),
             callers,
             allow,
-            paths: rule.paths.iter().map(|p| root(p)).collect::<Result<_, _>>()?,
+            paths: rule.paths.iter().map(root).collect::<Result<_, _>>()?,
             disks: disks(&rule.disks)?,
             remotes: rule
                 .smb_remotes
@@ -196,7 +196,7 @@ fn grant(a: &AllowFile) -> Result<Vec<MethodGrant>, PolicyError> {
             let known = apis
                 .iter()
                 .filter(|api| versions.is_empty() || versions.contains(&api.version.to_string()))
-                .any(|api| super::methods_of(api).iter().any(|name| *name == m.value));
+                .any(|api| super::methods_of(api).contains(&m.value));
             if !known {
                 let mut all: BTreeSet<String> = BTreeSet::new();
                 for api in &apis {
