@@ -353,6 +353,21 @@ async fn run_on_fresh_node(variant: Variant, authz: Option<(Arc<Caller>, &str)>)
     Run { calls: std::mem::take(&mut p.calls), warnings: std::mem::take(&mut p.warnings), outcome, answers }
 }
 
+/// The calls `variant` makes with no policy (they do not vary: each run is on a fresh node),
+/// run once for every test of this process that asks.
+async fn calls_with_no_policy(variant: Variant) -> Vec<String> {
+    static SEEN: Mutex<BTreeMap<String, Vec<String>>> = Mutex::new(BTreeMap::new());
+    let key = format!("{variant:?}");
+    if let Some(calls) = SEEN.lock().unwrap().get(&key) {
+        return calls.clone();
+    }
+    let r = run_on_fresh_node(variant, None).await;
+    assert_eq!(r.outcome, Ok(()), "{variant:?} with no policy: {:#?}", r.calls);
+    assert!(r.warnings.is_empty(), "{variant:?} with no policy logged {:#?}", r.warnings);
+    SEEN.lock().unwrap().insert(key, r.calls.clone());
+    r.calls
+}
+
 /// `group/version.Method` of a recorded call line.
 fn method_of(line: &str) -> &str {
     line.split(' ').next().unwrap()
@@ -481,9 +496,7 @@ async fn each_policy_grants_exactly_the_methods_its_flows_call() {
     for d in DRIVERS {
         let mut called = BTreeSet::new();
         for &v in d.variants() {
-            let r = run_on_fresh_node(v, None).await;
-            assert_eq!(r.outcome, Ok(()), "{v:?} with no policy: {:#?}", r.calls);
-            called.extend(r.calls.iter().map(|c| method_of(c).to_owned()));
+            called.extend(calls_with_no_policy(v).await.iter().map(|c| method_of(c).to_owned()));
         }
         let granted = granted(d);
         let extra: Vec<_> = granted.difference(&called).collect();
@@ -562,12 +575,11 @@ async fn refuses_the_other_drivers_flows(owner: Driver) {
     let text = owner.policy_text();
     for d in DRIVERS.into_iter().filter(|&d| d != owner) {
         for &v in d.variants() {
-            let free = run_on_fresh_node(v, None).await;
+            let free = calls_with_no_policy(v).await;
             let first = free
-                .calls
                 .iter()
                 .position(|c| !covers(owner, c))
-                .unwrap_or_else(|| panic!("{}.yaml covers every call of {v:?}: {:#?}", owner.file(), free.calls));
+                .unwrap_or_else(|| panic!("{}.yaml covers every call of {v:?}: {free:#?}", owner.file()));
             let r = run_on_fresh_node(v, Some((owner.caller(), &text))).await;
             let at = r
                 .answers
@@ -579,11 +591,11 @@ async fn refuses_the_other_drivers_flows(owner: Driver) {
                 first,
                 "{v:?} as {owner:?}'s pod: refused {:?}, expected {:?}",
                 r.calls.get(at),
-                free.calls[first]
+                free[first]
             );
-            assert_eq!(r.calls[..=at], free.calls[..=at], "{v:?}: the same calls up to the refusal");
+            assert_eq!(r.calls[..=at], free[..=at], "{v:?}: the same calls up to the refusal");
             let refused = &r.answers[at];
-            assert_eq!(refused.method, grpc_path(&free.calls[first]));
+            assert_eq!(refused.method, grpc_path(&free[first]));
             assert!(
                 refused.message.starts_with(&refusal_prefix(owner)),
                 "{v:?} as {owner:?}'s pod: {:?} does not name the pod",
