@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-MANIFESTS = sorted((ROOT / "deploy").glob("*/*.yaml"))
+# deploy/policies/ holds the daemon's authorization policies, not Kubernetes objects.
+MANIFESTS = sorted(p for p in (ROOT / "deploy").glob("*/*.yaml") if p.parent.name != "policies")
 LINUX = ROOT / "deploy/linux/csi-proxy-daemonset.yaml"
 WINDOWS = ROOT / "deploy/windows/csi-proxy-hostprocess.yaml"
 

@@ -35,7 +35,7 @@ pub mod winproc;
 
 pub use scratch::Scratch;
 #[cfg(unix)]
-pub use server::TestServer;
+pub use server::{Answer, TestServer};
 
 use csi_proxy_wire::{Api, Group, APIS};
 use std::future::Future;

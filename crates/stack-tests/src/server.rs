@@ -6,14 +6,17 @@ use csi_proxy_host::memory::MemoryHost;
 use csi_proxy_host::paths::Roots;
 use csi_proxy_host::types::FsType;
 use csi_proxy_host::Hosts;
+use csi_proxy_server::policy::Authorizer;
 use csi_proxy_server::{Config, Context};
 use csi_proxy_transport::{ConnPolicy, Endpoints};
+use csi_proxy_wire::Caller;
 use csi_proxy_wire::{Api, Group, APIS};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
+use tower::ServiceExt;
 
 /// `serve_apis` on `<temp>/csi-proxy-e2e-<pid>-<n>/`, as the daemon serves its socket directory;
 /// stopped (and the directory removed) on drop.
@@ -21,6 +24,9 @@ pub struct TestServer {
     pub dir: PathBuf,
     /// The memory host behind the groups that are not native (every group for [`Self::start`]).
     pub host: Arc<MemoryHost>,
+    /// What each call was answered, in the order the answers left (filled by
+    /// [`Self::start_apis_as`] only).
+    pub answers: Arc<Mutex<Vec<Answer>>>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -73,6 +79,33 @@ impl TestServer {
         config: Config,
         policy: ConnPolicy,
     ) -> Self {
+        Self::serve(apis, host, Context::new(hosts, config), None, policy).await
+    }
+
+    /// [`Self::start_apis`] with `authorizer` in force and every call made as `caller` (the
+    /// identity the daemon's identifier would have given the connection: inserted into each
+    /// request after the transport's own, so it replaces it). What each call was answered is
+    /// kept in [`Self::answers`].
+    pub async fn start_apis_as(
+        apis: &[Api],
+        host: Arc<MemoryHost>,
+        hosts: Hosts,
+        config: Config,
+        policy: ConnPolicy,
+        caller: Arc<Caller>,
+        authorizer: Arc<Authorizer>,
+    ) -> Self {
+        let ctx = Context::new(hosts, config).with_authorizer(authorizer);
+        Self::serve(apis, host, ctx, Some(caller), policy).await
+    }
+
+    async fn serve(
+        apis: &[Api],
+        host: Arc<MemoryHost>,
+        ctx: Context,
+        caller: Option<Arc<Caller>>,
+        policy: ConnPolicy,
+    ) -> Self {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "csi-proxy-e2e-{}-{}",
@@ -80,20 +113,30 @@ impl TestServer {
             N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&dir);
-        let ctx = Context::new(hosts, config);
+        let answers: Arc<Mutex<Vec<Answer>>> = Arc::default();
+        let kept = answers.clone();
+        let make = move |api: Api| {
+            let inner = csi_proxy_server::service(&ctx, api);
+            let (caller, kept) = (caller.clone(), kept.clone());
+            tower::service_fn(move |mut req: http::Request<csi_proxy_transport::CallBody>| {
+                let (inner, caller, kept) = (inner.clone(), caller.clone(), kept.clone());
+                async move {
+                    let Some(caller) = caller else { return inner.oneshot(req).await };
+                    req.extensions_mut().insert(caller);
+                    let method = req.uri().path().to_owned();
+                    let resp = inner.oneshot(req).await?;
+                    kept.lock().unwrap().push(Answer::of(method, resp.headers()));
+                    Ok(resp)
+                }
+            })
+        };
         let (tx, rx) = oneshot::channel::<()>();
         let endpoints = Endpoints::UnixDir(dir.clone());
         let served = apis.to_vec();
         let task = tokio::spawn(async move {
-            csi_proxy_transport::serve_apis(
-                &served,
-                &endpoints,
-                |api| csi_proxy_server::service(&ctx, api),
-                policy,
-                async {
-                    let _ = rx.await;
-                },
-            )
+            csi_proxy_transport::serve_apis(&served, &endpoints, make, policy, async {
+                let _ = rx.await;
+            })
             .await
             .expect("serve_apis");
         });
@@ -102,7 +145,7 @@ impl TestServer {
             assert!(Instant::now() < deadline, "sockets did not appear");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        TestServer { dir, host, stop: Some(tx), task: Some(task) }
+        TestServer { dir, host, answers, stop: Some(tx), task: Some(task) }
     }
 
     pub fn socket(&self, group: Group, version: &str) -> PathBuf {
@@ -132,6 +175,47 @@ impl Drop for TestServer {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// What one call was answered, as [`TestServer::start_apis_as`] saw it leave the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// `/v1.Disk/PartitionDisk`.
+    pub method: String,
+    /// The status of a trailers-only answer (every refusal, every call that failed before it
+    /// ran); a call that ran has its status in the trailers and is recorded here as `Ok`.
+    pub code: tonic::Code,
+    pub message: String,
+}
+
+impl Answer {
+    fn of(method: String, headers: &http::HeaderMap) -> Answer {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let code = header("grpc-status").and_then(|c| c.parse::<i32>().ok()).unwrap_or(0);
+        let message = header("grpc-message").map(percent_decode).unwrap_or_default();
+        Answer { method, code: tonic::Code::from_i32(code), message }
+    }
+}
+
+/// gRPC's grpc-message encoding undone (`%XX` for bytes outside printable ASCII and `%`).
+fn percent_decode(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The socket of `api` in the socket directory `dir`.
