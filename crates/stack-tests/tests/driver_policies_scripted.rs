@@ -528,12 +528,9 @@ async fn passes_under_its_own_policy(d: Driver) {
     }
 }
 
-/// Ignored until the authorizer judges a path rooted without a drive (`\var\lib\kubelet\...`,
-/// as the kubelet sends staging paths and this driver passes some on) where the host puts it,
-/// on the system drive: today such a path "cannot be judged" and is refused under any policy
-/// (crates/server/src/policy/mod.rs `segments`), while the volume group and IsSymlink accept it.
+/// This driver passes on staging paths rooted without a drive (`\var\lib\kubelet\...`, as the
+/// kubelet sends them): the policy judges them on the system drive, where the host puts them.
 #[tokio::test]
-#[ignore = "the authorizer refuses drive-less Windows paths the host accepts (see the comment)"]
 async fn azuredisk_flows_pass_under_its_policy() {
     passes_under_its_own_policy(Driver::AzureDisk).await;
 }
@@ -548,12 +545,9 @@ async fn smb_flows_pass_under_its_policy() {
     passes_under_its_own_policy(Driver::Smb).await;
 }
 
-/// Ignored until the authorizer judges a path rooted without a drive (`\var\lib\kubelet\...`,
-/// as the kubelet sends staging paths and this driver passes some on) where the host puts it,
-/// on the system drive: today such a path "cannot be judged" and is refused under any policy
-/// (crates/server/src/policy/mod.rs `segments`), while the volume group and IsSymlink accept it.
+/// This driver passes on staging paths rooted without a drive (`\var\lib\kubelet\...`, as the
+/// kubelet sends them): the policy judges them on the system drive, where the host puts them.
 #[tokio::test]
-#[ignore = "the authorizer refuses drive-less Windows paths the host accepts (see the comment)"]
 async fn gce_pd_flows_pass_under_its_policy() {
     passes_under_its_own_policy(Driver::GcePd).await;
 }

@@ -93,6 +93,15 @@ enum Style {
 /// A path's form and its segments, or why it cannot be judged: relative, or with `.` or `..`
 /// segments (which could climb out of a root as written).
 fn segments(path: &str) -> Result<(Style, Vec<String>), &'static str> {
+    // Rooted without a drive (`\var\lib\kubelet\…`, as the kubelet hands drivers their staging
+    // paths): Win32, and so the host, reads it on the system drive.
+    let on_drive;
+    let path = if path.starts_with('\\') && !path.starts_with(r"\\") {
+        on_drive = format!("{}{path}", system_drive());
+        on_drive.as_str()
+    } else {
+        path
+    };
     let (style, rest) = if let Some(rest) = path.strip_prefix(r"\\?\").or_else(|| path.strip_prefix("//?/")) {
         (Style::Windows, rest)
     } else if path.as_bytes().get(1) == Some(&b':') && path.as_bytes()[0].is_ascii_alphabetic() {
@@ -110,6 +119,21 @@ fn segments(path: &str) -> Result<(Style, Vec<String>), &'static str> {
         return Err("a path with . or .. segments");
     }
     Ok((style, parts))
+}
+
+/// The drive a path rooted without one is on: the system drive, as the Windows host finds it
+/// (`C:` if it cannot be read, as the host would then refuse the path anyway). Elsewhere `C:`,
+/// the scripted Windows node's.
+fn system_drive() -> String {
+    #[cfg(windows)]
+    {
+        static DRIVE: OnceLock<String> = OnceLock::new();
+        DRIVE.get_or_init(|| csi_proxy_host::windows::platform::system_drive().unwrap_or_else(|_| "C:".into())).clone()
+    }
+    #[cfg(not(windows))]
+    {
+        "C:".to_string()
+    }
 }
 
 /// A directory a rule admits paths under: the directory itself and everything below it. Each

@@ -102,6 +102,8 @@ fn paths_must_be_under_a_root_as_written() {
         r"C:\var\lib\kubelet\plugins\disk.csi.azure.com\staging\pv1",
         r"c:/VAR/lib/kubelet/pods/123/volumes/kubernetes.io~csi/pv/mount",
         r"\\?\C:\var\lib\kubelet\plugins\disk.csi.azure.com",
+        // Rooted without a drive, as the kubelet gives staging paths: on the system drive.
+        r"\var\lib\kubelet\plugins\disk.csi.azure.com\staging",
     ];
     for p in ok {
         assert!(decide(&d, "v1.Filesystem", "Mkdir", &[Arg::Path(p)]).is_ok(), "{p}");

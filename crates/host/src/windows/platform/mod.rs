@@ -8,6 +8,7 @@
 
 pub mod fs;
 mod nt;
+pub use nt::system_drive;
 pub mod real_nt;
 pub mod system;
 pub mod win32;
