@@ -70,7 +70,9 @@ impl Identifier {
         };
         match place {
             cgroup::Place::Host => Workload::Host,
-            cgroup::Place::OutsideKubernetes { what } => unknown(&format!("a container not run by Kubernetes ({what})")),
+            cgroup::Place::OutsideKubernetes { what } => {
+                unknown(&format!("a container not run by Kubernetes ({what})"))
+            }
             cgroup::Place::Pod { pod_uid } => {
                 unknown(&format!("a process of pod {pod_uid} outside its containers (the pod's own cgroup)"))
             }

@@ -35,8 +35,14 @@ impl Runtime for Scripted {
 
 fn runtime(uid: &str) -> Scripted {
     let mut r = Scripted::default();
-    r.containers.insert(ID.into(), ContainerInfo { sandbox_id: "sb".into(), name: "azuredisk".into(), image: "mcr/azuredisk:v1".into() });
-    r.sandboxes.insert("sb".into(), SandboxInfo { name: "csi-azuredisk-node-x".into(), namespace: "kube-system".into(), uid: uid.into() });
+    r.containers.insert(
+        ID.into(),
+        ContainerInfo { sandbox_id: "sb".into(), name: "azuredisk".into(), image: "mcr/azuredisk:v1".into() },
+    );
+    r.sandboxes.insert(
+        "sb".into(),
+        SandboxInfo { name: "csi-azuredisk-node-x".into(), namespace: "kube-system".into(), uid: uid.into() },
+    );
     r
 }
 
@@ -98,7 +104,8 @@ async fn the_cache_is_bounded() {
     let mut r = Scripted::default();
     for n in 0..(CACHE + 10) {
         let cid = format!("{n:064x}");
-        r.containers.insert(cid.clone(), ContainerInfo { sandbox_id: "sb".into(), name: "c".into(), image: "i".into() });
+        r.containers
+            .insert(cid.clone(), ContainerInfo { sandbox_id: "sb".into(), name: "c".into(), image: "i".into() });
     }
     r.sandboxes.insert("sb".into(), SandboxInfo { name: "p".into(), namespace: "n".into(), uid: UID.into() });
     let id = Identifier::new(Arc::new(r));
@@ -127,7 +134,10 @@ async fn a_windows_containers_process_is_named_by_its_compute_systems_id() {
     let id = Identifier::new(runtime.clone());
     let caller = on_windows(Some(Isolation::Container { id: ID.into() }));
     let Workload::Pod(p) = id.workload(&caller).await else { panic!("not named a pod") };
-    assert_eq!((p.namespace.as_str(), p.pod.as_str(), p.container.as_str()), ("kube-system", "csi-azuredisk-node-x", "azuredisk"));
+    assert_eq!(
+        (p.namespace.as_str(), p.pod.as_str(), p.container.as_str()),
+        ("kube-system", "csi-azuredisk-node-x", "azuredisk")
+    );
     assert_eq!((p.pod_uid.as_str(), p.container_id.as_str()), (UID, ID));
     // The pause container's compute system (the pod's sandbox) is no container of the runtime.
     let sandbox = on_windows(Some(Isolation::Container { id: "sb".into() }));
@@ -139,7 +149,10 @@ async fn a_windows_process_is_host_only_when_the_os_said_so() {
     let id = Identifier::new(Arc::new(runtime(UID)));
     assert_eq!(id.workload(&on_windows(Some(Isolation::Host))).await, Workload::Host);
     let why = "HCS could not be asked (computecore.dll: not found)";
-    assert_eq!(id.workload(&on_windows(Some(Isolation::Unknown { why: why.into() }))).await, Workload::Unknown { why: why.into() });
+    assert_eq!(
+        id.workload(&on_windows(Some(Isolation::Unknown { why: why.into() }))).await,
+        Workload::Unknown { why: why.into() }
+    );
     // A pid, user and image but no answer about its container: not a guess of "host".
     let Workload::Unknown { why } = id.workload(&on_windows(None)).await else { panic!("guessed") };
     assert!(why.contains("did not say whether"), "{why}");

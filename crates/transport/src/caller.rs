@@ -104,11 +104,15 @@ mod tests {
 
     #[test]
     fn the_cgroup_that_names_the_pod_is_kept() {
-        let v2 = "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podab_cd.slice/cri-containerd-12.scope\n";
+        let v2 =
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podab_cd.slice/cri-containerd-12.scope\n";
         assert_eq!(pod_cgroup(v2).unwrap(), v2[3..].trim_end());
         let v1 = "12:pids:/kubepods/burstable/podab/34\n1:name=systemd:/kubepods/burstable/podab/34\n0::/\n";
         assert_eq!(pod_cgroup(v1).unwrap(), "/kubepods/burstable/podab/34");
-        assert_eq!(pod_cgroup("0::/user.slice/user-0.slice/session-1.scope\n").unwrap(), "/user.slice/user-0.slice/session-1.scope");
+        assert_eq!(
+            pod_cgroup("0::/user.slice/user-0.slice/session-1.scope\n").unwrap(),
+            "/user.slice/user-0.slice/session-1.scope"
+        );
         let long = format!("0::/{}\n", "é".repeat(2000));
         assert!(pod_cgroup(&long).unwrap().len() <= csi_proxy_wire::caller::MAX_CGROUP);
         assert_eq!(pod_cgroup(""), None);

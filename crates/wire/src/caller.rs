@@ -152,7 +152,12 @@ mod tests {
         assert_eq!(Caller::default().to_string(), "unknown");
         let c = Caller { pid: Some(7), uid: Some(0), exe: Some("/bin/a b".into()), ..Caller::default() };
         assert_eq!(c.to_string(), r#"pid=7 uid=0 exe="/bin/a b""#);
-        let pod = PodContainer { namespace: "kube-system".into(), pod: "p".into(), container: "c".into(), ..Default::default() };
+        let pod = PodContainer {
+            namespace: "kube-system".into(),
+            pod: "p".into(),
+            container: "c".into(),
+            ..Default::default()
+        };
         let c = Caller { pid: Some(7), workload: Some(Workload::Pod(pod)), ..Caller::default() };
         assert_eq!(c.to_string(), r#"pid=7 as=pod=kube-system/p container=c image="""#);
         let id = "3f2a9c0b7d1e4f5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c".to_string();

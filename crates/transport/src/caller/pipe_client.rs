@@ -69,7 +69,7 @@ pub trait PipeClientOs {
     /// (ImpersonateNamedPipeClient, OpenThreadToken, GetTokenInformation(TokenUser),
     /// RevertToSelf).
     fn client_token_user(&self) -> io::Result<String>;
-    /// OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE).
+    /// OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION or more, and SYNCHRONIZE).
     fn open_process(&self, pid: u32) -> io::Result<Self::Process>;
     /// The user SID of the process's primary token (OpenProcessToken).
     fn process_token_user(&self, p: &Self::Process) -> io::Result<String>;
@@ -120,7 +120,9 @@ pub fn identify<O: PipeClientOs>(os: &O) -> Caller {
         (Ok(true), Ok(true)) => Ok(()),
         (Ok(false), _) => Err(format!("process {pid} exited while it was identified")),
         (_, Ok(false)) => Err(format!("the client of process {pid} disconnected while it was identified")),
-        (Err(e), _) | (_, Err(e)) => Err(format!("whether process {pid} is still the client could not be told: {}", text(&e))),
+        (Err(e), _) | (_, Err(e)) => {
+            Err(format!("whether process {pid} is still the client could not be told: {}", text(&e)))
+        }
     };
     match verified {
         Ok(()) => {
@@ -182,14 +184,19 @@ fn compute_system_of<O: PipeClientOs>(os: &O, pid: u32) -> Isolation {
             failed.len(),
             failed[0]
         )),
-        many => unknown(format!("process {pid} is in the process lists of {} containers: {}", many.len(), bounded(&many.join(", ")))),
+        many => unknown(format!(
+            "process {pid} is in the process lists of {} containers: {}",
+            many.len(),
+            bounded(&many.join(", "))
+        )),
     }
 }
 
 /// The IDs of the compute systems of type `Container` in HcsEnumerateComputeSystems's document
 /// (an array of compute system properties: `Id`, `SystemType`, …).
 fn containers(doc: &str) -> io::Result<Vec<String>> {
-    let value: serde_json::Value = serde_json::from_str(doc).map_err(|e| bad(format!("not JSON ({e}): {}", bounded(doc))))?;
+    let value: serde_json::Value =
+        serde_json::from_str(doc).map_err(|e| bad(format!("not JSON ({e}): {}", bounded(doc))))?;
     let systems = value.as_array().ok_or_else(|| bad(format!("not a JSON array: {}", bounded(doc))))?;
     let mut ids = Vec::new();
     for s in systems {
@@ -207,7 +214,8 @@ fn containers(doc: &str) -> io::Result<Vec<String>> {
 
 /// The process IDs in a ProcessList properties document (`{"ProcessList":[{"ProcessId":…}]}`).
 fn pids(doc: &str) -> io::Result<Vec<u32>> {
-    let value: serde_json::Value = serde_json::from_str(doc).map_err(|e| bad(format!("not JSON ({e}): {}", bounded(doc))))?;
+    let value: serde_json::Value =
+        serde_json::from_str(doc).map_err(|e| bad(format!("not JSON ({e}): {}", bounded(doc))))?;
     let list = value.get("ProcessList").and_then(|l| l.as_array());
     let list = list.ok_or_else(|| bad(format!("no ProcessList array: {}", bounded(doc))))?;
     list.iter()
@@ -220,9 +228,8 @@ fn pids(doc: &str) -> io::Result<Vec<u32>> {
 
 /// `id` if it can be a container's ID (what becomes a [`Caller`]'s and is asked of the runtime).
 fn checked_id(id: &str) -> io::Result<&str> {
-    let ok = !id.is_empty()
-        && id.len() <= MAX_ID
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.@{}".contains(&b));
+    let ok =
+        !id.is_empty() && id.len() <= MAX_ID && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.@{}".contains(&b));
     if ok {
         Ok(id)
     } else {

@@ -216,7 +216,8 @@ fn hcs_documents_that_are_not_as_documented_are_unknown_and_bounded() {
     bad_list.lists.insert(B.into(), Ok(r#"{"ProcessList":[{"ImageName":"x"}]}"#.into()));
     assert!(why(&identify(&bad_list)).contains("without a ProcessId"));
 
-    let many: Vec<String> = (0..=MAX_COMPUTE_SYSTEMS).map(|n| format!(r#"{{"Id":"{n:064x}","SystemType":"Container"}}"#)).collect();
+    let many: Vec<String> =
+        (0..=MAX_COMPUTE_SYSTEMS).map(|n| format!(r#"{{"Id":"{n:064x}","SystemType":"Container"}}"#)).collect();
     let os = Scripted { systems: Ok(format!("[{}]", many.join(","))), ..in_container() };
     assert!(why(&identify(&os)).contains("more than the"));
     assert!(os.asked.borrow().is_empty());
