@@ -70,7 +70,8 @@ Node check (changes the host: run it on a node you may test on, as root on Linux
                           .csi-proxyctl-conformance directory; every run does this first). Only
                           what a marker names is removed, and nothing of a run still running.
     -audit-log <file>     The daemon's -audit-log file: on Windows the audit-file-dacl check
-                          reads its DACL (SYSTEM and Administrators only). Without it: skipped.
+                          reads its DACL (SYSTEM and Administrators only), and caller-identity
+                          reads this run's records (its image and user). Without it: skipped.
                           The -timeout applies to each step.
     -smb-share <\\\\host\\share>
                           A test share (also //host/share) to map, write through and remove

@@ -43,12 +43,13 @@ fn list(more: &[&str]) -> (Output, PathBuf) {
 }
 
 /// The checks anyone would look for, with the OS each applies to.
-const KNOWN: [(&str, &str); 6] = [
+const KNOWN: [(&str, &str); 7] = [
     ("filesystem", "both"),
     ("flow ebs", "both"),
     ("smb", "both"),
     ("online-clears-read-only", "windows"),
     ("audit-file-dacl", "windows"),
+    ("caller-identity", "both"),
     ("cleanup", "both"),
 ];
 

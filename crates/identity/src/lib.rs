@@ -5,6 +5,9 @@
 //!   ID that containerd and CRI-O put there, under the kubelet's systemd or cgroupfs driver.
 //! - [`cri`]: the read-only questions asked of the node's container runtime (ListContainers,
 //!   ListPodSandbox of the CRI's `runtime.v1`), messages written from the published field numbers.
+//! - Windows: the transport asks the OS at accept whether the client process runs in a
+//!   container and which ([`Isolation`], from the host compute service); the ID it names is
+//!   looked up in the runtime as a Linux cgroup's is.
 //! - [`Identifier`]: the two together, with a bounded cache: one runtime query per container, not
 //!   per connection.
 //!
@@ -15,7 +18,7 @@ pub mod cgroup;
 pub mod cri;
 
 use csi_proxy_sync::LockExt;
-use csi_proxy_wire::{Caller, PodContainer, Workload};
+use csi_proxy_wire::{Caller, Isolation, PodContainer, Workload};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,13 +52,20 @@ impl Identifier {
 
     /// Who `caller` is.
     pub async fn workload(&self, caller: &Caller) -> Workload {
-        let place = match (&caller.cgroup, &caller.container_id) {
+        let place = match (&caller.cgroup, &caller.isolation) {
             (Some(path), _) => cgroup::parse(path),
-            (None, Some(id)) => cgroup::Place::Container { id: id.clone(), pod_uid: None },
+            // Windows: what the OS answered for the process (the transport asked it at accept).
+            (None, Some(Isolation::Container { id })) => cgroup::Place::Container { id: id.clone(), pod_uid: None },
+            (None, Some(Isolation::Host)) => cgroup::Place::Host,
+            (None, Some(Isolation::Unknown { why })) => return unknown(why),
             (None, None) if caller.pid.is_none() => {
                 return unknown("the OS did not name the connecting process (on Linux the daemon needs the host's PID namespace: hostPID)");
             }
-            (None, None) if cfg!(windows) && caller.exe.is_some() => cgroup::Place::Host,
+            // Never "host" by default: only the OS's answer (above) says a process is in no
+            // container.
+            (None, None) if caller.user.is_some() => {
+                return unknown("the OS did not say whether the connecting process runs in a container");
+            }
             (None, None) => return unknown("the connecting process's cgroup could not be read (it may have exited)"),
         };
         match place {

@@ -115,3 +115,45 @@ async fn the_cache_is_bounded() {
     }
     assert!(id.cache.lock_ignoring_poison().len() <= CACHE);
 }
+
+/// A Windows pipe client as the transport names it: its pid, user SID and image, and what the OS
+/// answered about its container.
+fn on_windows(isolation: Option<Isolation>) -> Caller {
+    Caller {
+        pid: Some(4120),
+        user: Some("S-1-5-93-2-1".into()),
+        exe: Some(r"C:\azuredisk.exe".into()),
+        isolation,
+        ..Caller::default()
+    }
+}
+
+#[tokio::test]
+async fn a_windows_containers_process_is_named_by_its_compute_systems_id() {
+    let runtime = Arc::new(runtime(UID));
+    let id = Identifier::new(runtime.clone());
+    let caller = on_windows(Some(Isolation::Container { id: ID.into() }));
+    let Workload::Pod(p) = id.workload(&caller).await else { panic!("not named a pod") };
+    assert_eq!(
+        (p.namespace.as_str(), p.pod.as_str(), p.container.as_str()),
+        ("kube-system", "csi-azuredisk-node-x", "azuredisk")
+    );
+    assert_eq!((p.pod_uid.as_str(), p.container_id.as_str()), (UID, ID));
+    // The pause container's compute system (the pod's sandbox) is no container of the runtime.
+    let sandbox = on_windows(Some(Isolation::Container { id: "sb".into() }));
+    assert!(matches!(id.workload(&sandbox).await, Workload::Unknown { .. }));
+}
+
+#[tokio::test]
+async fn a_windows_process_is_host_only_when_the_os_said_so() {
+    let id = Identifier::new(Arc::new(runtime(UID)));
+    assert_eq!(id.workload(&on_windows(Some(Isolation::Host))).await, Workload::Host);
+    let why = "HCS could not be asked (computecore.dll: not found)";
+    assert_eq!(
+        id.workload(&on_windows(Some(Isolation::Unknown { why: why.into() }))).await,
+        Workload::Unknown { why: why.into() }
+    );
+    // A pid, user and image but no answer about its container: not a guess of "host".
+    let Workload::Unknown { why } = id.workload(&on_windows(None)).await else { panic!("guessed") };
+    assert!(why.contains("did not say whether"), "{why}");
+}

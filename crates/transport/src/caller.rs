@@ -74,104 +74,15 @@ pub fn of_unix_stream(stream: &tokio::net::UnixStream) -> Caller {
     Caller { pid, uid: Some(cred.uid()), gid: Some(cred.gid()), exe, cgroup, ..Caller::default() }
 }
 
+#[cfg(any(windows, test))]
+pub mod pipe_client;
+
 #[cfg(windows)]
 pub use windows::of_pipe;
 
 #[cfg(windows)]
-#[allow(unsafe_code)] // the process and token queries
-mod windows {
-    use csi_proxy_wire::Caller;
-    use std::os::windows::io::{AsRawHandle, FromRawHandle, OwnedHandle, RawHandle};
-    use tokio::net::windows::named_pipe::NamedPipeServer;
-    use windows_sys::Win32::Foundation::{LocalFree, HANDLE, HLOCAL};
-    use windows_sys::Win32::Security::Authorization::ConvertSidToStringSidW;
-    use windows_sys::Win32::Security::{GetTokenInformation, TokenUser, TOKEN_QUERY, TOKEN_USER};
-    use windows_sys::Win32::System::Pipes::GetNamedPipeClientProcessId;
-    use windows_sys::Win32::System::Threading::{
-        OpenProcess, OpenProcessToken, QueryFullProcessImageNameW, PROCESS_NAME_WIN32,
-        PROCESS_QUERY_LIMITED_INFORMATION,
-    };
-
-    /// The client process of a connected pipe instance: its ID, image path and user SID, as far
-    /// as the OS lets this process see them.
-    pub fn of_pipe(pipe: &NamedPipeServer) -> Caller {
-        let mut pid = 0u32;
-        // SAFETY: the handle is a connected pipe instance owned by `pipe`, alive for the call;
-        // `pid` is a valid out-pointer.
-        if unsafe { GetNamedPipeClientProcessId(pipe.as_raw_handle() as HANDLE, &mut pid) } == 0 {
-            return Caller::default();
-        }
-        let mut caller = Caller { pid: Some(pid), ..Caller::default() };
-        // SAFETY: plain call; a null result is checked before the handle is owned.
-        let process = unsafe { OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid) };
-        if process.is_null() {
-            return caller;
-        }
-        // SAFETY: a valid process handle that nothing else owns.
-        let process = unsafe { OwnedHandle::from_raw_handle(process as RawHandle) };
-        caller.exe = image_of(&process);
-        caller.user = user_of(&process);
-        caller
-    }
-
-    fn image_of(process: &OwnedHandle) -> Option<String> {
-        let mut buf = vec![0u16; 32_768];
-        let mut len = buf.len() as u32;
-        // SAFETY: `buf` holds `len` UTF-16 units; the call writes at most that many and sets
-        // `len` to the count written.
-        let ok = unsafe {
-            QueryFullProcessImageNameW(
-                process.as_raw_handle() as HANDLE,
-                PROCESS_NAME_WIN32,
-                buf.as_mut_ptr(),
-                &mut len,
-            )
-        };
-        (ok != 0).then(|| String::from_utf16_lossy(&buf[..len as usize]))
-    }
-
-    fn user_of(process: &OwnedHandle) -> Option<String> {
-        let mut token: HANDLE = std::ptr::null_mut();
-        // SAFETY: a valid process handle; `token` is a valid out-pointer.
-        if unsafe { OpenProcessToken(process.as_raw_handle() as HANDLE, TOKEN_QUERY, &mut token) } == 0 {
-            return None;
-        }
-        // SAFETY: a token handle just opened, owned by nothing else.
-        let token = unsafe { OwnedHandle::from_raw_handle(token as RawHandle) };
-        // TOKEN_USER is a pointer and a SID (at most 68 bytes); 256 bytes, aligned for the
-        // pointer, hold it.
-        let mut buf = [0u64; 32];
-        let mut needed = 0u32;
-        // SAFETY: `buf` is writable for its whole size, which is what we pass.
-        let ok = unsafe {
-            GetTokenInformation(
-                token.as_raw_handle() as HANDLE,
-                TokenUser,
-                buf.as_mut_ptr().cast(),
-                std::mem::size_of_val(&buf) as u32,
-                &mut needed,
-            )
-        };
-        if ok == 0 {
-            return None;
-        }
-        // SAFETY: on success the buffer starts with a TOKEN_USER, suitably aligned (u64 array).
-        let sid = unsafe { (*buf.as_ptr().cast::<TOKEN_USER>()).User.Sid };
-        let mut text: *mut u16 = std::ptr::null_mut();
-        // SAFETY: `sid` points into `buf`, still alive; `text` is a valid out-pointer.
-        if unsafe { ConvertSidToStringSidW(sid, &mut text) } == 0 || text.is_null() {
-            return None;
-        }
-        // SAFETY: `text` is a NUL-terminated string LocalAlloc'ed by the call; read up to the NUL,
-        // then freed once.
-        unsafe {
-            let len = (0..).take_while(|&i| *text.add(i) != 0).count();
-            let s = String::from_utf16_lossy(std::slice::from_raw_parts(text, len));
-            LocalFree(text as HLOCAL);
-            Some(s)
-        }
-    }
-}
+#[allow(unsafe_code)] // the pipe, process, token and HCS queries
+mod windows;
 
 #[cfg(all(test, unix))]
 mod tests {

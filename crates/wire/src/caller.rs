@@ -25,12 +25,27 @@ pub struct Caller {
     /// the pod and container for the container runtimes Kubernetes uses. Bounded to
     /// [`MAX_CGROUP`] bytes.
     pub cgroup: Option<String>,
-    /// Windows: the container the process runs in, as the OS names it (its silo's ID or the
-    /// compute system that holds it); `None` for a host process or when it cannot be told.
-    pub container_id: Option<String>,
+    /// Windows: whether the process runs in a container, as the OS answered when the client
+    /// connected (see [`Isolation`]); `None` where nothing asked (Linux, where the cgroup says
+    /// it; in-process tests).
+    pub isolation: Option<Isolation>,
     /// Who the caller is in Kubernetes terms, resolved once per connection by the daemon's
     /// identifier; `None` where none ran (in-process tests, a transport used alone).
     pub workload: Option<Workload>,
+}
+
+/// Whether a Windows process runs in a container, as the OS answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Isolation {
+    /// In no container: in no job object at all, or in none that a compute system of the host
+    /// (HCS) holds. A HostProcess container's process is one of these: a host process in a job
+    /// object, with the host's view of everything.
+    Host,
+    /// In the process-isolated container (HCS compute system) with this ID; containerd names
+    /// the compute system by the CRI container ID.
+    Container { id: String },
+    /// It could not be told; `why` says what failed (bounded text).
+    Unknown { why: String },
 }
 
 /// The longest cgroup path a [`Caller`] keeps: a real one is under 300 bytes.
@@ -76,6 +91,14 @@ impl fmt::Display for Workload {
 }
 
 impl Caller {
+    /// Windows: the ID of the container the process runs in, when the OS named one.
+    pub fn container_id(&self) -> Option<&str> {
+        match &self.isolation {
+            Some(Isolation::Container { id }) => Some(id),
+            _ => None,
+        }
+    }
+
     /// Whether the OS told nothing at all.
     pub fn is_unknown(&self) -> bool {
         *self == Caller::default()
@@ -109,6 +132,10 @@ impl fmt::Display for Caller {
         if let Some(v) = &self.exe {
             field(f, "exe", &format_args!("{v:?}"))?;
         }
+        if let Some(v) = self.container_id() {
+            // A container ID is 64 hex digits; the first 12 name it (as `crictl ps` does).
+            field(f, "container", &v.chars().take(12).collect::<String>())?;
+        }
         if let Some(v) = &self.workload {
             field(f, "as", v)?;
         }
@@ -133,5 +160,10 @@ mod tests {
         };
         let c = Caller { pid: Some(7), workload: Some(Workload::Pod(pod)), ..Caller::default() };
         assert_eq!(c.to_string(), r#"pid=7 as=pod=kube-system/p container=c image="""#);
+        let id = "3f2a9c0b7d1e4f5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c".to_string();
+        let c = Caller { pid: Some(7), isolation: Some(Isolation::Container { id }), ..Caller::default() };
+        assert_eq!(c.to_string(), "pid=7 container=3f2a9c0b7d1e");
+        assert_eq!(c.container_id().map(str::len), Some(64));
+        assert_eq!(Caller { isolation: Some(Isolation::Host), ..c }.container_id(), None);
     }
 }

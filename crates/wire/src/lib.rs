@@ -18,7 +18,7 @@ macro_rules! packages {
 }
 
 pub mod caller;
-pub use caller::{Caller, PodContainer, Workload};
+pub use caller::{Caller, Isolation, PodContainer, Workload};
 
 packages!(v1alpha1, v1alpha2, v1beta1, v1beta2, v1beta3, v1, v2alpha1);
 

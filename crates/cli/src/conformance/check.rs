@@ -112,6 +112,8 @@ checks! {
         "SetDiskState online clears a read-only disk's READ_ONLY attribute (IOCTL_DISK_SET_DISK_ATTRIBUTES)";
     RESIZE_BY_DISK_NUMBER = "resize-by-disk-number-from-the-table", Windows,
         "ResizeVolume(disk number, 0), as azuredisk sends it, grows the volume to the end in the disk's table (IOCTL_DISK_GET_DRIVE_LAYOUT_EX)";
+    CALLER_IDENTITY = "caller-identity", Both,
+        "the daemon names this tool's own connection host (its csi-proxy-caller header), and its audit records name this process's image and user (Windows: from the client's token, IsProcessInJob and the host compute service, which Wine does not have)";
     AUDIT_FILE_DACL = "audit-file-dacl", Windows,
         "the daemon's -audit-log file has a protected DACL giving SYSTEM and Administrators, and no one else, full access";
     PRESHUTDOWN = "preshutdown-configured", Windows,

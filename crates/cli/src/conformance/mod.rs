@@ -4,6 +4,7 @@
 //! made by this run and removed by it (see [`scratch`]). A step that fails ends its check (the
 //! rest of it is listed as skipped); the other checks still run.
 
+mod caller;
 pub mod check;
 mod interlock;
 mod marker;
@@ -429,6 +430,7 @@ async fn checks(report: &mut Report, p: &mut Proxy, made: &mut Made, remote: &mu
         block_flow(report, p, made, &node, driver).await;
     }
     named::windows_checks(report, p, made, &node).await;
+    caller::caller_identity(report, p, &root, audit_log).await;
     named::audit_file_dacl(report, audit_log).await;
     named::preshutdown(report).await;
     remote::smb(report, p, remote, &root, sep(&node)).await;
