@@ -63,7 +63,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub trait Listener: Send + 'static {
     type Io: AsyncRead + AsyncWrite + Send + Unpin + 'static;
     fn accept(&mut self) -> impl Future<Output = io::Result<Self::Io>> + Send;
-    /// The client of an accepted connection, as the OS reports it; asked once per connection.
+    /// The client of an accepted connection, as the OS reports it; asked once per connection,
+    /// on a blocking thread (it may make slow OS calls), before the connection is admitted.
     fn caller(_io: &Self::Io) -> Caller {
         Caller::default()
     }
@@ -97,6 +98,10 @@ async fn identified(caller: Arc<Caller>) -> Arc<Caller> {
     });
     Arc::new(Caller { workload: Some(workload), ..(*caller).clone() })
 }
+
+/// Connections of one endpoint whose client is being asked who it is, at most (see
+/// [`Listener::caller`]); the next accepted one waits for one of them.
+pub const IDENTIFYING: usize = 32;
 
 /// How long open connections may finish their calls once shutdown starts.
 pub const DRAIN: Duration = Duration::from_secs(5);
@@ -194,6 +199,7 @@ async fn serve_limited<L, S, B>(
 {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
+    let identifying = Arc::new(tokio::sync::Semaphore::new(IDENTIFYING));
     let name = listener.describe();
     let endpoint = admission::endpoint_label(&name);
     tokio::pin!(shutdown);
@@ -202,14 +208,31 @@ async fn serve_limited<L, S, B>(
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(io) => {
-                    // Asked before admission: the slot a connection may take depends on who it is.
-                    let caller = Arc::new(L::caller(&io));
-                    let Ok(slot) = shared.admission.admit(&endpoint, CallerKey::of(&caller)) else {
-                        continue; // dropping `io` closes it; `admit` counted and logged it
-                    };
-                    let ctx = ConnCtx { endpoint: endpoint.clone(), shared: shared.clone(), conn: slot.conn.clone(), _slot: Some(slot) };
-                    let (service, stop_rx) = (service.clone(), stop_rx.clone());
-                    conns.spawn(serve_connection(io, service, options, stop_rx, ctx, caller));
+                    // Who the client is takes OS calls that may block (on Windows the host
+                    // compute service is asked which container a process is in): they run on a
+                    // blocking thread, so one slow answer holds up no other connection, and at
+                    // most IDENTIFYING at a time, so a flood of connects waits here instead of
+                    // piling up threads.
+                    let Ok(permit) = identifying.clone().acquire_owned().await else { continue };
+                    let (endpoint, shared, service, stop_rx) =
+                        (endpoint.clone(), shared.clone(), service.clone(), stop_rx.clone());
+                    conns.spawn(async move {
+                        let asked = tokio::task::spawn_blocking(move || {
+                            let caller = L::caller(&io);
+                            (io, caller)
+                        });
+                        let Ok((io, caller)) = asked.await else { return };
+                        drop(permit);
+                        // Asked before admission: the slot a connection may take depends on who
+                        // it is.
+                        let caller = Arc::new(caller);
+                        let Ok(slot) = shared.admission.admit(&endpoint, CallerKey::of(&caller)) else {
+                            return; // dropping `io` closes it; `admit` counted and logged it
+                        };
+                        let conn = slot.conn.clone();
+                        let ctx = ConnCtx { endpoint, shared, conn, _slot: Some(slot) };
+                        serve_connection(io, service, options, stop_rx, ctx, caller).await
+                    });
                 }
                 Err(e) => {
                     // Accept errors (e.g. out of descriptors) are transient: log, pause, go on.
