@@ -120,7 +120,7 @@ pub fn json_line(r: &Record<'_>) -> String {
         put("user", c.user.clone().map(Value::from));
         put("exe", c.exe.clone().map(Value::from));
         put("cgroup", c.cgroup.clone().map(Value::from));
-        put("container_id", c.container_id.clone().map(Value::from));
+        put("container_id", c.container_id().map(Value::from));
         Value::Object(m)
     });
     o.insert("peer_at_connect".into(), peer.unwrap_or(Value::Null));
