@@ -12,9 +12,9 @@
 //! | cgroupfs | CRI-O      | `/kubepods/besteffort/pod<uid>/crio-<id>`                                          |
 //!
 //! (the systemd driver writes the UID's dashes as underscores). A daemon in its own cgroup
-//! namespace sees other pods' paths relative to its own (`/../../kubepods/...`): the pod segment
-//! is looked for anywhere. Segments below the container's (cgroups a container made inside its
-//! own) do not change which container it is.
+//! namespace sees other pods' paths relative to its own (`/../../besteffort/pod<uid>/<id>`).
+//! Segments below the container's (cgroups a container made inside its own) do not change which
+//! container it is.
 
 /// What a cgroup path says about its process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,31 +31,46 @@ pub enum Place {
 }
 
 /// Where the process with cgroup `path` runs.
+///
+/// The pod segment counts only where the kubelet puts it: first in the path (after any `..` of a
+/// reader in its own cgroup namespace), or below `kubepods` and a QoS level. A process that can
+/// make cgroups of its own (a container with a delegated subtree, a user's systemd) could
+/// otherwise name itself any pod by making `…/kubepods/pod<uid>/<id>` under its own cgroup.
 pub fn parse(path: &str) -> Place {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    if let Some(i) = segments.iter().position(|s| pod_uid_of(s).is_some()) {
-        // A pod segment counts only under the kubelet's own root.
-        if segments[..i].iter().any(|s| s.starts_with("kubepods")) {
-            let pod_uid = pod_uid_of(segments[i]).unwrap_or_default();
-            return match segments.get(i + 1) {
+    let climbed = segments.iter().take_while(|s| **s == "..").count();
+    let rest = &segments[climbed..];
+    let mut i = 0;
+    if rest.first().is_some_and(|s| matches!(*s, "kubepods" | "kubepods.slice")) {
+        i += 1;
+    }
+    if rest.get(i).is_some_and(|s| is_qos(s)) {
+        i += 1;
+    }
+    if i > 0 || climbed > 0 {
+        if let Some(pod_uid) = rest.get(i).and_then(|s| pod_uid_of(s)) {
+            return match rest.get(i + 1).and_then(|s| container_id_of(s)) {
+                Some(Runtime { id, monitor: false }) => Place::Container { id, pod_uid: Some(pod_uid) },
+                Some(Runtime { monitor: true, .. }) => {
+                    Place::OutsideKubernetes { what: format!("the runtime's monitor of a container of pod {pod_uid}") }
+                }
                 None => Place::Pod { pod_uid },
-                Some(s) => match container_id_of(s) {
-                    Some(Runtime { id, monitor: false }) => Place::Container { id, pod_uid: Some(pod_uid) },
-                    Some(Runtime { monitor: true, .. }) => Place::OutsideKubernetes {
-                        what: format!("the runtime's monitor of a container of pod {pod_uid}"),
-                    },
-                    None => Place::Pod { pod_uid },
-                },
             };
         }
     }
     match segments.iter().find_map(|s| container_id_of(s)) {
         Some(Runtime { id, .. }) => Place::OutsideKubernetes { what: format!("container {}", short(&id)) },
-        None if segments.iter().any(|s| s.starts_with("kubepods")) => {
+        None if segments.iter().any(|s| s.starts_with("kubepods") || pod_uid_of(s).is_some()) => {
             Place::OutsideKubernetes { what: format!("cgroup {}", bounded(path)) }
         }
         None => Place::Host,
     }
+}
+
+/// A QoS level's segment: `besteffort`, `burstable` (cgroupfs) or `kubepods-<qos>.slice`
+/// (systemd). Guaranteed pods have none.
+fn is_qos(segment: &str) -> bool {
+    matches!(segment, "besteffort" | "burstable" | "kubepods-besteffort.slice" | "kubepods-burstable.slice")
 }
 
 /// The pod UID a pod cgroup's segment names: `pod<uid>` (cgroupfs) or
@@ -148,8 +163,10 @@ mod tests {
             // Guaranteed pods have no QoS level.
             format!("/kubepods.slice/kubepods-pod{u}.slice/cri-containerd-{ID}.scope"),
             format!("/kubepods/pod{UID}/{ID}"),
-            // Seen from a daemon in its own cgroup namespace; a cgroup the container made.
-            format!("/../../kubepods/besteffort/pod{UID}/{ID}/inner"),
+            // Seen from a daemon in its own cgroup namespace (below the kubepods it shares with
+            // the caller); a cgroup the container made.
+            format!("/../../besteffort/pod{UID}/{ID}/inner"),
+            format!("/../../pod{UID}/{ID}"),
         ] {
             assert_eq!(parse(&path), container(), "{path}");
         }
@@ -163,8 +180,23 @@ mod tests {
             Place::OutsideKubernetes { .. }
         ));
         assert!(matches!(parse(&format!("/system.slice/docker-{ID}.scope")), Place::OutsideKubernetes { .. }));
-        // A pod-like segment not under the kubelet's root is not a pod.
+        // A pod-like segment not under the kubelet's root is not a pod, nor one under a
+        // `kubepods` that a process made below a cgroup of its own.
         assert!(matches!(parse(&format!("/user.slice/pod{UID}/{ID}")), Place::OutsideKubernetes { .. }));
+        for forged in [
+            format!("/system.slice/docker-{ID}.scope/kubepods/pod{UID}/{ID}"),
+            format!("/user.slice/user-1000.slice/user@1000.service/kubepods/pod{UID}/{ID}"),
+            format!("/../../system.slice/x.scope/kubepods/besteffort/pod{UID}/{ID}"),
+            format!("/kubepods/besteffort/other/pod{UID}/{ID}"),
+        ] {
+            assert!(matches!(parse(&forged), Place::OutsideKubernetes { .. }), "{forged}");
+        }
+        // A container that made cgroups of its own is still that container.
+        let nested = format!(
+            "/kubepods/besteffort/pod{UID}/{ID}/kubepods/pod00000000-0000-0000-0000-000000000000/{}",
+            "e".repeat(64)
+        );
+        assert_eq!(parse(&nested), container());
         for host in ["/", "/system.slice/kubelet.service", "/user.slice/user-0.slice/session-3.scope", "/init.scope"] {
             assert_eq!(parse(host), Place::Host, "{host}");
         }

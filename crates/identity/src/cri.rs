@@ -141,7 +141,7 @@ impl Runtime for Cri {
             Ok(answer.containers.into_iter().find(|c| c.id == id).map(|c| ContainerInfo {
                 sandbox_id: c.pod_sandbox_id,
                 name: c.metadata.map(|m| m.name).unwrap_or_default(),
-                image: c.image.map(|i| i.image).filter(|i| !i.is_empty()).unwrap_or(c.image_ref),
+                image: image_of(c.image, c.image_ref),
             }))
         })
     }
@@ -157,6 +157,14 @@ impl Runtime for Cri {
             }))
         })
     }
+}
+
+/// The image a container was made from, as a pod spec names it where the runtime says
+/// (`user_specified_image`), else as asked for (`image`: a name, or with some kubelets the
+/// resolved `sha256:` ID, which then is what policies see), else the runtime's reference.
+fn image_of(spec: Option<ImageSpec>, image_ref: String) -> String {
+    let spec = spec.unwrap_or_default();
+    [spec.user_specified_image, spec.image].into_iter().find(|i| !i.is_empty()).unwrap_or(image_ref)
 }
 
 // The messages, as far as they are read (field numbers from api.proto).
@@ -203,6 +211,10 @@ pub struct ContainerMetadata {
 pub struct ImageSpec {
     #[prost(string, tag = "1")]
     pub image: String,
+    /// The image as the pod spec names it, where the kubelet passes the resolved ID as `image`
+    /// (newer kubelets and runtimes fill it).
+    #[prost(string, tag = "18")]
+    pub user_specified_image: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -53,7 +53,19 @@ impl Identifier {
     /// Who `caller` is.
     pub async fn workload(&self, caller: &Caller) -> Workload {
         let place = match (&caller.cgroup, &caller.isolation) {
-            (Some(path), _) => cgroup::parse(path),
+            // Linux: in no pod's cgroup is a host process only if it also shares the host's
+            // mount namespace; a container Kubernetes did not start (LXC, nspawn, a cgroup
+            // layout not known here) does not, and its /proc/<pid>/exe is its own file.
+            (Some(path), _) => match (cgroup::parse(path), caller.host_mount_namespace) {
+                (cgroup::Place::Host, Some(true)) => cgroup::Place::Host,
+                (cgroup::Place::Host, Some(false)) => {
+                    return unknown("a process in a mount namespace of its own, in no pod's cgroup: a container not run by Kubernetes");
+                }
+                (cgroup::Place::Host, None) => {
+                    return unknown("the connecting process's mount namespace could not be read (it may have exited)");
+                }
+                (place, _) => place,
+            },
             // Windows: what the OS answered for the process (the transport asked it at accept).
             (None, Some(Isolation::Container { id })) => cgroup::Place::Container { id: id.clone(), pod_uid: None },
             (None, Some(Isolation::Host)) => cgroup::Place::Host,

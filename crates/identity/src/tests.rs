@@ -82,8 +82,17 @@ async fn what_cannot_be_told_is_unknown_with_why() {
     let no_pid = Caller { uid: Some(0), ..Caller::default() };
     let Workload::Unknown { why } = id.workload(&no_pid).await else { panic!() };
     assert!(why.contains("hostPID"), "{why}");
-    let host = Caller { pid: Some(1), cgroup: Some("/system.slice/kubelet.service".into()), ..Caller::default() };
+    let host = Caller {
+        pid: Some(1),
+        cgroup: Some("/system.slice/kubelet.service".into()),
+        host_mount_namespace: Some(true),
+        ..Caller::default()
+    };
     assert_eq!(id.workload(&host).await, Workload::Host);
+    // In no pod's cgroup but in a mount namespace of its own: not the host.
+    let elsewhere = Caller { host_mount_namespace: Some(false), ..host.clone() };
+    let Workload::Unknown { why } = id.workload(&elsewhere).await else { panic!() };
+    assert!(why.contains("mount namespace of its own"), "{why}");
     let down = Identifier::new(Arc::new(Scripted { down: true, ..runtime(UID) }));
     let Workload::Unknown { why } = down.workload(&in_pod()).await else { panic!() };
     assert!(why.contains("did not answer") && why.contains("refused"), "{why}");

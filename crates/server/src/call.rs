@@ -577,7 +577,7 @@ impl Context {
                 })?;
         };
         if let Verdict::Denied { why, .. } = &verdict {
-            authorizer.report(service, method, why);
+            authorizer.report(caller, service, method, why);
         }
         match verdict {
             Verdict::Granted { .. } => Ok(audit),

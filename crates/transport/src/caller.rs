@@ -11,21 +11,50 @@ use csi_proxy_wire::Caller;
 /// microseconds; the kernel's `SO_PEERPIDFD` (Linux 6.5) would close it, but not every node's
 /// kernel has it.
 #[cfg(target_os = "linux")]
-fn procfs_of(pid: u32) -> (Option<String>, Option<String>) {
+fn procfs_of(pid: u32) -> Procfs {
     use rustix::event::{poll, PollFd, PollFlags};
-    let Some(raw) = rustix::process::Pid::from_raw(pid as i32) else { return (None, None) };
+    let Some(raw) = rustix::process::Pid::from_raw(pid as i32) else { return Procfs::default() };
     let Ok(pidfd) = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) else {
-        return (None, None);
+        return Procfs::default();
     };
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.to_string_lossy().into_owned());
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok().and_then(|text| pod_cgroup(&text));
+    let host_mount_namespace = same_namespace(&format!("/proc/{pid}/ns/mnt"), host_mount_namespace_link());
     // A pidfd polls readable once its process has exited.
     let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
     let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
     match poll(&mut fds, Some(&zero)) {
-        Ok(0) => (exe, cgroup),
-        _ => (None, None),
+        Ok(0) => Procfs { exe, cgroup, host_mount_namespace },
+        _ => Procfs::default(),
     }
+}
+
+/// What procfs said of a connecting process.
+#[cfg(target_os = "linux")]
+#[derive(Default)]
+struct Procfs {
+    exe: Option<String>,
+    cgroup: Option<String>,
+    host_mount_namespace: Option<bool>,
+}
+
+/// The host's mount namespace: PID 1's, the host's init when the daemon sees the host's PIDs;
+/// where PID 1's cannot be read (a sandbox that hides it), the daemon's own, which is the host's
+/// when the daemon runs on the host (the systemd unit).
+#[cfg(target_os = "linux")]
+fn host_mount_namespace_link() -> &'static str {
+    static LINK: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    LINK.get_or_init(
+        || if std::fs::metadata("/proc/1/ns/mnt").is_ok() { "/proc/1/ns/mnt" } else { "/proc/self/ns/mnt" },
+    )
+}
+
+/// Whether two `/proc/<pid>/ns/<kind>` links name one namespace (the same nsfs inode).
+#[cfg(target_os = "linux")]
+fn same_namespace(a: &str, b: &str) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (a, b) = (std::fs::metadata(a).ok()?, std::fs::metadata(b).ok()?);
+    Some((a.dev(), a.ino()) == (b.dev(), b.ino()))
 }
 
 /// The one cgroup path of `/proc/<pid>/cgroup` that says where the process runs: the unified
@@ -68,10 +97,10 @@ pub fn of_unix_stream(stream: &tokio::net::UnixStream) -> Caller {
     // without the host's PID namespace): no process to read.
     let pid = cred.pid().and_then(|p| u32::try_from(p).ok()).filter(|&p| p != 0);
     #[cfg(target_os = "linux")]
-    let (exe, cgroup) = pid.map_or((None, None), procfs_of);
+    let Procfs { exe, cgroup, host_mount_namespace } = pid.map(procfs_of).unwrap_or_default();
     #[cfg(not(target_os = "linux"))]
-    let (exe, cgroup) = (None, None);
-    Caller { pid, uid: Some(cred.uid()), gid: Some(cred.gid()), exe, cgroup, ..Caller::default() }
+    let (exe, cgroup, host_mount_namespace) = (None, None, None);
+    Caller { pid, uid: Some(cred.uid()), gid: Some(cred.gid()), exe, cgroup, host_mount_namespace, ..Caller::default() }
 }
 
 #[cfg(any(windows, test))]
@@ -100,6 +129,8 @@ mod tests {
         let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         assert_eq!(c.cgroup, pod_cgroup(&mine));
         assert!(c.cgroup.is_some());
+        assert_eq!(c.host_mount_namespace, same_namespace("/proc/self/ns/mnt", host_mount_namespace_link()));
+        assert!(c.host_mount_namespace.is_some());
     }
 
     #[test]

@@ -25,6 +25,11 @@ pub struct Caller {
     /// the pod and container for the container runtimes Kubernetes uses. Bounded to
     /// [`MAX_CGROUP`] bytes.
     pub cgroup: Option<String>,
+    /// Linux: whether the process shares the host's mount namespace (PID 1's, the host's init
+    /// when the daemon sees the host's PIDs; the daemon's own where PID 1's cannot be read): a
+    /// process in no container does, a container's does not. Read with the cgroup; `None` when it
+    /// could not be.
+    pub host_mount_namespace: Option<bool>,
     /// Windows: whether the process runs in a container, as the OS answered when the client
     /// connected (see [`Isolation`]); `None` where nothing asked (Linux, where the cgroup says
     /// it; in-process tests).

@@ -61,11 +61,15 @@ impl Plan for RemoveSmbGlobalMapping {
 
 impl Args for NewSmbGlobalMapping {
     fn args(&self) -> Vec<Arg<'_>> {
-        let s = self;
-        let mut args = vec![Arg::Remote(&s.remote_path)];
+        // The mapping is of the share, whatever folder below it is asked for: both are judged.
+        let root = crate::policy::share_root(&self.remote_path);
+        let mut args = vec![Arg::Remote(self.remote_path.as_str().into())];
+        if root != self.remote_path {
+            args.push(Arg::Remote(root.into()));
+        }
         // An empty local path asks for no folder (a mapping only).
-        if !s.local_path.is_empty() {
-            args.push(Arg::Path(&s.local_path));
+        if !self.local_path.is_empty() {
+            args.push(Arg::Path(&self.local_path));
         }
         args
     }
@@ -73,8 +77,8 @@ impl Args for NewSmbGlobalMapping {
 
 impl Args for RemoveSmbGlobalMapping {
     fn args(&self) -> Vec<Arg<'_>> {
-        let s = self;
-        vec![Arg::Remote(&s.remote_path)]
+        // What is removed is the share's mapping, whatever folder below it the request names.
+        vec![Arg::Remote(crate::policy::share_root(&self.remote_path).into())]
     }
 }
 

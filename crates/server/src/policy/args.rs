@@ -5,7 +5,7 @@
 use csi_proxy_host::types::TargetPortal;
 
 /// One thing a request names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Arg<'a> {
     /// A host path (a directory, a link, a mount point, a share's local folder).
     Path(&'a str),
@@ -14,7 +14,7 @@ pub enum Arg<'a> {
     /// A volume by ID; a policy judges it by the disk it is on.
     Volume(&'a str),
     /// An SMB share, `\\server\share[\path]` (or `//server/share`).
-    Remote(&'a str),
+    Remote(std::borrow::Cow<'a, str>),
     /// A host service by name.
     Service(&'a str),
     /// An iSCSI target portal.

@@ -142,7 +142,13 @@ pub fn parse(text: &str) -> Result<Policy, PolicyError> {
                 })
                 .collect::<Result<_, _>>()?,
             services: globs(&rule.services, "services")?,
-            portals: globs(&rule.iscsi_portals, "iscsi_portals")?,
+            portals: rule
+                .iscsi_portals
+                .iter()
+                .map(|s| {
+                    glob(&Spanned { value: super::portal_form(&s.value), ..s.clone() }, "iscsi_portals", false, false)
+                })
+                .collect::<Result<_, _>>()?,
         });
     }
     Ok(Policy { rules })

@@ -113,7 +113,7 @@ fn segments(path: &str) -> Result<(Style, Vec<String>), &'static str> {
     };
     let parts: Vec<String> = match style {
         Style::Posix => rest.split('/').filter(|s| !s.is_empty()).map(str::to_string).collect(),
-        Style::Windows => rest.split(['\\', '/']).filter(|s| !s.is_empty()).map(|s| s.to_lowercase()).collect(),
+        Style::Windows => rest.split(['\\', '/']).filter(|s| !s.is_empty()).map(fold_case).collect(),
     };
     if parts.iter().any(|s| s == "." || s == "..") {
         return Err("a path with . or .. segments");
@@ -134,6 +134,21 @@ fn system_drive() -> String {
     {
         "C:".to_string()
     }
+}
+
+/// A Windows name as NTFS and the host compare it: each character upper-cased on its own
+/// (`csi_proxy_host::same_ignoring_case`'s rule), so that no name matches a root here that the
+/// host would take for another (U+212A KELVIN SIGN is not `K`).
+fn fold_case(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            let mut u = c.to_uppercase();
+            match (u.next(), u.next()) {
+                (Some(one), None) => one,
+                _ => c,
+            }
+        })
+        .collect()
 }
 
 /// A directory a rule admits paths under: the directory itself and everything below it. Each
@@ -167,6 +182,23 @@ impl Root {
 /// written with, so that a `*` never spans a separator.
 pub(crate) fn remote_form(remote: &str) -> String {
     remote.replace('\\', "/")
+}
+
+/// The share a remote path is on, `\\server\share`: what a global mapping maps and removes,
+/// whatever folder below it a request names.
+pub fn share_root(remote: &str) -> String {
+    let form = remote_form(remote);
+    let parts: Vec<&str> = form.trim_start_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    match parts.as_slice() {
+        [server, share, ..] => format!(r"\\{server}\{share}"),
+        _ => remote.to_string(),
+    }
+}
+
+/// A portal as portal patterns see it: dots read as separators, so that a `*` matches within
+/// one part of an address (`10.0.0.*:3260` is not `10.0.0.evil.example:3260`).
+pub(crate) fn portal_form(portal: &str) -> String {
+    portal.replace('.', "/")
 }
 
 /// The methods of one API, as its service declares them.
@@ -401,7 +433,7 @@ impl Rule {
                 no("services")
             }
             Arg::Portal(p) => {
-                if self.portals.iter().any(|g| g.matches(&portal_text(p))) {
+                if self.portals.iter().any(|g| g.matches(&portal_form(&portal_text(p)))) {
                     return Ok(());
                 }
                 no("iscsi_portals")
@@ -502,10 +534,11 @@ impl Authorizer {
         }
     }
 
-    /// Logs a denial (or in warn mode, what would be one), at most once a minute for the same
-    /// text: a driver retrying a refused call must not flood the log.
-    pub fn report(&self, service: &str, method: &str, why: &str) {
-        let key = format!("{service} {method} {why}");
+    /// Logs a denial (or in warn mode, what would be one), at most once a minute per caller and
+    /// method: a driver retrying a refused call must not flood the log.
+    pub fn report(&self, caller: Option<&Caller>, service: &str, method: &str, why: &str) {
+        // By caller and call, not by reason: a caller varying its arguments gets no more lines.
+        let key = format!("{} {service} {method}", caller_text(caller));
         let now = std::time::Instant::now();
         let mut reported = self.reported.lock_ignoring_poison();
         if reported.get(&key).is_some_and(|t| now.duration_since(*t) < std::time::Duration::from_secs(60)) {

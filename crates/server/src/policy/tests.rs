@@ -125,9 +125,9 @@ fn paths_must_be_under_a_root_as_written() {
     assert!(e.contains(r#"C:\\Windows"#), "{e}");
     // POSIX paths compare with case.
     let s = pod("kube-system", "csi-smb-node-1", "smb", "registry.k8s.io/sig-storage/smbplugin:v1");
-    let remote = Arg::Remote(r"\\acct.file.core.windows.net\share");
-    assert!(decide(&s, "v1.Smb", "NewSmbGlobalMapping", &[remote, Arg::Path("/var/lib/kubelet/pods/x")]).is_ok());
-    assert!(decide(&s, "v1.Smb", "NewSmbGlobalMapping", &[remote, Arg::Path("/VAR/lib/kubelet/pods/x")]).is_err());
+    let remote = || Arg::Remote(r"\\acct.file.core.windows.net\share".into());
+    assert!(decide(&s, "v1.Smb", "NewSmbGlobalMapping", &[remote(), Arg::Path("/var/lib/kubelet/pods/x")]).is_ok());
+    assert!(decide(&s, "v1.Smb", "NewSmbGlobalMapping", &[remote(), Arg::Path("/VAR/lib/kubelet/pods/x")]).is_err());
 }
 
 #[test]
@@ -147,10 +147,12 @@ fn disks_and_volumes_are_judged_by_number_serial_or_location() {
 #[test]
 fn shares_services_portals_and_host_callers() {
     let s = pod("kube-system", "csi-smb-node-1", "smb", "registry.k8s.io/sig-storage/smbplugin:v1");
-    assert!(decide(&s, "v1.Smb", "NewSmbGlobalMapping", &[Arg::Remote("//ACCT.file.core.windows.net/share")]).is_ok());
-    assert!(decide(&s, "v1.Smb", "NewSmbGlobalMapping", &[Arg::Remote(r"\\evil.example\share")]).is_err());
+    assert!(decide(&s, "v1.Smb", "NewSmbGlobalMapping", &[Arg::Remote("//ACCT.file.core.windows.net/share".into())])
+        .is_ok());
+    assert!(decide(&s, "v1.Smb", "NewSmbGlobalMapping", &[Arg::Remote(r"\\evil.example\share".into())]).is_err());
     // A * does not span a separator: a share under another host's path is not matched.
-    assert!(decide(&s, "v1.Smb", "NewSmbGlobalMapping", &[Arg::Remote(r"\\evil\x\a.file.core.windows.net\s")]).is_err());
+    assert!(decide(&s, "v1.Smb", "NewSmbGlobalMapping", &[Arg::Remote(r"\\evil\x\a.file.core.windows.net\s".into())])
+        .is_err());
     assert!(decide(&s, "v1alpha1.System", "StartService", &[Arg::Service("ISCSID")]).is_ok());
     assert!(decide(&s, "v1alpha1.System", "StartService", &[Arg::Service("kubelet")]).is_err());
     let wrong_image = pod("kube-system", "csi-smb-node-1", "smb", "evil/smbplugin:v1");
@@ -217,4 +219,28 @@ fn the_authorizer_enforces_or_warns_and_takes_a_new_policy_whole() {
         w.check(Some(&d), "v1.Disk", "PartitionDisk", &[Arg::Disk(0)], &NoHost),
         Verdict::Denied { enforced: false, .. }
     ));
+}
+
+#[test]
+fn what_the_host_acts_on_is_judged_not_only_the_text() {
+    // A share is mapped and removed whole: a rule for one folder of it does not admit it.
+    assert_eq!(share_root(r"\\fs\share\team-a\x"), r"\\fs\share");
+    assert_eq!(share_root("//fs/share"), r"\\fs\share");
+    let policy = "rules:\n- name: team\n  callers: [{pod: {namespace: ns}}]\n  allow: [{api: smb, methods: ['*']}, {api: iscsi, methods: ['*']}, {api: filesystem, methods: ['*']}]\n  smb_remotes: ['\\\\fs\\share\\team-a\\*']\n  iscsi_portals: ['10.0.0.*:3260']\n  paths: ['C:\\plugins\\disk.csi.azure.com']\n";
+    let policy = parse(policy).unwrap();
+    let caller = pod("ns", "p", "c", "i");
+    let decide = |service: &str, method: &str, args: &[Arg<'_>]| {
+        policy.decide(Some(&caller), api_of(service).unwrap(), method, args, &NoHost).map(str::to_string)
+    };
+    let remove = crate::ops::smb::RemoveSmbGlobalMapping { remote_path: r"\\fs\share\team-a\x".into() };
+    let e = decide("v1.Smb", "RemoveSmbGlobalMapping", &args::Args::args(&remove)).unwrap_err();
+    assert!(e.contains(r#"SMB share "\\\\fs\\share""#), "{e}");
+    // A * in a portal pattern stays within one part of the address.
+    let near = TargetPortal { address: "10.0.0.7".into(), port: 3260 };
+    let far = TargetPortal { address: "10.0.0.evil.example".into(), port: 3260 };
+    assert!(decide("v1alpha2.Iscsi", "AddTargetPortal", &[Arg::Portal(&near)]).is_ok());
+    assert!(decide("v1alpha2.Iscsi", "AddTargetPortal", &[Arg::Portal(&far)]).is_err());
+    // Names compare as NTFS compares them: the Kelvin sign is not K.
+    assert!(decide("v1.Filesystem", "Mkdir", &[Arg::Path(r"C:\PLUGINS\DISK.csi.azure.com\x")]).is_ok());
+    assert!(decide("v1.Filesystem", "Mkdir", &[Arg::Path("C:\\plugins\\dis\u{212A}.csi.azure.com\\x")]).is_err());
 }
